@@ -1,0 +1,39 @@
+# The two commands a fresh machine needs: `make demo` and `make test`.
+# Both create .venv when missing and (re)install ember when pyproject.toml or the pins change.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check
+PIN    := -c constraints.txt
+
+.PHONY: demo test lint typecheck clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.demo-installed: $(PY) pyproject.toml constraints.txt
+	$(PIP) install -q $(PIN) -e ".[demo]"
+	@touch $@
+
+$(VENV)/.dev-installed: $(PY) pyproject.toml constraints.txt
+	$(PIP) install -q $(PIN) -e ".[dev]"
+	@touch $@ $(VENV)/.demo-installed
+
+## the main job: a small CNN on scikit-learn's digits, trained with ember
+demo: $(VENV)/.demo-installed
+	$(PY) examples/demo.py
+
+## the whole suite: lint, then every test
+test: $(VENV)/.dev-installed lint
+	$(PY) -m pytest
+
+lint: $(VENV)/.dev-installed
+	$(PY) -m ruff check src tests examples benchmarks
+	$(PY) -m ruff format --check src tests examples benchmarks
+
+typecheck: $(VENV)/.dev-installed
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

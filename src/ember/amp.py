@@ -1,0 +1,108 @@
+"""Precision policies: how a step autocasts, scales the loss and applies the update.
+
+The Engine has one step; what differs between full precision, bf16 autocast and fp16 with a
+gradient scaler lives here, in three small classes that override only what differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ember.errors import ConfigError
+
+
+class Precision:
+    """Full precision: no autocast, no scaling; every update is applied."""
+
+    name: str | None = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        """The context the forward pass and the loss run in."""
+        yield
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        """The tensor to call ``backward`` on."""
+        return loss
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale before clipping or inspection."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Apply the update; return False when it was skipped."""
+        optimizer.step()
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to checkpoint (the scaler's, for fp16)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+
+class AutocastPrecision(Precision):
+    """Autocast the forward pass to a lower-precision dtype (bf16 needs no loss scaling)."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
+        super().__init__(device)
+        self.dtype = dtype
+        self.name = "bf16" if dtype == torch.bfloat16 else "fp16"
+
+    @contextlib.contextmanager
+    def autocast(self) -> Iterator[None]:
+        with torch.autocast(device_type=self.device.type, dtype=self.dtype):
+            yield
+
+
+class ScaledPrecision(AutocastPrecision):
+    """fp16 autocast with a gradient scaler; an overflowed update is skipped, not applied."""
+
+    def __init__(self, device: torch.device, scaler_options: dict[str, Any] | None = None) -> None:
+        super().__init__(device, torch.float16)
+        self.scaler = torch.amp.GradScaler(device.type, **(scaler_options or {}))
+        self._last_scale: float | None = None
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss)
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> bool:
+        if self._last_scale is None:
+            self._last_scale = self.scaler.get_scale()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+        # The scaler backs its scale off exactly when it skipped the update. It has already
+        # synchronised with the device inside step(), so reading the scale costs nothing more.
+        scale = self.scaler.get_scale()
+        skipped = scale < self._last_scale
+        self._last_scale = scale
+        return not skipped
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        self._last_scale = None
+
+
+def make_precision(amp: str | None, device: torch.device, scaler_options: dict[str, Any] | None = None) -> Precision:
+    """The policy for the config's ``amp`` value (None, ``"bf16"`` or ``"fp16"``)."""
+    if amp is None:
+        return Precision(device)
+    if amp == "bf16":
+        return AutocastPrecision(device, torch.bfloat16)
+    if amp == "fp16":
+        return ScaledPrecision(device, scaler_options)
+    raise ConfigError(f"config key 'amp' must be None, 'bf16' or 'fp16', got {amp!r}")

@@ -1,0 +1,209 @@
+"""Dataloaders whose sampler splits data across ranks and can resume in the middle of an epoch.
+
+:class:`ResumableSampler` is used for one process and for many alike. Each epoch's order is a
+function of ``(seed, epoch)`` only, so a resumed job sees the same order, and
+:meth:`ResumableSampler.start_at` skips the samples an interrupted epoch already consumed
+without loading them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
+
+from ember import distributed
+from ember.errors import DataError
+
+
+class ResumableSampler(Sampler[int]):
+    """Split ``range(len(dataset))`` across ranks, reshuffled per epoch from ``(seed, epoch)``.
+
+    Like :class:`torch.utils.data.DistributedSampler`, when the length does not divide by the
+    number of ranks the list is padded by repeating its start (or cut, with ``drop_last``), so
+    every rank sees the same number of samples; :attr:`real_num_samples` says how many of this
+    rank's samples are not such repeats (the repeats are at the end of each rank's share).
+
+    Args:
+        dataset: anything with ``len()``.
+        num_replicas: number of ranks (default: the world size).
+        rank: this rank (default: the global rank).
+        shuffle: reshuffle every epoch.
+        seed: the shuffling seed; equal on every rank.
+        drop_last: cut the tail instead of padding it.
+
+    Example:
+        >>> sampler = ResumableSampler(dataset, shuffle=True, seed=0)
+        >>> sampler.set_epoch(3); sampler.start_at(640)   # resume epoch 3 after 640 samples
+    """
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        self.dataset_len = len(dataset)
+        self.num_replicas = distributed.world_size() if num_replicas is None else num_replicas
+        self.rank = distributed.rank() if rank is None else rank
+        if not 0 <= self.rank < self.num_replicas:
+            raise DataError(f"sampler rank {self.rank} is outside 0…{self.num_replicas - 1}")
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.epoch = 0
+        self._start = 0
+        if drop_last:
+            self.num_samples = self.dataset_len // self.num_replicas
+        else:
+            self.num_samples = math.ceil(self.dataset_len / self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    @property
+    def real_num_samples(self) -> int:
+        """How many of this rank's samples are distinct dataset items (not padding repeats)."""
+        if self.drop_last:
+            return self.num_samples
+        return len(range(self.rank, self.dataset_len, self.num_replicas))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose order the next iteration yields."""
+        self.epoch = epoch
+
+    def start_at(self, position: int) -> None:
+        """Make the next iteration (only) skip the first ``position`` samples of this rank."""
+        if not 0 <= position <= self.num_samples:
+            raise DataError(f"sampler position {position} is outside 0…{self.num_samples} for this rank")
+        self._start = position
+
+    def indices(self) -> list[int]:
+        """This rank's full index list for the current epoch (ignoring any start position)."""
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.dataset_len, generator=g).tolist()
+        else:
+            order = list(range(self.dataset_len))
+        if self.drop_last:
+            order = order[: self.total_size]
+        elif self.total_size > len(order):
+            pad = self.total_size - len(order)
+            order += (order * math.ceil(pad / max(len(order), 1)))[:pad]
+        return order[self.rank : self.total_size : self.num_replicas]
+
+    def __iter__(self) -> Iterator[int]:
+        start, self._start = self._start, 0
+        return iter(self.indices()[start:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self._start
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch and the seed, for checkpoints (the position is the caller's to count)."""
+        return {"epoch": self.epoch, "seed": self.seed, "num_replicas": self.num_replicas}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the epoch (and seed) saved by :meth:`state_dict`."""
+        self.epoch = int(state["epoch"])
+        self.seed = int(state.get("seed", self.seed))
+
+
+def get_dataloader(
+    dataset: Dataset[Any],
+    shuffle: bool = False,
+    batch_size: int = 1,
+    add_sampler: bool = True,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    drop_last: bool = False,
+    seed: int | None = None,
+    **kwargs: Any,
+) -> DataLoader[Any]:
+    """Build a DataLoader that shards ``dataset`` across ranks and can resume mid-epoch.
+
+    Args:
+        dataset: a map-style dataset (has ``__len__`` and ``__getitem__``).
+        shuffle: reshuffle every epoch (from ``seed`` and the epoch number).
+        batch_size: samples per batch on each rank.
+        add_sampler: use ember's :class:`ResumableSampler`; False keeps DataLoader's own.
+        num_workers: worker processes for loading.
+        pin_memory: pin host memory (for CUDA).
+        drop_last: drop the last incomplete batch (and cut the data to a multiple of ranks).
+        seed: shuffling seed; defaults to the launched seed (or 0).
+        **kwargs: passed to :class:`torch.utils.data.DataLoader` (``collate_fn``...).
+
+    Returns:
+        The DataLoader; call ``loader.sampler.set_epoch(epoch)`` each epoch when shuffling
+        (the Trainer does it for you).
+
+    Example:
+        >>> train_dl = ember.get_dataloader(train_ds, shuffle=True, batch_size=64)
+    """
+    if not isinstance(dataset, Sized) or not hasattr(dataset, "__getitem__"):
+        raise DataError(
+            f"get_dataloader needs a map-style dataset with __len__ and __getitem__, got "
+            f"{type(dataset).__name__}; for an IterableDataset build a DataLoader yourself"
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"batch_size must be a positive int, got {batch_size!r}")
+    if "sampler" in kwargs or "batch_sampler" in kwargs:
+        raise DataError("get_dataloader builds its own sampler: pass add_sampler=False to use yours")
+    if not add_sampler:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                          pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
+    sampler = ResumableSampler(dataset, shuffle=shuffle, seed=_default_seed(seed), drop_last=drop_last)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
+                      pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
+
+
+def make_resumable(loader: DataLoader[Any], seed: int | None = None) -> DataLoader[Any]:
+    """Return ``loader`` rebuilt with a :class:`ResumableSampler` (the same loader if it has one).
+
+    Keeps batch size, workers, collate function, pinning and ``drop_last``; shuffles when the
+    original used a random sampler. ``initialize`` calls this for loaders it is given.
+    """
+    if isinstance(loader.sampler, ResumableSampler):
+        return loader
+    if loader.batch_size is None:
+        raise DataError(
+            "this DataLoader uses a custom batch_sampler, which ember cannot split across ranks: "
+            "build it with ember.get_dataloader(...) or pass a per-rank loader yourself"
+        )
+    if not isinstance(loader.dataset, Sized):
+        raise DataError("ember cannot shard an IterableDataset: shard it yourself by rank")
+    shuffle = isinstance(loader.sampler, RandomSampler)
+    if not shuffle and type(loader.sampler).__name__ not in ("SequentialSampler", "DistributedSampler"):
+        raise DataError(
+            f"this DataLoader's sampler {type(loader.sampler).__name__} cannot be split across ranks "
+            "by ember: build the loader with ember.get_dataloader(...)"
+        )
+    if type(loader.sampler).__name__ == "DistributedSampler":
+        shuffle = bool(getattr(loader.sampler, "shuffle", False))
+    sampler = ResumableSampler(loader.dataset, shuffle=shuffle, seed=_default_seed(seed), drop_last=loader.drop_last)
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        persistent_workers=loader.persistent_workers,
+        prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+    )
+
+
+def _default_seed(seed: int | None) -> int:
+    if seed is not None:
+        return seed
+    from ember.context import get_context
+
+    return get_context(default=True).seed

@@ -1,0 +1,238 @@
+"""The Engine: the user's model, optimizer and loss, with precision, accumulation and clipping.
+
+A training loop keeps PyTorch's shape::
+
+    for x, y in train_dl:
+        engine.zero_grad()              # clears gradients at the start of an accumulation cycle
+        out = engine(x)                 # forward under autocast, through DDP when distributed
+        loss = engine.criterion(out, y)
+        engine.backward(loss)           # loss / N; no gradient all-reduce on non-boundary steps
+        engine.step()                   # on the boundary: unscale, handlers, clip, update
+
+One ``step`` serves every configuration: what differs between fp32, bf16 and fp16-with-scaler
+is a :class:`~ember.amp.Precision` policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ember.amp import Precision, make_precision
+from ember.config import Config
+from ember.errors import EngineError
+
+Criterion = Callable[..., torch.Tensor]
+
+
+class Engine:
+    """Runs forward, backward and optimizer steps for one model.
+
+    Build it with :func:`ember.initialize`, which validates the pieces, moves the model to the
+    device and wraps it for data parallelism.
+
+    Args:
+        model: the user's module (its ``state_dict`` keys are the ones checkpoints use).
+        optimizer: the optimizer over the model's parameters.
+        criterion: the loss function, called as ``criterion(output, label)``.
+        config: the validated config (``amp``, ``gradient_accumulation``, ``clip_grad_norm``,
+            ``gradient_handler``, ``grad_scaler``).
+        device: the device the model lives on.
+        train_module: what the forward pass runs through while gradients are on (the DDP
+            wrapper, a compiled module); defaults to ``model``.
+        eval_module: what it runs through under ``torch.no_grad()``; defaults to ``model``.
+
+    Example:
+        >>> engine, train_dl, _, _ = ember.initialize(model, optimizer, nn.CrossEntropyLoss(), train_dl)
+        >>> for x, y in train_dl:
+        ...     engine.zero_grad(); loss = engine.criterion(engine(x), y)
+        ...     engine.backward(loss); engine.step()
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        criterion: Criterion | None,
+        config: Config,
+        device: torch.device,
+        train_module: nn.Module | None = None,
+        eval_module: nn.Module | None = None,
+        precision: Precision | None = None,
+    ) -> None:
+        self._model = model
+        self._train_module = train_module if train_module is not None else model
+        self._eval_module = eval_module if eval_module is not None else model
+        self._optimizer = optimizer
+        self._criterion = criterion
+        self.config = config
+        self.device = device
+        self.gradient_accumulation: int = config.gradient_accumulation
+        self.clip_grad_norm: float | None = config.clip_grad_norm
+        self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(config.gradient_handler)
+        self.precision = precision or make_precision(config.amp, device, dict(config.grad_scaler))
+        self._params: list[nn.Parameter] = [p for g in optimizer.param_groups for p in g["params"]]
+        self._ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
+        self.micro_step = 0
+        """Backward calls made in the open accumulation cycle."""
+        self.sync_gradients = False
+        """Whether the last backward closed an accumulation cycle (gradients are complete)."""
+        self.last_step_skipped = False
+        """Whether the last boundary step was skipped (fp16 overflow)."""
+        self.last_grad_norm: torch.Tensor | None = None
+        """Total gradient norm before clipping at the last update (when clipping is on)."""
+        self.num_updates = 0
+        """Boundary steps taken (applied or skipped) since the Engine was built or loaded."""
+
+    # -- the user's objects --------------------------------------------------------------
+    @property
+    def model(self) -> nn.Module:
+        """The user's own module, without DDP or compile wrappers (clean ``state_dict`` keys).
+
+        Run the forward pass through ``engine(x)``: calling ``engine.model(x)`` directly
+        bypasses autocast and the gradient synchronisation of data parallelism.
+        """
+        return self._model
+
+    @property
+    def wrapped_model(self) -> nn.Module:
+        """The module the training forward pass runs through (DDP / compiled), for inspection."""
+        return self._train_module
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The user's optimizer."""
+        return self._optimizer
+
+    @property
+    def has_criterion(self) -> bool:
+        """True when a loss function was given."""
+        return self._criterion is not None
+
+    @property
+    def training(self) -> bool:
+        """True in training mode."""
+        return self._model.training
+
+    def criterion(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Compute the loss with the user's criterion, under the same autocast as the forward."""
+        if self._criterion is None:
+            raise EngineError("this Engine has no criterion: pass one to ember.initialize(model, optimizer, criterion)")
+        with self.precision.autocast():
+            return self._criterion(*args, **kwargs)
+
+    # -- the step ------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model's forward pass under autocast (through DDP while gradients are on)."""
+        module = self._train_module if torch.is_grad_enabled() else self._eval_module
+        with self.precision.autocast():
+            return module(*args, **kwargs)
+
+    def zero_grad(self) -> None:
+        """Clear gradients, but only at the start of an accumulation cycle (else a no-op)."""
+        if self.micro_step == 0:
+            self._optimizer.zero_grad(set_to_none=True)
+
+    def backward(self, loss: torch.Tensor, *, boundary: bool | None = None) -> None:
+        """Back-propagate ``loss`` divided by the accumulation count.
+
+        Args:
+            loss: a scalar tensor that requires grad.
+            boundary: True closes the accumulation cycle at this micro-step even if fewer than
+                ``gradient_accumulation`` micro-steps were taken (the Trainer does this on an
+                epoch's last batch). None lets the count decide.
+        """
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise EngineError(f"engine.backward needs a scalar loss tensor, got {shape}: reduce it (e.g. .mean()) first")
+        if not loss.requires_grad:
+            raise EngineError(
+                "engine.backward got a loss that does not require grad: was it computed under "
+                "torch.no_grad(), from a detached output, or with the model frozen?"
+            )
+        self.micro_step += 1
+        self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
+        if self.gradient_accumulation > 1:
+            loss = loss / self.gradient_accumulation
+        no_sync = self._ddp.no_sync() if self._ddp is not None and not self.sync_gradients else contextlib.nullcontext()
+        with no_sync:
+            self.precision.scale(loss).backward()
+
+    def step(self) -> bool:
+        """Update the parameters if the accumulation cycle is complete.
+
+        Unscales the gradients, applies the gradient handlers, clips by global norm, steps the
+        optimizer through the precision policy. Does nothing on non-boundary micro-steps.
+
+        Returns:
+            True when the parameters were updated; False on a non-boundary micro-step and on
+            an fp16 step skipped for overflow (``last_step_skipped`` tells which). Count LR
+            scheduler steps on True.
+        """
+        if not (self.sync_gradients and self.micro_step > 0):
+            return False
+        self.precision.unscale_(self._optimizer)
+        if self.gradient_handlers:
+            with_grads = [p for p in self._params if p.grad is not None]
+            for handler in self.gradient_handlers:
+                handler(with_grads)
+        if self.clip_grad_norm is not None:
+            self.last_grad_norm = nn.utils.clip_grad_norm_(self._params, self.clip_grad_norm)
+        updated = self.precision.step(self._optimizer)
+        self.last_step_skipped = not updated
+        self.micro_step = 0
+        self.num_updates += 1
+        return updated
+
+    def train(self, mode: bool = True) -> Engine:
+        """Put the model in training mode (or evaluation mode with ``mode=False``)."""
+        self._train_module.train(mode)
+        self._model.train(mode)
+        return self
+
+    def eval(self) -> Engine:
+        """Put the model in evaluation mode."""
+        return self.train(False)
+
+    # -- state ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: model (unwrapped keys), optimizer, scaler, counters.
+
+        Mid-way through an accumulation cycle the partial gradients are included too.
+        """
+        state: dict[str, Any] = {
+            "model": self._model.state_dict(),
+            "optimizer": self._optimizer.state_dict(),
+            "precision": self.precision.state_dict(),
+            "micro_step": self.micro_step,
+            "num_updates": self.num_updates,
+        }
+        if self.micro_step > 0:
+            state["partial_grads"] = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
+        """Restore what :meth:`state_dict` returned (model keys without any wrapper prefix)."""
+        missing = [k for k in ("model", "optimizer") if k not in state]
+        if missing:
+            raise EngineError(
+                f"engine state is missing {missing}: pass what engine.state_dict() returned "
+                "(for bare weights use engine.model.load_state_dict(...))"
+            )
+        self._model.load_state_dict(state["model"], strict=strict)
+        self._optimizer.load_state_dict(state["optimizer"])
+        self.precision.load_state_dict(state.get("precision", {}))
+        self.micro_step = int(state.get("micro_step", 0))
+        self.num_updates = int(state.get("num_updates", 0))
+        self.sync_gradients = False
+        grads: Sequence[torch.Tensor | None] | None = state.get("partial_grads")
+        if grads is not None:
+            if len(grads) != len(self._params):
+                raise EngineError(f"engine state has {len(grads)} partial gradients for {len(self._params)} parameters")
+            for p, g in zip(self._params, grads, strict=True):
+                p.grad = None if g is None else g.to(p.device, p.dtype).clone()

@@ -1,0 +1,248 @@
+"""Start a process's part in a job: process group, device, seeds, config, context.
+
+``launch`` takes everything explicitly; ``launch_from_torch``, ``launch_from_slurm`` and
+``launch_from_openmpi`` read it from the environment their launcher sets.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ember import context as _context
+from ember.config import Config, load_config
+from ember.errors import LaunchError
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | Config | None
+
+
+def launch(
+    config: ConfigSource = None,
+    rank: int = 0,
+    world_size: int = 1,
+    host: str = "127.0.0.1",
+    port: int | str = 29500,
+    backend: str | None = None,
+    local_rank: int | None = None,
+    seed: int = 1024,
+    verbose: bool = True,
+    overrides: Sequence[str] | None = None,
+    timeout_s: float = 1800,
+) -> _context.Context:
+    """Set up this process: validate the config, join the process group, pick the device, seed.
+
+    Args:
+        config: a config file path (.py, .yaml), a dict, or None.
+        rank: this process's global rank.
+        world_size: the number of processes in the job.
+        host: address of rank 0's rendezvous store.
+        port: port of that store.
+        backend: ``"nccl"`` or ``"gloo"``; by default ``nccl`` when CUDA is present, else ``gloo``.
+        local_rank: rank on this machine; picks the CUDA device. Defaults to ``rank``.
+        seed: base seed; the config's ``seed`` wins when set. Each rank seeds Python, NumPy and
+            torch with ``seed + rank`` (DDP makes the initial weights equal on every rank).
+        verbose: log one line on rank 0 describing the job.
+        overrides: ``"key.sub=value"`` strings applied on top of the config.
+        timeout_s: how long collectives wait before failing.
+
+    Returns:
+        The context, also available as ``ember.context``.
+
+    Example:
+        >>> ember.launch(config={"amp": "bf16"}, rank=0, world_size=1)
+    """
+    cfg = load_config(config, overrides)
+    _check_ranks(rank, world_size, local_rank)
+    local_rank = rank if local_rank is None else local_rank
+    _context.ensure_not_launched()
+    backend = _pick_backend(backend)
+
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+
+    group_backend = None
+    if world_size > 1:
+        if dist.is_initialized():
+            raise LaunchError(
+                "torch.distributed is already initialised in this process: let ember create the "
+                "process group (remove your init_process_group call) or skip ember.launch"
+            )
+        try:
+            dist.init_process_group(
+                backend=backend,
+                init_method=f"tcp://{host}:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=timeout_s),
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise LaunchError(
+                f"could not join the process group at tcp://{host}:{port} as rank {rank} of "
+                f"{world_size} with backend {backend!r}: {exc}"
+            ) from None
+        group_backend = backend
+
+    base_seed = cfg.seed if cfg.seed is not None else seed
+    seed_everything(base_seed + rank, deterministic=cfg.deterministic)
+    ctx = _context.Context(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        device=device,
+        seed=base_seed,
+        config=cfg,
+        backend=group_backend,
+    )
+    _context.set_context(ctx)
+    if verbose and rank == 0:
+        from ember.logging import get_dist_logger
+
+        get_dist_logger().info(
+            f"launched {world_size} process(es), backend={group_backend or 'none'}, "
+            f"device={device.type}, seed={base_seed}"
+        )
+    return ctx
+
+
+def launch_from_torch(
+    config: ConfigSource = None,
+    backend: str | None = None,
+    seed: int = 1024,
+    verbose: bool = True,
+    overrides: Sequence[str] | None = None,
+) -> _context.Context:
+    """Launch from the variables ``torchrun`` (or ``ember run``) sets.
+
+    Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``.
+
+    Example:
+        >>> ember.launch_from_torch(config="config.py")   # under: torchrun --nproc_per_node 2 train.py
+    """
+    env = _read_env(
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+        "run the script with `torchrun --nproc_per_node N script.py` or `ember run script.py --nproc N`",
+    )
+    return launch(
+        config,
+        rank=int(env["RANK"]),
+        world_size=int(env["WORLD_SIZE"]),
+        host=env["MASTER_ADDR"],
+        port=env["MASTER_PORT"],
+        backend=backend,
+        local_rank=int(env["LOCAL_RANK"]),
+        seed=seed,
+        verbose=verbose,
+        overrides=overrides,
+    )
+
+
+def launch_from_slurm(
+    config: ConfigSource,
+    host: str,
+    port: int | str,
+    backend: str | None = None,
+    seed: int = 1024,
+    verbose: bool = True,
+) -> _context.Context:
+    """Launch from the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NPROCS``, ``SLURM_LOCALID``)."""
+    env = _read_env(
+        ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"), "start the script with `srun` inside a Slurm job"
+    )
+    return launch(
+        config,
+        rank=int(env["SLURM_PROCID"]),
+        world_size=int(env["SLURM_NPROCS"]),
+        host=host,
+        port=port,
+        backend=backend,
+        local_rank=int(env["SLURM_LOCALID"]),
+        seed=seed,
+        verbose=verbose,
+    )
+
+
+def launch_from_openmpi(
+    config: ConfigSource,
+    host: str,
+    port: int | str,
+    backend: str | None = None,
+    seed: int = 1024,
+    verbose: bool = True,
+) -> _context.Context:
+    """Launch from the variables ``mpirun`` sets (``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``)."""
+    env = _read_env(
+        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+        "start the script with Open MPI's `mpirun`",
+    )
+    return launch(
+        config,
+        rank=int(env["OMPI_COMM_WORLD_RANK"]),
+        world_size=int(env["OMPI_COMM_WORLD_SIZE"]),
+        host=host,
+        port=port,
+        backend=backend,
+        local_rank=int(env["OMPI_COMM_WORLD_LOCAL_RANK"]),
+        seed=seed,
+        verbose=verbose,
+    )
+
+
+def seed_everything(seed: int, deterministic: bool = False) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA); optionally ask for deterministic kernels."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+
+
+def _check_ranks(rank: Any, world_size: Any, local_rank: Any) -> None:
+    for name, value in (("rank", rank), ("world_size", world_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise LaunchError(f"launch argument {name} must be an int, got {value!r}")
+    if world_size < 1:
+        raise LaunchError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise LaunchError(f"rank {rank} is outside the world of {world_size} process(es): use 0…{world_size - 1}")
+    if local_rank is not None and (isinstance(local_rank, bool) or not isinstance(local_rank, int) or local_rank < 0):
+        raise LaunchError(f"local_rank must be a non-negative int, got {local_rank!r}")
+
+
+def _pick_backend(backend: str | None) -> str:
+    if backend is None:
+        return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if backend not in ("nccl", "gloo", "mpi"):
+        raise LaunchError(f"unknown backend {backend!r}: use 'nccl' (CUDA) or 'gloo' (CPU)")
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise LaunchError("backend 'nccl' needs CUDA, and this machine has none: use backend='gloo'")
+    return backend
+
+
+def _read_env(names: tuple[str, ...], hint: str) -> dict[str, str]:
+    missing = [n for n in names if n not in os.environ]
+    if missing:
+        raise LaunchError(f"environment variable(s) {', '.join(missing)} are not set: {hint}")
+    values = {n: os.environ[n] for n in names}
+    for n in names:
+        if n.endswith(("RANK", "SIZE", "NPROCS", "PROCID", "LOCALID", "PORT")) and not values[n].isdigit():
+            raise LaunchError(f"environment variable {n}={values[n]!r} is not a non-negative integer")
+    return values
+
+
+__all__ = ["launch", "launch_from_openmpi", "launch_from_slurm", "launch_from_torch", "seed_everything"]

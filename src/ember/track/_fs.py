@@ -1,0 +1,226 @@
+"""Paths, names, atomic JSON files and the rank test shared by the tracking modules."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import string
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+
+RUNS_DIR = "runs"
+ARTIFACTS_DIR = "artifacts"
+DEFAULT_HOME = ".ember"
+MAX_NAME_LENGTH = 100
+_SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
+_HOSTNAME = socket.gethostname()
+
+
+def hostname() -> str:
+    """This machine's host name, as recorded in run.json."""
+    return _HOSTNAME
+
+
+def get_rank() -> int:
+    """The global rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    raw = os.environ.get("RANK", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise TrackingError(f"RANK={raw!r} is not an integer; unset it or set the rank") from None
+
+
+def resolve_home(home: str | os.PathLike[str] | None) -> Path:
+    """The store root: ``home`` when given, else ``$EMBER_HOME``, else ``./.ember``."""
+    if home is None:
+        home = os.environ.get("EMBER_HOME") or DEFAULT_HOME
+    return Path(home).expanduser().absolute()
+
+
+def check_name(name: object, what: str = "name") -> str:
+    """Return ``name`` when it can be part of a folder name; raise TrackingError otherwise."""
+    if not isinstance(name, str):
+        raise TrackingError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+    bad = (
+        not name
+        or name in (".", "..")
+        or ".." in name
+        or any(c in name for c in "/\\\0")
+        or any(ord(c) < 32 for c in name)
+        or len(name) > MAX_NAME_LENGTH
+    )
+    if bad:
+        raise TrackingError(
+            f"{what} {name!r} cannot name a folder: use 1 to {MAX_NAME_LENGTH} characters "
+            "without '/', '\\', '..', NUL or control characters, e.g. 'mnist-ddp'"
+        )
+    return name
+
+
+def check_rel_path(path: object, what: str) -> str:
+    """Return a safe relative POSIX path ('a/b.pt'); raise TrackingError for anything else."""
+    if not isinstance(path, str):
+        raise TrackingError(f"{what} must be a str, got {type(path).__name__} {path!r}")
+    parts = path.split("/")
+    bad = (
+        not path
+        or path.startswith("/")
+        or "\\" in path
+        or "\0" in path
+        or re.match(r"^[A-Za-z]:", path) is not None
+        or any(p in ("", ".", "..") for p in parts)
+    )
+    if bad:
+        raise TrackingError(
+            f"{what} {path!r} is not a safe relative path: use '/'-separated names without "
+            "'..', '.', empty parts, backslashes, NUL or a leading '/', e.g. 'weights/model.pt'"
+        )
+    return path
+
+
+def check_folder(folder: object) -> str:
+    """Validate the console folder a run belongs to ('default', 'team/mnist', '/alice/x')."""
+    if not isinstance(folder, str):
+        raise TrackingError(f"folder must be a str, got {type(folder).__name__} {folder!r}")
+    check_rel_path(folder[1:] if folder.startswith("/") else folder, "folder")
+    return folder
+
+
+def check_labels(labels: object) -> list[str]:
+    """Validate labels: None or a list/tuple of non-empty str."""
+    if labels is None:
+        return []
+    if isinstance(labels, str) or not isinstance(labels, (list, tuple)):
+        raise TrackingError(
+            f"labels must be a list of str, got {type(labels).__name__} {labels!r}, "
+            "e.g. labels=['ddp', 'baseline']"
+        )
+    for label in labels:
+        if not isinstance(label, str) or not label:
+            raise TrackingError(f"label {label!r} in {labels!r} must be a non-empty str")
+    return list(labels)
+
+
+def check_description(description: object) -> str:
+    """Validate a description (a str)."""
+    if not isinstance(description, str):
+        raise TrackingError(f"description must be a str, got {type(description).__name__}")
+    return description
+
+
+def make_unique_dir(parent: Path, name: str) -> Path:
+    """Create ``<parent>/<name>_<YYMMDD>_<HHMMSS>_<6 chars>`` exclusively and return it."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%y%m%d_%H%M%S")
+    for _ in range(100):
+        suffix = "".join(secrets.choice(_SUFFIX_ALPHABET) for _ in range(6))
+        path = parent / f"{name}_{stamp}_{suffix}"
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise TrackingError(f"could not create a unique folder for {name!r} under {parent}")
+
+
+def now_iso() -> str:
+    """The current UTC time as ISO 8601 with milliseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def parse_iso(text: str | None) -> float | None:
+    """Seconds since the epoch for an ISO 8601 string from :func:`now_iso`, or None."""
+    if not text:
+        return None
+    return datetime.fromisoformat(text).timestamp()
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON to a temporary file and rename it over ``path``."""
+    text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file, raising TrackingError that names the file when it is missing or bad."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise TrackingError(f"{path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise TrackingError(f"{path} is not valid JSON ({e}); it was not written by ember") from e
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte of ``data`` is written."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one newline-terminated line to ``path`` with a single write (O_APPEND)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        write_all(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def drop_torn_tail(path: Path) -> int:
+    """Cut bytes after the last newline (a line torn by a crash); return how many were cut."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(path, "r+b") as f:
+        pos = size
+        while pos > 0:
+            step = min(65536, pos)
+            f.seek(pos - step)
+            chunk = f.read(step)
+            idx = chunk.rfind(b"\n")
+            if idx >= 0:
+                keep = pos - step + idx + 1
+                break
+            pos -= step
+        else:
+            keep = 0
+        if keep < size:
+            f.truncate(keep)
+        return size - keep
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def monotonic() -> float:
+    """A monotonic clock, for intervals."""
+    return time.monotonic()

@@ -1,0 +1,224 @@
+"""The Engine against hand-written PyTorch loops: identity, accumulation, clipping, AMP."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+import ember
+from tests.models import params_of, tiny_dataset, tiny_mlp
+
+
+def _hand_loop(model: nn.Module, loader: DataLoader, steps: int, lr: float = 0.1) -> list[float]:
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    it = iter(loader)
+    for _ in range(steps):
+        x, y = next(it)
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _engine_loop(engine: ember.Engine, loader: DataLoader, steps: int) -> list[float]:
+    losses = []
+    it = iter(loader)
+    for _ in range(steps):
+        x, y = next(it)
+        engine.zero_grad()
+        loss = engine.criterion(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_engine_loop_is_bit_identical_to_hand_loop() -> None:
+    ds = tiny_dataset(50 * 8)
+    hand = tiny_mlp()
+    hand_losses = _hand_loop(hand, DataLoader(ds, batch_size=8), 50)
+
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    engine, loader, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=8))
+    assert _engine_loop(engine, loader, 50) == hand_losses
+    for a, b in zip(params_of(hand), params_of(model), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_accumulation_4x8_equals_one_batch_of_32() -> None:
+    ds = tiny_dataset(32 * 5)
+    big = tiny_mlp()
+    opt = torch.optim.SGD(big.parameters(), lr=0.1)
+    for x, y in DataLoader(ds, batch_size=32):
+        opt.zero_grad()
+        nn.functional.cross_entropy(big(x), y).backward()
+        opt.step()
+
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine, loader, _, _ = ember.initialize(
+        model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=8), config={"gradient_accumulation": 4}
+    )
+    updates = 0
+    for x, y in loader:
+        engine.zero_grad()
+        engine.backward(engine.criterion(engine(x), y))
+        updates += engine.step()
+    assert updates == 5
+    for a, b in zip(params_of(big), params_of(model), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_micro_steps_neither_update_nor_clip_and_updates_respect_max_norm() -> None:
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    engine, _, _, _ = ember.initialize(
+        model, opt, nn.CrossEntropyLoss(), config={"gradient_accumulation": 3, "clip_grad_norm": 0.05}
+    )
+    x, y = tiny_dataset(12)[:]
+    before = params_of(model)
+    seen_norms = []
+    for i in range(3):
+        engine.zero_grad()
+        engine.backward(engine.criterion(engine(x[i * 4 : (i + 1) * 4]), y[i * 4 : (i + 1) * 4]))
+        if i < 2:
+            grads = [p.grad.clone() for p in model.parameters()]
+            assert engine.step() is False
+            assert engine.last_grad_norm is None  # no clipping on a micro-step
+            assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+            assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
+        else:
+            applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+            seen_norms.append(applied)
+    assert engine.step() is True
+    applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert engine.last_grad_norm is not None and engine.last_grad_norm > 0.05  # it really had to clip
+    assert applied <= 0.05 + 1e-6
+    # With lr=1 and plain SGD the parameter change is exactly the clipped gradient.
+    delta = torch.linalg.vector_norm(torch.stack([(a - b).norm() for a, b in zip(before, params_of(model), strict=True)]))
+    assert delta <= 0.05 + 1e-6
+
+
+def test_zero_grad_clears_only_at_cycle_start() -> None:
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine, _, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), config={"gradient_accumulation": 2})
+    x, y = tiny_dataset(8)[:]
+    engine.zero_grad()
+    engine.backward(engine.criterion(engine(x), y))
+    engine.zero_grad()  # mid-cycle: must keep the accumulated gradient
+    assert all(p.grad is not None for p in model.parameters())
+    engine.backward(engine.criterion(engine(x), y))
+    assert engine.step()
+    engine.zero_grad()
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_boundary_true_closes_a_short_cycle() -> None:
+    model = tiny_mlp()
+    engine, _, _, _ = ember.initialize(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), config={"gradient_accumulation": 4}
+    )
+    x, y = tiny_dataset(8)[:]
+    engine.backward(engine.criterion(engine(x), y), boundary=True)
+    assert engine.sync_gradients and engine.step()
+
+
+def test_bf16_autocast_on_cpu_trains() -> None:
+    ds = tiny_dataset(256)
+    model = tiny_mlp()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    engine, loader, _, _ = ember.initialize(
+        model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=32, shuffle=True), config={"amp": "bf16"}
+    )
+    x, _ = ds[:4]
+    assert engine(x).dtype == torch.bfloat16
+    first = last = None
+    for _ in range(8):
+        for x, y in loader:
+            engine.zero_grad()
+            loss = engine.criterion(engine(x), y)
+            engine.backward(loss)
+            engine.step()
+            first = loss.item() if first is None else first
+            last = loss.item()
+    assert last < first * 0.7
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_fp16_overflow_step_is_skipped_and_parameters_unchanged() -> None:
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine, _, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), config={"amp": "fp16"})
+    x, y = tiny_dataset(8)[:]
+
+    engine.zero_grad()
+    engine.backward(engine.criterion(engine(x), y))
+    next(model.parameters()).grad[0, 0] = float("inf")
+    before = params_of(model)
+    assert engine.step() is False
+    assert engine.last_step_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+
+    engine.zero_grad()
+    engine.backward(engine.criterion(engine(x), y))
+    assert engine.step() is True and not engine.last_step_skipped
+    assert not all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+
+
+def test_gradient_handlers_run_before_the_update() -> None:
+    calls = []
+
+    def zero_first(params: list[nn.Parameter]) -> None:
+        calls.append(len(params))
+        for p in params:
+            p.grad.zero_()
+
+    model = tiny_mlp()
+    engine, _, _, _ = ember.initialize(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), config={"gradient_handler": [zero_first]}
+    )
+    before = params_of(model)
+    x, y = tiny_dataset(8)[:]
+    engine.backward(engine.criterion(engine(x), y))
+    engine.step()
+    assert calls == [4]
+    assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+
+
+def test_state_dict_has_bare_model_keys_and_round_trips_mid_cycle() -> None:
+    model = tiny_mlp()
+    engine, _, _, _ = ember.initialize(
+        model, torch.optim.Adam(model.parameters()), nn.CrossEntropyLoss(), config={"gradient_accumulation": 2}
+    )
+    x, y = tiny_dataset(8)[:]
+    engine.backward(engine.criterion(engine(x), y))
+    state = engine.state_dict()
+    assert list(state["model"]) == list(tiny_mlp().state_dict())
+    bare = tiny_mlp(seed=5)
+    bare.load_state_dict(state["model"], strict=True)
+
+    other = tiny_mlp(seed=9)
+    engine2, _, _, _ = ember.initialize(
+        other, torch.optim.Adam(other.parameters()), nn.CrossEntropyLoss(), config={"gradient_accumulation": 2}
+    )
+    engine2.load_state_dict(state)
+    for e in (engine, engine2):
+        e.backward(e.criterion(e(x), y))
+        assert e.step()
+    for a, b in zip(params_of(model), params_of(other), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_eval_forward_under_no_grad_uses_no_autograd() -> None:
+    model = tiny_mlp()
+    engine, _, _, _ = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    engine.eval()
+    with torch.no_grad():
+        out = engine(torch.randn(2, 8))
+    assert not out.requires_grad and not engine.training
