@@ -15,7 +15,7 @@ from torch import nn
 import ember
 
 sys.path.insert(0, str(Path(__file__).parent))
-from digits import DigitsCNN, digits_datasets  # noqa: E402
+from digits import DigitsCNN, digits_datasets
 
 
 def main() -> None:

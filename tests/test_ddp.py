@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.dist import results, torchrun
+from tests.dist import torchrun
 
 pytestmark = pytest.mark.multiprocess
 
 
 def test_two_processes_match_one_process_with_and_without_accumulation() -> None:
-    proc = torchrun(Path(__file__).parent / "scripts" / "ddp_equivalence.py", nproc=2)
-    res = results(proc)
+    res = torchrun(Path(__file__).parent / "scripts" / "ddp_equivalence.py", nproc=2).results
     assert sorted(res) == [0, 1]
     for r in res.values():
         assert r["world_size"] == 2

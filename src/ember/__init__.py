@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ember import context
+from ember import context, errors
 from ember.config import Config, load_config
 from ember.data import get_dataloader
 from ember.engine import Engine
@@ -33,6 +33,7 @@ __all__ = [
     "Engine",
     "__version__",
     "context",
+    "errors",
     "get_dataloader",
     "get_dist_logger",
     "initialize",

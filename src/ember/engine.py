@@ -149,7 +149,9 @@ class Engine:
         """
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise EngineError(f"engine.backward needs a scalar loss tensor, got {shape}: reduce it (e.g. .mean()) first")
+            raise EngineError(
+                f"engine.backward needs a scalar loss tensor, got {shape}: reduce it (e.g. .mean()) first"
+            )
         if not loss.requires_grad:
             raise EngineError(
                 "engine.backward got a loss that does not require grad: was it computed under "

@@ -13,6 +13,18 @@ _LOGGERS: dict[str, DistributedLogger] = {}
 _FORMAT = "[%(asctime)s] %(levelname)s %(name)s%(rank)s: %(message)s"
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (test captures, notebooks swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 class DistributedLogger:
     """A thin wrapper of :class:`logging.Logger` whose methods take ``ranks``.
 
@@ -29,7 +41,7 @@ class DistributedLogger:
         self._logger = logging.getLogger(name)
         self._logger.propagate = False
         if not self._logger.handlers:
-            handler = logging.StreamHandler(sys.stderr)
+            handler = _StderrHandler()
             handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
             self._logger.addHandler(handler)
             self._logger.setLevel(logging.INFO)

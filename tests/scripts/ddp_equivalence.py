@@ -1,23 +1,15 @@
-"""Run under torchrun with 2 processes: DDP through the Engine equals one process on the global batch.
-
-Prints one ``RESULT {json}`` line per rank.
-"""
+"""Run under torchrun with 2 processes: DDP through the Engine equals one process on the global batch."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
-
 import torch
+from tests.dist import report
+from tests.models import params_of, tiny_dataset, tiny_mlp
 from torch import nn
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import ember  # noqa: E402
-from ember import distributed  # noqa: E402
-from tests.models import params_of, tiny_dataset, tiny_mlp  # noqa: E402
+import ember
+from ember import distributed
 
 torch.set_num_threads(1)
 
@@ -50,16 +42,16 @@ def main() -> None:
     ember.launch_from_torch(config={"seed": 0}, verbose=False)
     ds = tiny_dataset(32 * 6)
     ref = reference(ds, 32)
-    out: dict = {"rank": ember.context.rank, "world_size": ember.context.world_size}
+    out: dict = {"world_size": ember.context.world_size}
     for accumulation, batch in ((1, 16), (2, 8)):
         params = engine_run(ds, batch, accumulation)
-        out[f"max_diff_accum{accumulation}"] = max((a - b).abs().max().item() for a, b in zip(ref, params))
+        out[f"max_diff_accum{accumulation}"] = max((a - b).abs().max().item() for a, b in zip(ref, params, strict=True))
         flat = torch.cat([p.flatten() for p in params])
         gathered = [torch.zeros_like(flat) for _ in range(2)]
         torch.distributed.all_gather(gathered, flat)
         out[f"ranks_identical_accum{accumulation}"] = bool(torch.equal(gathered[0], gathered[1]))
     out["any_true"] = distributed.any_true(ember.context.rank == 1)
-    print("RESULT " + json.dumps(out), flush=True)
+    report(out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,71 @@
+"""launch and the global context, in one process."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import ember
+from ember.errors import ContextError, LaunchError
+
+
+def test_context_before_launch_is_a_clear_error() -> None:
+    with pytest.raises(ContextError, match="before launch"):
+        _ = ember.context.rank
+    with pytest.raises(ContextError, match="before launch"):
+        _ = ember.config.BATCH_SIZE
+
+
+def test_launch_sets_context_config_and_seeds() -> None:
+    ember.launch(config={"BATCH_SIZE": 8, "seed": 5}, verbose=False)
+    assert ember.context.rank == 0 and ember.context.world_size == 1
+    assert ember.context.is_main_process and not ember.context.is_distributed
+    assert ember.context.device == torch.device("cpu")
+    assert ember.config.BATCH_SIZE == 8
+    a = (random.random(), torch.rand(1).item())
+    ember.context.reset()
+    ember.launch(config={"seed": 5}, verbose=False)
+    assert (random.random(), torch.rand(1).item()) == a
+
+
+def test_launching_twice_is_a_clear_error() -> None:
+    ember.launch(verbose=False)
+    with pytest.raises(ContextError, match="launched twice"):
+        ember.launch(verbose=False)
+
+
+def test_launch_overrides_apply_on_top_of_the_config() -> None:
+    ember.launch(config={"gradient_accumulation": 2}, overrides=["gradient_accumulation=4", "amp=bf16"], verbose=False)
+    assert ember.config.gradient_accumulation == 4 and ember.config.amp == "bf16"
+
+
+def test_launch_from_slurm_and_openmpi_read_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NPROCS", "1")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    ember.launch_from_slurm(None, host="127.0.0.1", port=29512, verbose=False)
+    assert ember.context.world_size == 1
+    ember.context.reset()
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    ember.launch_from_openmpi(None, host="127.0.0.1", port=29513, verbose=False)
+    assert ember.context.rank == 0
+
+
+def test_dist_logger_filters_by_rank(capsys: pytest.CaptureFixture[str]) -> None:
+    logger = ember.get_dist_logger("ember.test")
+    logger.info("shown on rank 0", ranks=[0])
+    logger.info("not shown", ranks=[1])
+    err = capsys.readouterr().err
+    assert "shown on rank 0" in err and "not shown" not in err
+    assert ember.get_dist_logger("ember.test") is logger
+
+
+def test_launch_from_torch_without_torchrun_names_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(LaunchError, match="RANK, LOCAL_RANK, WORLD_SIZE"):
+        ember.launch_from_torch()
