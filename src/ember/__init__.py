@@ -9,53 +9,52 @@ Public names::
     ember.get_dataloader     a resumable, distributed-aware DataLoader
     ember.get_dist_logger    logger.info("msg", ranks=[0])
     ember.Trainer, ember.hooks (from ember.trainer), ember.track (experiment tracking)
+
+Names load on first use, so ``import ember`` (and the ``ember`` command) stays quick.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from ember import context, errors
-from ember.config import Config, load_config
-from ember.data import get_dataloader
-from ember.engine import Engine
-from ember.initialize import initialize
-from ember.launch import launch, launch_from_openmpi, launch_from_slurm, launch_from_torch, seed_everything
-from ember.logging import get_dist_logger
-
 if TYPE_CHECKING:
-    from ember import track, trainer
+    from ember import checkpoint, config, context, distributed, errors, track, trainer
+    from ember.config import Config, load_config
+    from ember.data import get_dataloader
+    from ember.engine import Engine
+    from ember.initializer import initialize
+    from ember.launcher import launch, launch_from_openmpi, launch_from_slurm, launch_from_torch, seed_everything
+    from ember.logging import get_dist_logger
+    from ember.trainer import Trainer, hooks
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Config",
-    "Engine",
-    "__version__",
-    "context",
-    "errors",
-    "get_dataloader",
-    "get_dist_logger",
-    "initialize",
-    "launch",
-    "launch_from_openmpi",
-    "launch_from_slurm",
-    "launch_from_torch",
-    "load_config",
-    "seed_everything",
-    "track",
-    "trainer",
-]
+_ATTRS = {
+    "Config": "ember.config",
+    "load_config": "ember.config",
+    "get_dataloader": "ember.data",
+    "Engine": "ember.engine",
+    "initialize": "ember.initializer",
+    "launch": "ember.launcher",
+    "launch_from_torch": "ember.launcher",
+    "launch_from_slurm": "ember.launcher",
+    "launch_from_openmpi": "ember.launcher",
+    "seed_everything": "ember.launcher",
+    "get_dist_logger": "ember.logging",
+    "Trainer": "ember.trainer",
+    "hooks": "ember.trainer",
+}
+_MODULES = ("checkpoint", "config", "context", "distributed", "errors", "track", "trainer")
+
+__all__ = ["__version__", *_ATTRS, *_MODULES]
 
 
 def __getattr__(name: str) -> Any:
-    # Submodules that pull more imports load on first use, keeping `import ember` quick.
-    if name in ("track", "trainer", "checkpoint"):
-        import importlib
-
+    if name in _MODULES:
         return importlib.import_module(f"ember.{name}")
-    if name in ("Trainer", "hooks"):
-        from ember import trainer as _trainer
-
-        return getattr(_trainer, name)
+    if name in _ATTRS:
+        value = getattr(importlib.import_module(_ATTRS[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 'ember' has no attribute {name!r}")
