@@ -47,7 +47,29 @@ _ATTRS = {
 }
 _MODULES = ("checkpoint", "config", "context", "distributed", "errors", "track", "trainer")
 
-__all__ = ["__version__", *_ATTRS, *_MODULES]
+__all__ = [
+    "Config",
+    "Engine",
+    "Trainer",
+    "__version__",
+    "checkpoint",
+    "config",
+    "context",
+    "distributed",
+    "errors",
+    "get_dataloader",
+    "get_dist_logger",
+    "hooks",
+    "initialize",
+    "launch",
+    "launch_from_openmpi",
+    "launch_from_slurm",
+    "launch_from_torch",
+    "load_config",
+    "seed_everything",
+    "track",
+    "trainer",
+]
 
 
 def __getattr__(name: str) -> Any:

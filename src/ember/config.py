@@ -52,7 +52,7 @@ class Config(dict[str, Any]):
     def __setitem__(self, key: str, value: Any) -> None:
         super().__setitem__(key, _wrap(value))
 
-    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def update(self, *args: Any, **kwargs: Any) -> None:
         """Set each key like ``cfg[key] = value`` does, converting nested mappings."""
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
@@ -77,9 +77,7 @@ class Config(dict[str, Any]):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("__") or hasattr(type(self), name):
-            raise AttributeError(
-                f"'{name}' is a Config method, not a key: set it with cfg[{name!r}] = value"
-            )
+            raise AttributeError(f"'{name}' is a Config method, not a key: set it with cfg[{name!r}] = value")
         self[name] = value
 
     def __delattr__(self, name: str) -> None:
@@ -93,7 +91,7 @@ class Config(dict[str, Any]):
         return [*super().__dir__(), *keys]
 
     def __repr__(self) -> str:
-        return f"Config({dict.__repr__(self)})"
+        return f"Config({_plain(self)!r})"
 
     def to_dict(self) -> dict[str, Any]:
         """Return plain nested dicts and lists (new containers; leaves such as callables shared).
@@ -161,86 +159,70 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _int(low: int, high: int | None = None, *, optional: bool = False) -> Check:
-    allowed = f"an int >= {low}" if high is None else ", ".join(map(str, range(low, high + 1)))
-    allowed += " or None" if optional else ""
+def _check(
+    ok: Callable[[Any], bool], allowed: str, convert: Callable[[Any], Any] = lambda v: v, optional: bool = False
+) -> Check:
+    """A check from a predicate: None passes when ``optional``; ``convert`` normalizes."""
 
     def check(value: Any, key: str, full: bool) -> Any:
         if value is None and optional:
             return None
-        if not _is_int(value) or value < low or (high is not None and value > high):
+        if not ok(value):
             _fail(key, value, allowed)
-        return int(value)
+        return convert(value)
 
     return check
 
 
-def _real(low: float, high: float | None = None, *, allowed: str) -> Check:
-    def check(value: Any, key: str, full: bool) -> Any:
-        if not _is_real(value) or not value > low or (high is not None and not value < high):
-            _fail(key, value, allowed)
-        return float(value)
-
-    return check
+def _int(low: int, high: float = float("inf"), optional: bool = False) -> Check:
+    allowed = f"an int >= {low}" if high == float("inf") else f"an int from {low} to {high}"
+    ok = lambda v: _is_int(v) and low <= v <= high  # noqa: E731
+    return _check(ok, allowed + " or None" * optional, int, optional)
 
 
-def _bool(value: Any, key: str, full: bool) -> bool:
-    if not isinstance(value, bool):
-        _fail(key, value, "True or False")
-    return value
+def _real(low: float, high: float = float("inf"), allowed: str = "a number > 0") -> Check:
+    return _check(lambda v: _is_real(v) and low < v < high, allowed, float)
 
 
-def _choice(*options: str | None) -> Check:
-    allowed = ", ".join(repr(o) for o in options)
-
-    def check(value: Any, key: str, full: bool) -> Any:
-        if value is None and None in options:
-            return None
-        if not isinstance(value, str) or value.lower() not in options:
-            _fail(key, value, allowed)
-        return value.lower()
-
-    return check
+def _choice(*options: str, optional: bool = False) -> Check:
+    allowed = ", ".join(map(repr, options)) + " or None" * optional
+    ok = lambda v: isinstance(v, str) and v.lower() in options  # noqa: E731
+    return _check(ok, allowed, str.lower, optional)
 
 
-def _any(value: Any, key: str, full: bool) -> Any:
-    return value
+def _is(*types: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, types)
 
 
-def _optional_str(value: Any, key: str, full: bool) -> str | None:
-    if value is not None and not isinstance(value, str):
-        _fail(key, value, "a string or None")
-    return value
-
-
-def _str_list(value: Any, key: str, full: bool) -> list[str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        _fail(key, value, "a list of module names (strings) or None")
-    return list(value)
-
-
-_AMP_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
-_AMP_NAMES |= {"half": "fp16", "none": None, "no": None, "fp32": None, "float32": None}
+_BOOL = _check(_is(bool), "True or False")
+_ANY = _check(lambda v: True, "anything")
+_OPT_BOOL = _check(_is(bool), "True, False or None", optional=True)
+_OPT_STR = _check(_is(str), "a string or None", optional=True)
+_OPT_DICT = _check(_is(Mapping), "a dict or None", dict, optional=True)
+_NAME_OR_FN = _check(lambda v: isinstance(v, str) or callable(v), "a name or a callable")
+_CLIP = _check(
+    lambda v: _is_real(v) and v > 0,
+    "a number > 0 or None (use a positive max norm, or None to disable)",
+    float,
+    optional=True,
+)
+_NAMES = _check(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v),
+    "a list of module names (strings) or None",
+    list,
+    optional=True,
+)
+_AMP_NAMES: dict[str, str | None] = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16"}
+_AMP_NAMES |= {"float16": "fp16", "half": "fp16", "none": None, "no": None, "fp32": None}
 
 
 def _amp(value: Any, key: str, full: bool) -> str | None:
-    if value is None or value is False:
+    name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if name is None or name is False:
         return None
-    if isinstance(value, torch.dtype):
-        value = str(value).removeprefix("torch.")
-    if not isinstance(value, str) or value.lower() not in _AMP_NAMES:
+    if not isinstance(name, str) or name.lower() not in _AMP_NAMES:
         _fail(key, value, "None, 'bf16' or 'fp16' (also 'bfloat16', 'float16', 'half')")
-    return _AMP_NAMES[value.lower()]
-
-
-def _clip(value: Any, key: str, full: bool) -> float | None:
-    if value is None:
-        return None
-    if not _is_real(value) or not value > 0:
-        _fail(key, value, "use a positive max norm, or None to disable")
-    return float(value)
+    return _AMP_NAMES[name.lower()]
 
 
 def _handlers(value: Any, key: str, full: bool) -> list[Any]:
@@ -253,10 +235,10 @@ def _handlers(value: Any, key: str, full: bool) -> list[Any]:
     for i, fn in enumerate(value):
         if not callable(fn):
             hint = " (registry dicts such as dict(type=...) are not supported)"
-            hint *= isinstance(fn, Mapping)
-            raise ConfigError(
-                f"config key '{key}[{i}]' got {_describe(fn)}; allowed: a callable "
-                f"fn(parameters: list[torch.nn.Parameter]) -> None{hint}"
+            _fail(
+                f"{key}[{i}]",
+                fn,
+                "a callable fn(parameters: list[torch.nn.Parameter]) -> None" + hint * isinstance(fn, Mapping),
             )
     return list(value)
 
@@ -266,17 +248,6 @@ class _Field:
     check: Check
     default: Any = _NO_DEFAULT  # run through `check` when filled in, so sections fill themselves
     required: bool = False
-
-
-def _unknown_key(key: str, allowed: Iterable[str], where: str) -> ConfigError:
-    name = key.rsplit(".", 1)[-1]
-    options = list(allowed)
-    close = difflib.get_close_matches(name.lower(), options, n=1)
-    hint = f"did you mean '{key[: -len(name)]}{close[0]}'? " if close else ""
-    return ConfigError(
-        f"config key '{key}' is not an ember setting; {hint}(allowed in '{where}': "
-        f"{', '.join(options)})"
-    )
 
 
 class _Section:
@@ -296,24 +267,22 @@ class _Section:
             _fail(key, value, f"a dict with keys {', '.join(self.fields)}{extra}")
         out: dict[str, Any] = {}
         for sub, sub_value in value.items():
-            field = self.fields.get(sub)
-            if field is None:
-                raise _unknown_key(f"{key}.{sub}", self.fields, key)
-            out[sub] = field.check(sub_value, f"{key}.{sub}", full)
+            if sub not in self.fields:
+                close = difflib.get_close_matches(str(sub).lower(), self.fields, n=1)
+                allowed = f"allowed in '{key}': {', '.join(self.fields)}"
+                hint = f"did you mean '{key}.{close[0]}'? ({allowed})" if close else allowed
+                raise ConfigError(f"config key '{key}.{sub}' is not an ember setting; {hint}")
+            out[sub] = self.fields[sub].check(sub_value, f"{key}.{sub}", full)
         for sub, field in self.fields.items() if full else ():
-            if sub in out:
-                continue
-            if field.required:
+            if sub not in out and field.required:
                 raise ConfigError(f"config key '{key}.{sub}' is required when '{key}' is set")
-            if field.default is not _NO_DEFAULT:
+            if sub not in out and field.default is not _NO_DEFAULT:
                 out[sub] = field.check(field.default, f"{key}.{sub}", full)
         return {sub: out[sub] for sub in self.fields if sub in out}
 
 
 def _zero(value: Any, key: str, full: bool) -> dict[str, Any] | None:
-    if value is None or value is False:
-        return None
-    return _ZERO(value, key, full)
+    return None if value is None or value is False else _ZERO(value, key, full)
 
 
 def _compile(value: Any, key: str, full: bool) -> bool | dict[str, Any]:
@@ -324,93 +293,71 @@ def _compile(value: Any, key: str, full: bool) -> bool | dict[str, Any]:
     return _COMPILE(value, key, full) or True  # compile=dict() means: compile with defaults
 
 
-def _backend(value: Any, key: str, full: bool) -> Any:
-    if not isinstance(value, str) and not callable(value):
-        _fail(key, value, "a backend name or a callable")
-    return value
-
-
-def _optional_bool(value: Any, key: str, full: bool) -> bool | None:
-    return None if value is None else _bool(value, key, full)
-
-
-def _options(value: Any, key: str, full: bool) -> dict[str, Any] | None:
-    if value is not None and not isinstance(value, Mapping):
-        _fail(key, value, "a dict or None")
-    return None if value is None else dict(value)
-
-
-_POSITIVE = _real(0, allowed="a number > 0")
 _SCALER_FIELDS = {
-    "init_scale": _Field(_POSITIVE),
+    "init_scale": _Field(_real(0)),
     "growth_factor": _Field(_real(1, allowed="a number > 1")),
     "backoff_factor": _Field(_real(0, 1, allowed="a number between 0 and 1 (exclusive)")),
     "growth_interval": _Field(_int(1)),
-    "enabled": _Field(_bool),
+    "enabled": _Field(_BOOL),
 }
 _ZERO = _Section(
     {
         "stage": _Field(_int(1, 3), required=True),
         "mixed_precision": _Field(_amp, None),
-        "cpu_offload": _Field(_bool, False),
+        "cpu_offload": _Field(_BOOL, False),
     },
     shorthand="stage",
 )
 _COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _COMPILE = _Section(
     {
-        "mode": _Field(_choice(None, *_COMPILE_MODES)),
-        "fullgraph": _Field(_bool),
-        "dynamic": _Field(_optional_bool),
-        "backend": _Field(_backend),
-        "options": _Field(_options),
-        "disable": _Field(_bool),
+        "mode": _Field(_choice(*_COMPILE_MODES, optional=True)),
+        "fullgraph": _Field(_BOOL),
+        "dynamic": _Field(_OPT_BOOL),
+        "backend": _Field(_NAME_OR_FN),
+        "options": _Field(_OPT_DICT),
+        "disable": _Field(_BOOL),
     }
 )
 _TENSOR = _Section(
-    {"size": _Field(_int(1), 1), "mode": _Field(_optional_str, None), "plan": _Field(_any, None)},
-    shorthand="size",
+    {"size": _Field(_int(1), 1), "mode": _Field(_OPT_STR, None), "plan": _Field(_ANY, None)}, shorthand="size"
 )
 _PIPELINE = _Section(
     {
         "size": _Field(_int(1), 1),
         "microbatches": _Field(_int(1, optional=True), None),
         "schedule": _Field(_choice("gpipe", "1f1b"), "gpipe"),
-        "split_points": _Field(_str_list, None),
+        "split_points": _Field(_NAMES, None),
     },
     shorthand="size",
 )
 _PARALLEL = _Section(
-    {
-        "data": _Field(_int(1, optional=True), None),
-        "tensor": _Field(_TENSOR, None),
-        "pipeline": _Field(_PIPELINE, None),
-    }
+    {"data": _Field(_int(1, optional=True), None), "tensor": _Field(_TENSOR, None), "pipeline": _Field(_PIPELINE, None)}
 )
 _DDP = _Section(
     {
-        "find_unused_parameters": _Field(_bool),
-        "broadcast_buffers": _Field(_bool),
-        "bucket_cap_mb": _Field(_POSITIVE),
-        "static_graph": _Field(_bool),
-        "gradient_as_bucket_view": _Field(_bool),
+        "find_unused_parameters": _Field(_BOOL),
+        "broadcast_buffers": _Field(_BOOL),
+        "bucket_cap_mb": _Field(_real(0)),
+        "static_graph": _Field(_BOOL),
+        "gradient_as_bucket_view": _Field(_BOOL),
     }
 )
 _SCHEMA: dict[str, _Field] = {
     "amp": _Field(_amp, None),
     "grad_scaler": _Field(_Section(_SCALER_FIELDS), None),
     "gradient_accumulation": _Field(_int(1), 1),
-    "clip_grad_norm": _Field(_clip, None),
+    "clip_grad_norm": _Field(_CLIP, None),
     "gradient_handler": _Field(_handlers, None),
     "parallel": _Field(_PARALLEL, None),
     "zero": _Field(_zero, None),
     "compile": _Field(_compile, False),
     "seed": _Field(_int(0, optional=True), None),
-    "deterministic": _Field(_bool, False),
+    "deterministic": _Field(_BOOL, False),
     "ddp": _Field(_DDP, None),
 }
 # Accepted on input and folded into the keys above: fp16 -> amp + grad_scaler, the other -> ddp.
-_FP16 = _Section({"mode": _Field(_any), **_SCALER_FIELDS})
+_FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})
 _KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters")
 
 
@@ -446,19 +393,20 @@ def _fold_fp16(data: dict[str, Any]) -> None:
             "keep one of them (fp16=dict(mode='torch') means amp='fp16')"
         )
     data["amp"] = "fp16"
-    _fold_into(data, "grad_scaler", kwargs, "fp16")
+    _fold_into(data, "grad_scaler", kwargs, "fp16.{sub}")
 
 
 def _fold_into(data: dict[str, Any], section: str, values: Mapping[str, Any], source: str) -> None:
-    """Move alias values into a section, refusing to overwrite a different value silently."""
+    """Move alias values into a section; ``source`` names them (``{sub}`` is filled in)."""
     existing = data.get(section) or {}
     if not isinstance(existing, Mapping):
         return  # the section's own check reports its type
     for sub, value in values.items():
         if sub in existing and existing[sub] != value:
+            ours, theirs = source.format(sub=sub), f"{section}.{sub}"
             raise ConfigError(
-                f"config keys '{source}' and '{section}.{sub}' disagree ({value!r} vs "
-                f"{existing[sub]!r}): set it in one place"
+                f"config keys '{ours}' and '{theirs}' disagree ({ours}={value!r}, "
+                f"{theirs}={existing[sub]!r}): set it in one place"
             )
     data[section] = {**existing, **values}
 
@@ -470,7 +418,7 @@ def _normalize(source: Mapping[str, Any], full: bool) -> dict[str, Any]:
     if "fp16" in data:
         _fold_fp16(data)
     if "find_unused_parameters" in data:
-        flag = _bool(data.pop("find_unused_parameters"), "find_unused_parameters", full)
+        flag = _BOOL(data.pop("find_unused_parameters"), "find_unused_parameters", full)
         _fold_into(data, "ddp", {"find_unused_parameters": flag}, "find_unused_parameters")
     out: dict[str, Any] = {}
     for key, field in _SCHEMA.items():
@@ -512,58 +460,40 @@ def _load_python(path: Path, text: str) -> dict[str, Any]:
     try:
         code = compile(text, str(path), "exec")
     except SyntaxError as err:
-        raise ConfigError(
-            f"config file '{path}' has a syntax error at line {err.lineno}: {err.msg}"
-        ) from None
+        raise ConfigError(f"config file '{path}' has a syntax error at line {err.lineno}: {err.msg}") from None
     module = types.ModuleType("_ember_config")
     module.__file__ = str(path)
     sys.path.insert(0, str(path.parent))  # so a config can import helpers that sit beside it
     try:
         exec(code, module.__dict__)
-    except Exception as err:  # noqa: BLE001 - re-raised as a ConfigError naming the file and line
+    except Exception as err:  # noqa: BLE001 - re-raised below as a ConfigError naming file and line
         frames = traceback.extract_tb(err.__traceback__)
         ours = [f for f in frames if f.filename == str(path)]
         where = f"line {ours[-1].lineno}" if ours else "load time"
         if frames and frames[-1].filename != str(path):
             where += f" (inside {frames[-1].filename}:{frames[-1].lineno})"
-        raise ConfigError(
-            f"config file '{path}' raised {type(err).__name__} at {where}: {err}"
-        ) from None
+        raise ConfigError(f"config file '{path}' raised {type(err).__name__} at {where}: {err}") from None
     finally:
         sys.path.remove(str(path.parent))
-    return {
-        k: v
-        for k, v in vars(module).items()
-        if not k.startswith("_") and not isinstance(v, types.ModuleType)
-    }
+    return {k: v for k, v in vars(module).items() if not k.startswith("_") and not isinstance(v, types.ModuleType)}
 
 
-def _load_yaml(path: Path, text: str) -> Any:
+def _load_data(path: Path, text: str) -> Any:
+    """YAML, or JSON by suffix; a parse error names the file, line and column."""
     try:
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
         return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
         mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"config file '{path}' is not valid YAML{where}: {problem}") from None
+        line = mark.line + 1 if mark else getattr(err, "lineno", "?")
+        col = mark.column + 1 if mark else getattr(err, "colno", "?")
+        problem = getattr(err, "problem", None) or getattr(err, "msg", None) or str(err)
+        kind = path.suffix.lower().lstrip(".").upper().replace("YML", "YAML")
+        raise ConfigError(f"config file '{path}' is not valid {kind} at line {line}, column {col}: {problem}") from None
 
 
-def _load_json(path: Path, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigError(
-            f"config file '{path}' is not valid JSON at line {err.lineno}, column {err.colno}: "
-            f"{err.msg}"
-        ) from None
-
-
-_LOADERS: dict[str, Callable[[Path, str], Any]] = {
-    ".py": _load_python,
-    ".yaml": _load_yaml,
-    ".yml": _load_yaml,
-    ".json": _load_json,
-}
+_LOADERS = {".py": _load_python, ".yaml": _load_data, ".yml": _load_data, ".json": _load_data}
 
 
 def _read(source: Any) -> Mapping[str, Any]:
@@ -574,8 +504,7 @@ def _read(source: Any) -> Mapping[str, Any]:
         return source
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(
-            f"a config must be a file path ({', '.join(_LOADERS)}), a dict or None; "
-            f"got {_describe(source)}"
+            f"a config must be a file path ({', '.join(_LOADERS)}), a dict or None; got {_describe(source)}"
         )
     path = Path(source)
     if not path.exists():
@@ -583,8 +512,7 @@ def _read(source: Any) -> Mapping[str, Any]:
     loader = _LOADERS.get(path.suffix.lower())
     if loader is None:
         raise ConfigError(
-            f"config file '{path}' has an unsupported suffix '{path.suffix}'; "
-            f"supported: {', '.join(_LOADERS)}"
+            f"config file '{path}' has an unsupported suffix '{path.suffix}'; supported: {', '.join(_LOADERS)}"
         )
     try:
         text = path.read_text(encoding="utf-8")
@@ -595,8 +523,7 @@ def _read(source: Any) -> Mapping[str, Any]:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(
-            f"config file '{path}' must hold a mapping of keys at the top level; "
-            f"got a {type(data).__name__}"
+            f"config file '{path}' must hold a mapping of keys at the top level; got a {type(data).__name__}"
         )
     return data
 
@@ -654,9 +581,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         {'gradient_accumulation': 4, 'parallel': {'data': 2}}
     """
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise ConfigError(
-            f"overrides must be a list of 'key=value' strings; got {_describe(items)}"
-        )
+        raise ConfigError(f"overrides must be a list of 'key=value' strings; got {_describe(items)}")
     out: dict[str, Any] = {}
     for item in items:
         if not isinstance(item, str) or "=" not in item:
@@ -667,17 +592,12 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err)
-            raise ConfigError(
-                f"override {item!r} has a value that is not valid YAML: {problem}"
-            ) from None
+            raise ConfigError(f"override {item!r} has a value that is not valid YAML: {problem}") from None
         _assign(out, parts, None if value in ("None", "none") else value)
     return out
 
 
-def load_config(
-    source: ConfigSource = None,
-    overrides: Sequence[str] | Mapping[str, Any] | None = None,
-) -> Config:
+def load_config(source: ConfigSource = None, overrides: Sequence[str] | Mapping[str, Any] | None = None) -> Config:
     """Load, override, validate and complete a config.
 
     Args:
@@ -700,9 +620,7 @@ def load_config(
     """
     if overrides is None:
         return merge_configs(source, None)
-    extra = (
-        _expand_dotted(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
-    )
+    extra = _expand_dotted(overrides) if isinstance(overrides, Mapping) else parse_overrides(overrides)
     return merge_configs(source, extra)
 
 

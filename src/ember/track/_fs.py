@@ -8,7 +8,6 @@ import re
 import secrets
 import socket
 import string
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -104,8 +103,7 @@ def check_labels(labels: object) -> list[str]:
         return []
     if isinstance(labels, str) or not isinstance(labels, (list, tuple)):
         raise TrackingError(
-            f"labels must be a list of str, got {type(labels).__name__} {labels!r}, "
-            "e.g. labels=['ddp', 'baseline']"
+            f"labels must be a list of str, got {type(labels).__name__} {labels!r}, e.g. labels=['ddp', 'baseline']"
         )
     for label in labels:
         if not isinstance(label, str) or not label:
@@ -219,8 +217,3 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def monotonic() -> float:
-    """A monotonic clock, for intervals."""
-    return time.monotonic()
