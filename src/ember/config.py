@@ -3,6 +3,9 @@
 A config is a plain :class:`Config` (a ``dict`` with attribute access). ember's own keys are
 checked against a small schema table (``_SCHEMA``); every other key is kept for the user. See
 ``docs/config.md`` for the keys, their defaults and the error messages.
+
+After a launch, ``ember.config.NAME`` reads ``NAME`` from the launched config (a module
+``__getattr__``, as ``ember.context.rank`` does); ``ember.context.config`` is the whole Config.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, NoReturn
 import torch
 import yaml
 
-from ember.errors import ConfigError
+from ember.errors import ConfigError, ContextError
 
 __all__ = ["Config", "ConfigSource", "load_config", "merge_configs", "parse_overrides"]
 
@@ -138,7 +141,7 @@ def _plain(value: Any) -> Any:
 # Value checks. Each takes (value, dotted key, full) and returns the normalized value; `full` is
 # False while validating one side of a merge, so that defaults and required keys wait for the end.
 
-Check = Callable[[Any, str, bool], Any]
+_Check = Callable[[Any, str, bool], Any]
 _NO_DEFAULT = object()
 
 
@@ -161,7 +164,7 @@ def _is_real(value: Any) -> bool:
 
 def _check(
     ok: Callable[[Any], bool], allowed: str, convert: Callable[[Any], Any] = lambda v: v, optional: bool = False
-) -> Check:
+) -> _Check:
     """A check from a predicate: None passes when ``optional``; ``convert`` normalizes."""
 
     def check(value: Any, key: str, full: bool) -> Any:
@@ -174,17 +177,17 @@ def _check(
     return check
 
 
-def _int(low: int, high: float = float("inf"), optional: bool = False) -> Check:
+def _int(low: int, high: float = float("inf"), optional: bool = False) -> _Check:
     allowed = f"an int >= {low}" if high == float("inf") else f"an int from {low} to {high}"
     ok = lambda v: _is_int(v) and low <= v <= high  # noqa: E731
     return _check(ok, allowed + " or None" * optional, int, optional)
 
 
-def _real(low: float, high: float = float("inf"), allowed: str = "a number > 0") -> Check:
+def _real(low: float, high: float = float("inf"), allowed: str = "a number > 0") -> _Check:
     return _check(lambda v: _is_real(v) and low < v < high, allowed, float)
 
 
-def _choice(*options: str, optional: bool = False) -> Check:
+def _choice(*options: str, optional: bool = False) -> _Check:
     allowed = ", ".join(map(repr, options)) + " or None" * optional
     ok = lambda v: isinstance(v, str) and v.lower() in options  # noqa: E731
     return _check(ok, allowed, str.lower, optional)
@@ -245,7 +248,7 @@ def _handlers(value: Any, key: str, full: bool) -> list[Any]:
 
 @dataclass(frozen=True)
 class _Field:
-    check: Check
+    check: _Check
     default: Any = _NO_DEFAULT  # run through `check` when filled in, so sections fill themselves
     required: bool = False
 
@@ -648,3 +651,20 @@ def merge_configs(base: ConfigSource, extra: ConfigSource) -> Config:
     """
     merged = _merge(_normalize(_read(base), False), _normalize(_read(extra), False))
     return Config(_plain(_normalize(merged, True)))
+
+
+def __getattr__(name: str) -> Any:
+    # ``ember.config.BATCH_SIZE``: names this module does not define come from the launched config
+    # (PEP 562), so DESIGN.md's ``cfg = ember.config; cfg.BATCH_SIZE`` works. Private and dunder
+    # names stay plain AttributeErrors, for introspection.
+    if name.startswith("_"):
+        raise AttributeError(f"module 'ember.config' has no attribute {name!r}")
+    from ember import context
+
+    if not context.is_launched():
+        raise ContextError(
+            f"ember.config.{name} was read before launch: ember.config reads the launched config's "
+            "keys once ember.launch(...), ember.launch_from_torch(config=...) or another launch_from_* "
+            f"has run (and '{name}' is none of this module's own names: {', '.join(__all__)})"
+        )
+    return getattr(context.get_context().config, name)

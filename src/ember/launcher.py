@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -17,10 +17,8 @@ import torch
 import torch.distributed as dist
 
 from ember import context as _context
-from ember.config import Config, load_config
+from ember.config import ConfigSource, load_config
 from ember.errors import LaunchError
-
-ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | Config | None
 
 
 def launch(
