@@ -8,6 +8,8 @@ import re
 import secrets
 import socket
 import string
+import sys
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,8 +31,7 @@ def hostname() -> str:
 
 def get_rank() -> int:
     """The global rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
-    import sys
-
+    # torch.distributed cannot be initialised unless torch was imported: no import here.
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank())
@@ -93,7 +94,13 @@ def check_folder(folder: object) -> str:
     """Validate the console folder a run belongs to ('default', 'team/mnist', '/alice/x')."""
     if not isinstance(folder, str):
         raise TrackingError(f"folder must be a str, got {type(folder).__name__} {folder!r}")
-    check_rel_path(folder[1:] if folder.startswith("/") else folder, "folder")
+    try:
+        check_rel_path(folder[1:] if folder.startswith("/") else folder, "folder")
+    except TrackingError:
+        raise TrackingError(
+            f"folder {folder!r} is not a safe console folder: use '/'-separated names without "
+            "'..', '.', empty parts, backslashes or NUL, e.g. 'default' or 'team/mnist'"
+        ) from None
     return folder
 
 
@@ -148,7 +155,7 @@ def parse_iso(text: str | None) -> float | None:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON to a temporary file and rename it over ``path``."""
     text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)

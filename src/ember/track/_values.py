@@ -1,0 +1,323 @@
+"""Metric validation, the JSON Lines encoding of a point, and reading metric files back.
+
+A point is one ``Run.log`` call, stored as one line::
+
+    {"step":500,"epoch":1,"time":1716200000.123456,"metrics":{"loss":0.31,"acc":"NaN"}}
+
+JSON has no NaN or infinity, so non-finite values are stored as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"``; a metric value is otherwise always a JSON number, so a
+string there can only mean one of these three. Readers turn them back into floats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import operator
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+
+TYPE_ALIASES: dict[str, str] = {
+    "train": "train",
+    "training": "train",
+    "val": "val",
+    "validate": "val",
+    "validation": "val",
+    "test": "test",
+    "testing": "test",
+    "eval": "test",
+    "evaluate": "test",
+    "evaluation": "test",
+}
+_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_type_cache: dict[str, str] = {}
+_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+
+Point = dict[str, Any]
+
+
+def normalize_type(type_: object) -> str:
+    """Map a metric type or alias to its stored name ('training' -> 'train').
+
+    Raises:
+        TrackingError: when ``type_`` is not a str that can name a metrics file.
+    """
+    if isinstance(type_, str):
+        cached = _type_cache.get(type_)
+        if cached is not None:
+            return cached
+        canonical = TYPE_ALIASES.get(type_.lower())
+        if canonical is None and _TYPE_RE.match(type_):
+            canonical = type_
+        if canonical is not None:
+            if len(_type_cache) < 4096:
+                _type_cache[type_] = canonical
+            return canonical
+    raise TrackingError(
+        f"metric type {type_!r} is not allowed: use train/training, val/validate/validation, "
+        "test/testing/eval/evaluate/evaluation, or a custom name of letters, digits, '_', '.' "
+        "and '-' (at most 64, starting with a letter or digit), e.g. 'system'"
+    )
+
+
+def _bad_value(name: str, value: object, why: str = "") -> TrackingError:
+    return TrackingError(
+        f"metric {name!r} = {value!r} ({type(value).__name__}) is not a number{why}; log a "
+        "Python int/float, a NumPy scalar or a one-element tensor (bools are not numbers)"
+    )
+
+
+def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
+    """Coerce a value that is not a plain int/float, or raise TrackingError."""
+    kind = type(value)
+    module = kind.__module__
+    if isinstance(value, bool):
+        raise _bad_value(name, value)
+    if module == "torch" or module.startswith("torch."):
+        if not hasattr(value, "numel") or value.numel() != 1:
+            shape = tuple(getattr(value, "shape", ()))
+            raise _bad_value(name, value, f" but a tensor of shape {shape}")
+        if value.dtype.is_complex or str(value.dtype) == "torch.bool":
+            raise _bad_value(name, value, f" but a {value.dtype} tensor")
+        if not read_tensors:
+            return 0
+        value = value.item()
+        return float(value) if isinstance(value, float) else int(value)
+    if module == "numpy":
+        size = getattr(value, "size", 1)
+        dtype_kind = getattr(getattr(value, "dtype", None), "kind", "")
+        if size != 1 or dtype_kind not in ("i", "u", "f"):
+            raise _bad_value(name, value, " but a NumPy value of another kind or size")
+        value = value.item()
+        return float(value) if dtype_kind == "f" else int(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise _bad_value(name, value)
+
+
+def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int | float]:
+    """Return a new dict of plain ints and floats, or raise TrackingError naming the bad entry.
+
+    Tensors are read with ``.item()`` only when ``read_tensors`` (the no-op run checks their
+    shape and dtype without a device sync).
+    """
+    if type(metrics) is dict and metrics:
+        # Fast path: plain str -> int/float, checked in one pass and copied at C speed.
+        for name, value in metrics.items():
+            kind = type(value)
+            if type(name) is not str or not name or (kind is not float and kind is not int):
+                break
+        else:
+            return metrics.copy()
+    if not isinstance(metrics, Mapping):
+        raise TrackingError(
+            f"metrics must be a dict of name -> number, got {type(metrics).__name__}, e.g. metrics={{'loss': 0.31}}"
+        )
+    if not metrics:
+        raise TrackingError("metrics is empty: pass at least one value, e.g. {'loss': 0.31}")
+    out: dict[str, int | float] = {}
+    for name, value in metrics.items():
+        if type(name) is not str or not name:
+            raise TrackingError(f"metric name {name!r} must be a non-empty str")
+        kind = type(value)
+        if kind is float or kind is int:
+            out[name] = value
+        else:
+            out[name] = _coerce_slow(name, value, read_tensors)
+    return out
+
+
+_shared_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def split_metrics(metrics: object) -> tuple[tuple[str, ...], tuple[int | float, ...]]:
+    """:func:`coerce_metrics` as (names, values); equal name tuples are shared.
+
+    ``Run.log``'s hot path: it queues names and values inside one tuple per point, so a point
+    costs the garbage collector one new container instead of a dict and a tuple.
+    """
+    if type(metrics) is dict and metrics:
+        for name, value in metrics.items():
+            kind = type(value)
+            if type(name) is not str or not name or (kind is not float and kind is not int):
+                break
+        else:
+            keys = tuple(metrics)
+            shared = _shared_keys.get(keys)
+            if shared is None:
+                shared = _shared_keys.setdefault(keys, keys) if len(_shared_keys) < 4096 else keys
+            return shared, tuple(metrics.values())
+    checked = coerce_metrics(metrics)
+    return tuple(checked), tuple(checked.values())
+
+
+def check_step(step: object) -> int:
+    """Validate a step: a non-negative integer (NumPy and tensor integers accepted)."""
+    if type(step) is int and step >= 0:
+        return step
+    value = -1
+    if not isinstance(step, bool) and hasattr(step, "__index__"):
+        try:
+            value = operator.index(step)
+        except TypeError:  # a tensor with more than one element, say
+            value = -1
+    if value < 0:
+        raise TrackingError(f"step must be a non-negative int, got {step!r}, e.g. step=500")
+    return value
+
+
+def check_epoch(epoch: object) -> int | float | None:
+    """Validate an epoch: None, a non-negative int or a finite non-negative float."""
+    if epoch is None or (type(epoch) is int and epoch >= 0):
+        return epoch
+    if not isinstance(epoch, bool) and isinstance(epoch, numbers.Real):
+        value = float(epoch) if not isinstance(epoch, numbers.Integral) else int(epoch)
+        if math.isfinite(value) and value >= 0:
+            return value
+    raise TrackingError(f"epoch must be None or a non-negative number, got {epoch!r}")
+
+
+def _nonfinite_to_str(value: int | float) -> int | float | str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+def encode_metrics(metrics: Mapping[str, int | float]) -> str:
+    """JSON for a metrics dict, with non-finite floats as "NaN"/"Infinity"/"-Infinity"."""
+    try:
+        return _dumps(metrics)
+    except ValueError:
+        return _dumps({k: _nonfinite_to_str(v) for k, v in metrics.items()})
+
+
+def _template(keys: tuple[str, ...]) -> str:
+    """A %-format for a whole record whose metrics have these names (values go in with %r)."""
+    fields = ",".join(_dumps(k).replace("%", "%%") + ":%r" for k in keys)
+    return '{"step":%d,"epoch":%s,"time":%s,"metrics":{' + fields + "}}\n"
+
+
+_templates: dict[tuple[str, ...], str] = {}
+
+
+Record = tuple  # (type, step, epoch, time, names, value0, value1, ...)
+
+
+def encode_batch(batch: list[Record]) -> dict[str, list[str]]:
+    """Lines (with newlines) for queued points, grouped by type; ``time`` to the millisecond.
+
+    This is the writer thread's hot loop: it shares the GIL with training, so it formats each
+    line with one cached %-template instead of a JSON encoder call.
+    """
+    out: dict[str, list[str]] = {}
+    templates = _templates
+    isfinite = math.isfinite
+    last_ms = -1
+    stamp = ""
+    for record in batch:
+        type_, step, epoch, t, keys = record[:5]
+        values = record[5:]
+        ms = int(t * 1000)
+        if ms != last_ms:  # points logged within the same millisecond share the string
+            last_ms = ms
+            seconds, millis = divmod(ms, 1000)
+            stamp = f"{seconds}.{millis:03d}"
+        ep = "null" if epoch is None else repr(epoch)
+        # repr() of a finite float or an int is valid JSON; a sum that is not finite sends
+        # the point (NaN, inf, or an overflow of the sum) to the general encoder.
+        if isfinite(sum(values)):
+            template = templates.get(keys)
+            if template is None:
+                template = _template(keys)
+                if len(templates) < 1024:
+                    templates[keys] = template
+            line = template % (step, ep, stamp, *values)
+        else:
+            metrics = encode_metrics(dict(zip(keys, values, strict=True)))
+            line = f'{{"step":{step},"epoch":{ep},"time":{stamp},"metrics":{metrics}}}\n'
+        lines = out.get(type_)
+        if lines is None:
+            out[type_] = lines = []
+        lines.append(line)
+    return out
+
+
+def encode_point(step: int, epoch: int | float | None, time: float, metrics: dict) -> str:
+    """One JSON Lines record (with its newline) for a logged point."""
+    return encode_batch([("", step, epoch, time, tuple(metrics), *metrics.values())])[""][0]
+
+
+def decode_point(line: bytes | str) -> Point:
+    """Parse one record, turning the non-finite strings back into floats."""
+    point = json.loads(line)
+    metrics = point["metrics"]
+    for name, value in metrics.items():
+        if type(value) is str:
+            metrics[name] = _NONFINITE[value]
+    return point
+
+
+def read_points(path: Path, offset: int = 0) -> tuple[list[Point], int]:
+    """Read the complete records of a metrics file from byte ``offset``.
+
+    A last line without its newline (torn by a crash or still being written) is not returned;
+    the second value is the byte offset just after the last complete line, a cursor from which
+    a later call (or an uploader) continues.
+
+    Raises:
+        TrackingError: when a complete line is not a valid record (the file was damaged).
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    points: list[Point] = []
+    for number, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            points.append(decode_point(line))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise TrackingError(
+                f"{path}: record {number} after byte {offset} is damaged ({e}); move the file away or delete that line"
+            ) from e
+    return points, offset + end
+
+
+def last_point(path: Path) -> Point | None:
+    """The last complete record of a metrics file, reading only its tail; None when empty."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    window = 65536
+    with open(path, "rb") as f:
+        while True:
+            start = max(0, size - window)
+            f.seek(start)
+            data = f.read(size - start)
+            end = data.rfind(b"\n")
+            if end < 0:
+                if start == 0:
+                    return None
+                window *= 4
+                continue
+            begin = data.rfind(b"\n", 0, end) + 1
+            if begin == 0 and start > 0:
+                window *= 4
+                continue
+            try:
+                return decode_point(data[begin:end])
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise TrackingError(f"{path}: the last record is damaged ({e})") from e

@@ -1,0 +1,218 @@
+"""``create_run`` and ``load_run``: where runs come from."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+from ember.track import _live, lineage
+from ember.track._fs import (
+    RUNS_DIR,
+    check_description,
+    check_folder,
+    check_labels,
+    check_name,
+    drop_torn_tail,
+    get_rank,
+    hostname,
+    make_unique_dir,
+    now_iso,
+    read_json,
+    resolve_home,
+    write_json_atomic,
+)
+from ember.track.environment import collect_all
+from ember.track.hparams import HParams
+from ember.track.run import NoOpRun, Run
+from ember.track.store import (
+    PLATFORM_FILE,
+    RUN_FILE,
+    effective_status,
+    metric_types,
+    read_metrics,
+    resolve,
+)
+
+CONFIG_KEYS = ("name", "hparams", "labels", "description", "folder")
+
+
+def _read_config(config_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The overrides in a run's YAML config file, checked against :data:`CONFIG_KEYS`."""
+    import yaml  # only runs made from a config file pay for it
+
+    path = Path(config_path)
+    if not path.is_file():
+        raise TrackingError(f"config_path {path} does not exist; pass the path of a YAML file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise TrackingError(f"config_path {path} is not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TrackingError(
+            f"config_path {path} must hold a mapping such as 'name: mnist', not a {type(data).__name__}"
+        )
+    unknown = sorted(str(k) for k in data if k not in CONFIG_KEYS)
+    if unknown:
+        raise TrackingError(
+            f"config_path {path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(CONFIG_KEYS)}"
+        )
+    return data
+
+
+def _new_meta(name: str, folder: str, labels: list[str], description: str, hparams: dict[str, Any]) -> dict[str, Any]:
+    now = now_iso()
+    return {
+        "format": "ember.run/1",
+        "id": "",
+        "name": name,
+        "folder": folder,
+        "labels": labels,
+        "description": description,
+        "status": "Running",
+        "start_time": now,
+        "end_time": None,
+        "heartbeat": now,
+        "pid": os.getpid(),
+        "hostname": hostname(),
+        "hparams": hparams,
+        "resumes": [],
+    }
+
+
+def create_run(
+    name: str = "default",
+    hparams: dict[str, Any] | None = None,
+    labels: list[str] | None = None,
+    description: str = "",
+    config_path: str | os.PathLike[str] | None = None,
+    folder: str = "default",
+    home: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Start a run in the local store; ranks other than 0 get a :class:`NoOpRun`.
+
+    Records the platform, git state and command line in ``platform.json`` and tees the
+    process's stdout/stderr into ``stdout.log`` until :meth:`Run.finish` (or exit).
+
+    Args:
+        name: the run's name, the start of its folder name (no '/', '\\', '..').
+        hparams: hyper-parameters, JSON-serialisable.
+        labels: labels to filter runs by.
+        description: free text.
+        config_path: a YAML file whose keys (name, hparams, labels, description, folder)
+            override these arguments; its hparams are merged over ``hparams``.
+        folder: the console folder the run is filed under when uploaded.
+        home: the store root; default ``$EMBER_HOME`` or ``./.ember`` (runs go in ``runs/``).
+
+    Returns:
+        The open :class:`Run`. Unfinished runs are finished at interpreter exit (Failed or
+        Interrupted when an exception ended the program, else Complete).
+
+    Raises:
+        TrackingError: a bad argument or config file; nothing is created.
+
+    Example:
+        >>> run = track.create_run(name="mnist-ddp", hparams={"lr": 1e-3, "batch_size": 64})
+        >>> run.log("train", {"loss": 0.31}, step=500, epoch=1)
+        >>> run.finish()
+    """
+    merged_hparams = dict(hparams or {})
+    if config_path is not None:
+        config = _read_config(config_path)
+        name = config.get("name", name)
+        labels = config.get("labels", labels)
+        description = config.get("description", description)
+        folder = config.get("folder", folder)
+        extra = config.get("hparams") or {}
+        if not isinstance(extra, dict):
+            raise TrackingError(f"config_path {config_path}: hparams must be a mapping")
+        merged_hparams.update(extra)
+    checked = HParams({}, lambda: None)
+    checked.update(merged_hparams)
+    meta = _new_meta(
+        check_name(name),
+        check_folder(folder),
+        check_labels(labels),
+        check_description(description),
+        checked.to_dict(),
+    )
+    if get_rank() != 0:
+        return NoOpRun(meta)
+    path = make_unique_dir(resolve_home(home) / RUNS_DIR, name)
+    (path / "metrics").mkdir()
+    (path / "stdout.log").touch()
+    meta["id"] = uuid.uuid4().hex
+    write_json_atomic(path / PLATFORM_FILE, collect_all())
+    run = Run(path, meta, writable=True)
+    run._save()
+    run._open()
+    return run
+
+
+def load_run(
+    path: str | os.PathLike[str],
+    resume: bool = False,
+    home: str | os.PathLike[str] | None = None,
+) -> Run:
+    """Open a run of the store to read it or, with ``resume=True``, to continue it.
+
+    Resuming sets the status back to Running, appends to the same metric files (after cutting
+    a line torn by a crash), tees stdout again and notes the resume in ``run.json``. To not
+    log a step twice, skip steps ``<= run.last_step(type)``.
+
+    Args:
+        path: the run's folder, its folder name, or a unique prefix of the name.
+        resume: reopen for writing; on ranks other than 0 this returns a :class:`NoOpRun`.
+        home: the store root searched for names; default ``$EMBER_HOME`` or ``./.ember``.
+
+    Returns:
+        The :class:`Run` (read-only unless ``resume``).
+
+    Raises:
+        TrackingError: no such run, an ambiguous prefix, or (resume) a process still owns it.
+
+    Example:
+        >>> run = track.load_run(".ember/runs/mnist_240520_101500_a1b2c3", resume=True)
+        >>> start = (run.last_step("train") or -1) + 1
+    """
+    if resume and get_rank() != 0:
+        return NoOpRun(_new_meta("default", "default", [], "", {}))
+    folder = resolve(path, resolve_home(home))
+    meta = read_json(folder / RUN_FILE)
+    if not resume:
+        return Run(folder, meta, writable=False)
+    if _live.is_open(folder):
+        raise TrackingError(f"run {folder} is already open in this process; use that Run")
+    if effective_status(meta) == "Running":
+        raise TrackingError(
+            f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
+            "finish it there first (a dead process shows as Crashed and can be resumed)"
+        )
+    (folder / "metrics").mkdir(exist_ok=True)
+    last_steps: dict[str, int] = {}
+    for type_ in metric_types(folder):
+        drop_torn_tail(folder / "metrics" / f"{type_}.jsonl")
+        steps = [int(p["step"]) for p in read_metrics(folder, type_)]
+        if steps:
+            last_steps[type_] = max(steps)
+    drop_torn_tail(folder / lineage.LINEAGE_FILE)
+    meta.update(
+        status="Running",
+        end_time=None,
+        heartbeat=now_iso(),
+        pid=os.getpid(),
+        hostname=hostname(),
+    )
+    meta.setdefault("resumes", []).append(
+        {"time": meta["heartbeat"], "pid": os.getpid(), "hostname": hostname(), "argv": sys.argv}
+    )
+    run = Run(folder, meta, writable=True)
+    run._edges = {(e["source"]["id"], e["target"]["id"]) for e in lineage.read_edges(folder)}
+    run._save()
+    run._open(last_steps)
+    return run

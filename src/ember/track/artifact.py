@@ -1,0 +1,293 @@
+"""Artifacts: a folder of copied files (with size and sha256) and references to outside data.
+
+Layout: ``<home>/artifacts/<name>_<YYMMDD>_<HHMMSS>_<6 chars>/`` holding ``artifact.json``
+(metadata, the file list and the references, replaced atomically on each change), ``files/``
+(the copies, each written to a temporary name and renamed) and ``lineage.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+from ember.track import lineage
+from ember.track._fs import (
+    ARTIFACTS_DIR,
+    check_description,
+    check_labels,
+    check_name,
+    check_rel_path,
+    get_rank,
+    make_unique_dir,
+    now_iso,
+    read_json,
+    resolve_home,
+    write_json_atomic,
+)
+
+ARTIFACT_FILE = "artifact.json"
+FORMAT = "ember.artifact/1"
+
+
+def _copy_hashed(src: Path, dest: Path) -> tuple[int, str]:
+    """Copy ``src`` to ``dest`` through a temporary name; return (size, sha256 hex)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    digest = hashlib.sha256()
+    size = 0
+    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        while chunk := fin.read(1 << 20):
+            digest.update(chunk)
+            fout.write(chunk)
+            size += len(chunk)
+    os.replace(tmp, dest)
+    return size, digest.hexdigest()
+
+
+class Artifact:
+    """A set of files and references produced or consumed by runs.
+
+    Create one with :func:`create_artifact`, fill it with :meth:`add_file`, :meth:`add_dir`
+    and :meth:`add_reference`, and link it with ``run.mark_output(artifact)`` or
+    ``run.mark_input(artifact)``.
+
+    Example:
+        >>> art = track.create_artifact(name="mnist-model", labels=["cnn"])
+        >>> art.add_file("model.pt")                       # stored as files/model.pt
+        >>> art.add_reference("s3://bucket/mnist/", obj_path="data")
+        >>> run.mark_output(art)
+    """
+
+    kind = "artifact"
+
+    def __init__(self, path: Path | None, meta: dict[str, Any]) -> None:
+        self._path = path
+        self._meta = meta
+
+    def __repr__(self) -> str:
+        return f"Artifact(name={self.name!r}, path={str(self._path)!r})"
+
+    @property
+    def id(self) -> str:
+        """A unique id (32 hex characters); empty on a no-op artifact."""
+        return str(self._meta["id"])
+
+    @property
+    def name(self) -> str:
+        """The name given at creation."""
+        return str(self._meta["name"])
+
+    @property
+    def path(self) -> Path | None:
+        """The artifact's folder; None on a no-op artifact (ranks other than 0)."""
+        return self._path
+
+    @property
+    def active(self) -> bool:
+        """False on the no-op artifact that ranks other than 0 get."""
+        return True
+
+    @property
+    def labels(self) -> list[str]:
+        """The labels (a copy)."""
+        return list(self._meta["labels"])
+
+    @property
+    def description(self) -> str:
+        """The description."""
+        return str(self._meta["description"])
+
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        """One dict per stored file: ``path`` (inside ``files/``), ``size``, ``sha256``, ``source``."""
+        return [dict(f) for f in self._meta["files"]]
+
+    @property
+    def references(self) -> list[dict[str, Any]]:
+        """One dict per reference: ``uri`` and ``path``."""
+        return [dict(r) for r in self._meta["references"]]
+
+    def lineage(self) -> list[dict[str, Any]]:
+        """The edges this artifact takes part in (see :mod:`ember.track.lineage`)."""
+        return lineage.read_edges(self._path) if self._path is not None else []
+
+    def _save(self) -> None:
+        assert self._path is not None
+        write_json_atomic(self._path / ARTIFACT_FILE, self._meta)
+
+    def _check_free(self, obj_path: str) -> None:
+        taken = [f["path"] for f in self._meta["files"]] + [r["path"] for r in self._meta["references"]]
+        for other in taken:
+            if other == obj_path or other.startswith(obj_path + "/") or obj_path.startswith(other + "/"):
+                raise TrackingError(
+                    f"artifact {self.name!r} already holds {other!r}, which clashes with "
+                    f"obj_path {obj_path!r}; pass another obj_path"
+                )
+
+    def add_file(self, path: str | os.PathLike[str], obj_path: str | None = None) -> dict[str, Any]:
+        """Copy a file into the artifact and record its size and sha256.
+
+        Args:
+            path: the file to copy.
+            obj_path: where it goes inside the artifact ('weights/model.pt'); default: its
+                file name.
+
+        Returns:
+            The file record: ``{"path", "size", "sha256", "source"}``.
+
+        Raises:
+            TrackingError: the file is missing or not a file, or ``obj_path`` is unsafe or
+                already taken. The artifact is unchanged.
+        """
+        src = Path(path)
+        obj = check_rel_path(src.name if obj_path is None else obj_path, "obj_path")
+        if not src.is_file():
+            what = "is not a file" if src.exists() else "does not exist"
+            raise TrackingError(f"add_file: {src} {what}; pass the path of a file to copy")
+        self._check_free(obj)
+        return self._copy_in(src, obj)
+
+    def _copy_in(self, src: Path, obj: str) -> dict[str, Any]:
+        assert self._path is not None
+        try:
+            size, sha = _copy_hashed(src, self._path / "files" / obj)
+        except OSError as e:
+            raise TrackingError(f"copying {src} into artifact {self.name!r} failed: {e}") from e
+        record = {"path": obj, "size": size, "sha256": sha, "source": str(src.absolute())}
+        self._meta["files"].append(record)
+        self._save()
+        return dict(record)
+
+    def add_dir(self, path: str | os.PathLike[str], obj_path: str | None = None) -> list[dict[str, Any]]:
+        """Copy every file under a folder (following links) into the artifact.
+
+        Args:
+            path: the folder to copy.
+            obj_path: the folder inside the artifact; default: the folder's name.
+
+        Returns:
+            The file records, in sorted path order.
+
+        Raises:
+            TrackingError: the folder is missing, a link loops, or a target path is taken.
+        """
+        src = Path(path)
+        base = check_rel_path(src.absolute().name if obj_path is None else obj_path, "obj_path")
+        if not src.is_dir():
+            what = "is not a folder" if src.exists() else "does not exist"
+            raise TrackingError(f"add_dir: {src} {what}; pass the path of a folder to copy")
+        todo: list[tuple[Path, str]] = []
+        seen: set[str] = set()
+        for dirpath, dirnames, filenames in os.walk(src, followlinks=True):
+            real = os.path.realpath(dirpath)
+            if real in seen:
+                raise TrackingError(f"add_dir: {dirpath} links back to a folder already copied")
+            seen.add(real)
+            dirnames.sort()
+            rel = Path(dirpath).relative_to(src).as_posix()
+            for filename in sorted(filenames):
+                obj = posixpath.normpath(posixpath.join(base, rel, filename))
+                todo.append((Path(dirpath) / filename, check_rel_path(obj, "obj_path")))
+        for _, obj in todo:
+            self._check_free(obj)
+        return [self._copy_in(file, obj) for file, obj in todo]
+
+    def add_reference(self, uri: str, obj_path: str | None = None) -> dict[str, Any]:
+        """Record a reference to data kept elsewhere (nothing is copied).
+
+        Args:
+            uri: where the data is, e.g. ``s3://bucket/mnist/`` or ``/data/mnist``.
+            obj_path: its name inside the artifact; default: the last part of ``uri``.
+
+        Returns:
+            The reference record ``{"uri", "path"}``.
+        """
+        if not isinstance(uri, str) or not uri.strip():
+            raise TrackingError(f"add_reference: uri must be a non-empty str, got {uri!r}")
+        default = uri.rstrip("/").rsplit("/", 1)[-1].split(":")[-1]
+        obj = check_rel_path(default if obj_path is None else obj_path, "obj_path")
+        self._check_free(obj)
+        record = {"uri": uri, "path": obj}
+        self._meta["references"].append(record)
+        self._save()
+        return dict(record)
+
+
+class NoOpArtifact(Artifact):
+    """What ranks other than 0 get: checks arguments like :class:`Artifact`, stores nothing."""
+
+    @property
+    def active(self) -> bool:
+        return False
+
+    def add_file(self, path: str | os.PathLike[str], obj_path: str | None = None) -> dict[str, Any]:
+        obj = check_rel_path(Path(path).name if obj_path is None else obj_path, "obj_path")
+        return {"path": obj, "size": 0, "sha256": "", "source": str(path)}
+
+    def add_dir(self, path: str | os.PathLike[str], obj_path: str | None = None) -> list[dict[str, Any]]:
+        check_rel_path(Path(path).absolute().name if obj_path is None else obj_path, "obj_path")
+        return []
+
+    def add_reference(self, uri: str, obj_path: str | None = None) -> dict[str, Any]:
+        if not isinstance(uri, str) or not uri.strip():
+            raise TrackingError(f"add_reference: uri must be a non-empty str, got {uri!r}")
+        return {"uri": uri, "path": obj_path or ""}
+
+
+def create_artifact(
+    name: str,
+    labels: list[str] | None = None,
+    description: str = "",
+    home: str | os.PathLike[str] | None = None,
+) -> Artifact:
+    """Create an empty artifact in the local store (a no-op one on ranks other than 0).
+
+    Args:
+        name: a name usable in a folder name (no '/', '\\', '..').
+        labels: optional labels.
+        description: free text.
+        home: the store root; default ``$EMBER_HOME`` or ``./.ember``.
+
+    Returns:
+        The new :class:`Artifact`.
+
+    Example:
+        >>> art = track.create_artifact("mnist-model")
+        >>> art.add_file("model.pt")
+    """
+    meta: dict[str, Any] = {
+        "format": FORMAT,
+        "id": "",
+        "name": check_name(name),
+        "labels": check_labels(labels),
+        "description": check_description(description),
+        "created": now_iso(),
+        "files": [],
+        "references": [],
+    }
+    if get_rank() != 0:
+        return NoOpArtifact(None, meta)
+    path = make_unique_dir(resolve_home(home) / ARTIFACTS_DIR, name)
+    meta["id"] = uuid.uuid4().hex
+    (path / "files").mkdir()
+    artifact = Artifact(path, meta)
+    artifact._save()
+    return artifact
+
+
+def load_artifact(path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Artifact:
+    """Open an artifact of the store: its folder path, folder name or a unique prefix of it.
+
+    Returns:
+        The :class:`Artifact`; files added to it are saved as for a new one.
+    """
+    from ember.track.store import resolve
+
+    folder = resolve(path, resolve_home(home), ARTIFACTS_DIR, ARTIFACT_FILE)
+    meta = read_json(folder / ARTIFACT_FILE)
+    return Artifact(folder, meta)

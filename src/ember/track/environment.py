@@ -1,0 +1,126 @@
+"""What a run records about where it ran: platform, git state and the command line."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ember.track._fs import hostname
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None  # not a POSIX system: the total is simply not recorded
+
+
+def _torch_info() -> dict[str, Any]:
+    import torch  # imported here: a run records it, `import ember.track` must stay cheap
+
+    info: dict[str, Any] = {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cuda_available": bool(torch.cuda.is_available()),
+        "gpus": [],
+    }
+    if info["cuda_available"]:
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            info["gpus"].append({"name": props.name, "memory_bytes": int(props.total_memory)})
+    return info
+
+
+def _packages() -> dict[str, str]:
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found[name] = dist.version
+    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
+
+
+def collect_platform() -> dict[str, Any]:
+    """OS, Python, torch/CUDA/GPUs, host, CPU count, memory and installed packages."""
+    return {
+        "os": platform.platform(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "hostname": hostname(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": _memory_bytes(),
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "torch": _torch_info(),
+        "packages": _packages(),
+    }
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+    return out.stdout.strip()
+
+
+def _without_credentials(url: str) -> str:
+    """``https://user:token@host/x`` -> ``https://host/x``: a token must not land in a run."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"{scheme}://{rest.split('@', 1)[1]}"
+    return url
+
+
+def collect_git(cwd: Path | None = None) -> dict[str, Any] | None:
+    """Commit, branch, dirty flag and remote of the repository around ``cwd``; None outside one.
+
+    When git is missing or the folder is not in a repository there is nothing to record;
+    the reason is kept in the ``error`` field only when git itself failed unexpectedly.
+    """
+    cwd = cwd or Path.cwd()
+    try:
+        inside = _git(["rev-parse", "--is-inside-work-tree"], cwd)
+    except FileNotFoundError:
+        return None  # git is not installed
+    except subprocess.CalledProcessError:
+        return None  # not inside a repository
+    except subprocess.TimeoutExpired as e:
+        return {"error": f"git timed out: {e}"}
+    if inside != "true":
+        return None
+    try:
+        commit = _git(["rev-parse", "HEAD"], cwd)
+    except subprocess.CalledProcessError:
+        commit = None  # a repository with no commit yet
+    try:
+        status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
+        branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
+        remotes = _git(["remote", "-v"], cwd).splitlines()
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        return {"commit": commit, "error": f"git failed: {e}"}
+    remote = _without_credentials(remotes[0].split()[1]) if remotes else None
+    return {"commit": commit, "branch": branch, "dirty": bool(status), "remote": remote}
+
+
+def collect_command() -> dict[str, Any]:
+    """The command line, interpreter and working directory of this process."""
+    return {
+        "argv": list(sys.argv),
+        "orig_argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "executable": sys.executable,
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+    }
+
+
+def collect_all() -> dict[str, Any]:
+    """Everything ``platform.json`` holds."""
+    return {"platform": collect_platform(), "git": collect_git(), "command": collect_command()}

@@ -1,0 +1,96 @@
+"""Lineage edges (artifact -> run input, run -> artifact output, run -> run) on disk.
+
+Each run or artifact folder holds an append-only ``lineage.jsonl``; an edge is appended, as
+one line, to the files of both of its ends::
+
+    {"time": 1716200000.5, "source": {"kind": "run", "id": "...", "name": "mnist",
+     "path": "runs/mnist_240520_101500_a1b2c3"}, "target": {"kind": "artifact", ...}}
+
+``path`` is relative to the store root holding that ``lineage.jsonl`` when the other end lives
+in the same store, absolute otherwise. Ids are what a server joins on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from ember.errors import TrackingError
+from ember.track._fs import append_line
+
+LINEAGE_FILE = "lineage.jsonl"
+
+
+class Node(Protocol):
+    """What a lineage end (a Run or an Artifact) exposes."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> Path | None: ...
+
+    @property
+    def kind(self) -> str: ...
+
+
+def node_ref(node: Node, home: Path) -> dict[str, Any]:
+    """A reference to ``node`` as written into a lineage file under store root ``home``."""
+    assert node.path is not None
+    path = node.path
+    try:
+        shown = path.relative_to(home).as_posix()
+    except ValueError:
+        shown = str(path)
+    return {"kind": node.kind, "id": node.id, "name": node.name, "path": shown}
+
+
+def record_edge(source: Node, target: Node) -> dict[str, Any]:
+    """Append the edge ``source -> target`` to both ends' lineage files; return it."""
+    edge: dict[str, Any] = {}
+    now = round(time.time(), 6)
+    for owner in (source, target):
+        assert owner.path is not None
+        home = owner.path.parent.parent
+        edge = {
+            "time": now,
+            "source": node_ref(source, home),
+            "target": node_ref(target, home),
+        }
+        append_line(owner.path / LINEAGE_FILE, json.dumps(edge) + "\n")
+    return edge
+
+
+def read_edges(folder: Path) -> list[dict[str, Any]]:
+    """The distinct edges recorded in ``folder/lineage.jsonl`` (a torn last line is ignored)."""
+    path = folder / LINEAGE_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    edges: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for number, line in enumerate(data[: data.rfind(b"\n") + 1].splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            edge = json.loads(line)
+            key = (edge["source"]["id"], edge["target"]["id"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise TrackingError(f"{path}: line {number} is damaged ({e})") from e
+        if key not in seen:
+            seen.add(key)
+            edges.append(edge)
+    return edges
+
+
+def resolve_ref(ref: dict[str, Any], home: Path) -> Path:
+    """The folder a reference read from a lineage file under store root ``home`` points to."""
+    path = ref.get("path", "")
+    return Path(path) if os.path.isabs(path) else home / path

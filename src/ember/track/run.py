@@ -1,0 +1,384 @@
+"""``Run``: one tracked training job in the local store, and its no-op twin for other ranks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ember.errors import TrackingError
+from ember.track import _live, lineage
+from ember.track._fs import check_description, check_labels, now_iso, read_json, write_json_atomic
+from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type, split_metrics
+from ember.track._writer import FLUSH_INTERVAL_S, TeeStream, Writer, install_tee, remove_tee
+from ember.track.artifact import Artifact
+from ember.track.hparams import HParams
+from ember.track.store import (
+    HEARTBEAT_INTERVAL_S,
+    PLATFORM_FILE,
+    RUN_FILE,
+    metric_types,
+    read_metrics,
+)
+
+FINAL_STATUSES = ("Complete", "Failed", "Interrupted")
+
+
+class Run:
+    """A tracked run: hyper-parameters, metrics, console output and lineage in one folder.
+
+    Get one from :func:`ember.track.create_run` or :func:`ember.track.load_run`; on ranks
+    other than 0 those return a :class:`NoOpRun` with the same API.
+
+    Example:
+        >>> run = track.create_run(name="mnist", hparams={"lr": 1e-3})
+        >>> run.log(type="train", metrics={"loss": 0.31}, step=500, epoch=1)
+        >>> run.finish()
+        >>> with track.create_run(name="mnist") as run:   # Failed if the block raises
+        ...     run.log("val", {"acc": 0.97}, step=500)
+    """
+
+    kind = "run"
+
+    def __init__(self, path: Path | None, meta: dict[str, Any], writable: bool) -> None:
+        self._path = path
+        self._meta = meta
+        self._lock = threading.RLock()
+        self._state = "open" if writable else "read-only"
+        self._hparams = HParams(meta["hparams"], self._save, self._check_open, self._lock)
+        self._writer: Writer | None = None
+        self._tees: tuple[TeeStream, TeeStream] | None = None
+        self._edges: set[tuple[str, str]] = set()
+        self._last_beat = 0.0
+
+    def __repr__(self) -> str:
+        return f"Run(name={self.name!r}, status={self.status!r}, path={str(self._path)!r})"
+
+    # -- identity and metadata -------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """A unique id (32 hex characters); empty on a no-op run."""
+        return str(self._meta["id"])
+
+    @property
+    def name(self) -> str:
+        """The name given at creation."""
+        return str(self._meta["name"])
+
+    @property
+    def path(self) -> Path | None:
+        """The run's folder; None on a no-op run."""
+        return self._path
+
+    @property
+    def folder(self) -> str:
+        """The console folder the run is filed under when uploaded ('default')."""
+        return str(self._meta["folder"])
+
+    @property
+    def active(self) -> bool:
+        """False on the :class:`NoOpRun` that ranks other than 0 get."""
+        return True
+
+    @property
+    def hparams(self) -> HParams:
+        """Hyper-parameters, dict-like; ``run.hparams.update(new, override=True)``."""
+        return self._hparams
+
+    @property
+    def labels(self) -> list[str]:
+        """The labels (a copy; assign a new list to change them)."""
+        return list(self._meta["labels"])
+
+    @labels.setter
+    def labels(self, value: list[str]) -> None:
+        checked = check_labels(value)
+        self._check_open()
+        with self._lock:
+            self._meta["labels"] = checked
+            self._save()
+
+    @property
+    def description(self) -> str:
+        """Free text about the run (assignable)."""
+        return str(self._meta["description"])
+
+    @description.setter
+    def description(self, value: str) -> None:
+        checked = check_description(value)
+        self._check_open()
+        with self._lock:
+            self._meta["description"] = checked
+            self._save()
+
+    @property
+    def status(self) -> str:
+        """Running, Complete, Failed or Interrupted (as written in run.json)."""
+        return str(self._meta["status"])
+
+    @property
+    def start_time(self) -> str:
+        """When the run was created, ISO 8601 UTC."""
+        return str(self._meta["start_time"])
+
+    @property
+    def end_time(self) -> str | None:
+        """When it was finished, ISO 8601 UTC; None while running."""
+        end = self._meta.get("end_time")
+        return None if end is None else str(end)
+
+    @property
+    def platform(self) -> dict[str, Any]:
+        """What ``platform.json`` recorded: ``platform``, ``git`` and ``command``."""
+        return read_json(self._path / PLATFORM_FILE) if self._path is not None else {}
+
+    # -- writing ---------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._state == "open":
+            return
+        if self._state == "read-only":
+            how = "it was loaded read-only; reopen it with track.load_run(path, resume=True)"
+        elif self._state == "forked":
+            how = "this is a forked child of the process that owns it; log from that process"
+        else:
+            how = "it is finished; reopen it with track.load_run(path, resume=True)"
+        raise TrackingError(f"run {self.name!r} ({self._path}) cannot be changed: {how}")
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        with self._lock:
+            write_json_atomic(self._path / RUN_FILE, self._meta)
+
+    def _heartbeat(self) -> None:
+        """Called by the writer thread after each flush."""
+        now = time.monotonic()
+        if now - self._last_beat < HEARTBEAT_INTERVAL_S or self._state != "open":
+            return
+        self._last_beat = now
+        with self._lock:
+            self._meta["heartbeat"] = now_iso()
+            try:
+                self._save()
+            except OSError as e:
+                if self._writer is not None:
+                    self._writer.error = f"updating {self._path}/{RUN_FILE} failed: {e}"
+
+    def _open(self, last_steps: dict[str, int] | None = None) -> None:
+        """Start the writer thread and the tee; ``last_steps`` are those already on disk."""
+        assert self._path is not None
+        self._writer = Writer(self._path, self._heartbeat, FLUSH_INTERVAL_S, last_steps)
+        self._tees = install_tee(self._writer.sink)
+        _live.register(self)
+
+    def _raise_writer_error(self) -> None:
+        writer = self._writer
+        if writer is not None and writer.error is not None:
+            message, writer.error = writer.error, None
+            raise TrackingError(message)
+
+    def log(
+        self,
+        type: str,
+        metrics: dict[str, Any],
+        step: int,
+        epoch: int | float | None = None,
+    ) -> None:
+        """Record metric values at a step. Cheap: the values are written in the background.
+
+        Args:
+            type: train/training, val/validate/validation, test/testing/eval/evaluate/
+                evaluation (stored as train, val, test) or a custom name such as 'system'.
+            metrics: name -> Python number, NumPy scalar or one-element tensor (read with
+                ``.item()``, the only device sync). NaN and infinities are kept.
+            step: a non-negative int, e.g. the global optimizer step.
+            epoch: optional epoch number.
+
+        Raises:
+            TrackingError: a bad type, name, value, step or epoch (nothing is recorded and the
+                run stays usable), or the run is not open.
+
+        Example:
+            >>> run.log("train", {"loss": loss, "lr": 1e-3}, step=500, epoch=1)
+        """
+        type_ = normalize_type(type)
+        names, values = split_metrics(metrics)
+        if step.__class__ is not int or step < 0:
+            step = check_step(step)
+        if epoch is not None:
+            epoch = check_epoch(epoch)
+        writer = self._writer
+        if writer is None or writer.error is not None:
+            self._check_open()
+            self._raise_writer_error()
+            raise AssertionError("unreachable: an open run without error has a writer")
+        writer.add(type_, step, epoch, names, values)
+
+    def last_step(self, type: str) -> int | None:
+        """The highest step logged for a metric type (queued points included), or None.
+
+        A resumed job uses it not to log a step twice: skip every step ``<= last_step``.
+
+        Example:
+            >>> run = track.load_run(path, resume=True)
+            >>> done = run.last_step("train")
+            >>> if done is None or step > done:
+            ...     run.log("train", {"loss": loss}, step=step)
+        """
+        type_ = normalize_type(type)
+        if self._writer is not None:
+            return self._writer.last_steps.get(type_)
+        if self._path is None:
+            return None
+        steps = [int(p["step"]) for p in read_metrics(self._path, type_)]
+        return max(steps) if steps else None
+
+    def metric_types(self) -> list[str]:
+        """The metric types logged so far (train, val, test first)."""
+        self.flush()
+        return metric_types(self._path) if self._path is not None else []
+
+    def metrics(self, type: str) -> list[Point]:
+        """Every point of one type as ``{"step", "epoch", "time", "metrics"}`` dicts, in order."""
+        self.flush()
+        return read_metrics(self._path, normalize_type(type)) if self._path is not None else []
+
+    def lineage(self) -> list[dict[str, Any]]:
+        """The lineage edges this run takes part in (see :mod:`ember.track.lineage`)."""
+        return lineage.read_edges(self._path) if self._path is not None else []
+
+    def flush(self) -> None:
+        """Write every queued point and console line now (no fsync)."""
+        if self._writer is not None:
+            self._writer.flush()
+            self._raise_writer_error()
+
+    def mark_input(self, x: Artifact | Run) -> None:
+        """Record that this run consumed ``x`` (an artifact or another run).
+
+        Example:
+            >>> run.mark_input(track.load_artifact("mnist-data"))
+        """
+        self._mark(x, as_input=True)
+
+    def mark_output(self, x: Artifact | Run) -> None:
+        """Record that this run produced ``x`` (an artifact or another run).
+
+        Example:
+            >>> art = track.create_artifact("mnist-model"); art.add_file("model.pt")
+            >>> run.mark_output(art)
+        """
+        self._mark(x, as_input=False)
+
+    def _check_mark(self, x: object, as_input: bool) -> None:
+        verb = "mark_input" if as_input else "mark_output"
+        if not isinstance(x, (Artifact, Run)):
+            raise TrackingError(
+                f"{verb} takes an Artifact or a Run, got {type(x).__name__}; e.g. "
+                f"run.{verb}(track.create_artifact('model'))"
+            )
+        if x is self:
+            raise TrackingError(f"{verb}: a run cannot be linked to itself")
+
+    def _mark(self, x: Artifact | Run, as_input: bool) -> None:
+        self._check_mark(x, as_input)
+        if not x.active or x.path is None:
+            raise TrackingError(f"{x!r} is a no-op (made on a rank other than 0) and cannot be linked to a run")
+        self._check_open()
+        source, target = (x, self) if as_input else (self, x)
+        key = (source.id, target.id)
+        if key not in self._edges:
+            lineage.record_edge(source, target)
+            self._edges.add(key)
+
+    def finish(self, status: str = "Complete") -> None:
+        """Flush, restore stdout/stderr and write the final status. A second call does nothing.
+
+        Args:
+            status: Complete, Failed or Interrupted.
+        """
+        if status not in FINAL_STATUSES:
+            raise TrackingError(f"finish(status={status!r}): use one of {FINAL_STATUSES}")
+        if self._state == "finished":
+            return
+        self._check_open()
+        _live.unregister(self)
+        if self._tees is not None:
+            remove_tee(*self._tees)
+            self._tees = None
+        writer, self._writer = self._writer, None
+        self._state = "finished"
+        if writer is not None:
+            writer.close()  # outside the lock: the writer thread takes it for the heartbeat
+        with self._lock:
+            self._meta["status"] = status
+            self._meta["end_time"] = now_iso()
+            self._meta["heartbeat"] = self._meta["end_time"]
+            self._save()
+        if writer is not None and writer.error is not None:
+            raise TrackingError(writer.error)
+
+    def _forget_after_fork(self) -> None:
+        self._lock = threading.RLock()
+        self._hparams._lock = self._lock
+        if self._writer is not None:
+            self._writer.forget_after_fork()
+        self._writer = None
+        self._state = "forked"
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "open":
+            return
+        if exc_type is None:
+            self.finish("Complete")
+        else:
+            interrupted = issubclass(exc_type, KeyboardInterrupt)
+            self.finish("Interrupted" if interrupted else "Failed")
+
+
+class NoOpRun(Run):
+    """The run of ranks other than 0: same API, arguments checked, nothing stored.
+
+    Checking the arguments on every rank means a bad call raises on every rank, as on rank 0,
+    instead of leaving the others waiting in a collective. Tensors are not read (no sync).
+    """
+
+    def __init__(self, meta: dict[str, Any]) -> None:
+        super().__init__(None, meta, writable=True)
+
+    @property
+    def active(self) -> bool:
+        return False
+
+    def _save(self) -> None:
+        return None
+
+    def log(self, type: str, metrics: dict[str, Any], step: int, epoch: int | float | None = None) -> None:
+        normalize_type(type)
+        coerce_metrics(metrics, read_tensors=False)
+        check_step(step)
+        check_epoch(epoch)
+
+    def last_step(self, type: str) -> int | None:
+        normalize_type(type)
+        return None
+
+    def _mark(self, x: Artifact | Run, as_input: bool) -> None:
+        self._check_mark(x, as_input)
+
+    def finish(self, status: str = "Complete") -> None:
+        if status not in FINAL_STATUSES:
+            raise TrackingError(f"finish(status={status!r}): use one of {FINAL_STATUSES}")
+        if self._state == "open":
+            self._state = "finished"
+            self._meta.update(status=status, end_time=now_iso())
