@@ -1,0 +1,19 @@
+"""The hook-driven Trainer.
+
+Example:
+    >>> from ember.trainer import Trainer, Placeholders, hooks
+    >>> trainer = Trainer(engine=engine)
+    >>> trainer.fit(train_dl, epochs=10, test_dataloader=test_dl, display_progress=True,
+    ...             hooks=[hooks.LossHook(), hooks.AccuracyHook(), hooks.LogMetricByEpochHook()])
+"""
+
+from __future__ import annotations
+
+from ember.trainer import hooks
+from ember.trainer.hooks.base import StopTraining
+from ember.trainer.placeholders import Placeholders
+from ember.trainer.schedule import DefaultSchedule, Schedule
+from ember.trainer.storage import History, StepStorage
+from ember.trainer.trainer import Trainer
+
+__all__ = ["DefaultSchedule", "History", "Placeholders", "Schedule", "StepStorage", "StopTraining", "Trainer", "hooks"]

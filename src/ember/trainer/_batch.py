@@ -1,0 +1,129 @@
+"""Batches as the Trainer sees them: tensors, tuples, lists or dicts of them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+from ember.errors import TrainerError
+
+T = TypeVar("T")
+
+LABEL_KEYS = ("label", "labels", "target", "targets", "y")
+"""Keys taken as the label of a dict batch, first match wins."""
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor moved to ``device`` (pinned tensors copy asynchronously)."""
+    if isinstance(batch, torch.Tensor):
+        if batch.device == device:
+            return batch
+        return batch.to(device, non_blocking=batch.is_pinned())
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def split_batch(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+    """Split a batch into the model's positional and keyword inputs and the label.
+
+    * a tensor: the input, no label;
+    * a tuple or list: all but the last item are inputs, the last is the label (one item: the
+      input, no label);
+    * a dict: the first of ``label``, ``labels``, ``target``, ``targets``, ``y`` is the label,
+      the other items are keyword inputs.
+
+    Override :meth:`Trainer.train_step` for other layouts.
+    """
+    if isinstance(batch, torch.Tensor):
+        return (batch,), {}, None
+    if isinstance(batch, (tuple, list)):
+        if len(batch) == 0:
+            raise TrainerError("got an empty batch (a tuple/list with no items)")
+        if len(batch) == 1:
+            return (batch[0],), {}, None
+        return tuple(batch[:-1]), {}, batch[-1]
+    if isinstance(batch, Mapping):
+        key = next((k for k in LABEL_KEYS if k in batch), None)
+        inputs = {str(k): v for k, v in batch.items() if k != key}
+        return (), inputs, None if key is None else batch[key]
+    raise TrainerError(
+        f"cannot split a batch of type {type(batch).__name__} into inputs and label: batches must be "
+        "tensors, tuples, lists or dicts, or override Trainer.train_step/eval_step"
+    )
+
+
+def batch_size(batch: Any) -> int:
+    """The number of samples in ``batch``: the first dimension of its first tensor."""
+    tensor = _first_tensor(batch)
+    if tensor is None or tensor.dim() == 0:
+        raise TrainerError(
+            f"cannot tell the batch size of a {type(batch).__name__} batch (no tensor with a batch "
+            "dimension): return 'batch_size' from an overridden train_step/eval_step"
+        )
+    return int(tensor.shape[0])
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    items: Iterable[Any] = ()
+    if isinstance(batch, Mapping):
+        items = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        items = batch
+    for item in items:
+        found = _first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def trim(batch: Any, n: int, size: int) -> Any:
+    """The first ``n`` samples of a batch of ``size`` samples.
+
+    Tensors are cut along their first dimension; lists and tuples of plain values (strings,
+    numbers) whose length is the batch size are cut too; nested containers are followed.
+    """
+    if isinstance(batch, torch.Tensor):
+        return batch[:n] if batch.dim() > 0 and batch.shape[0] == size else batch
+    if isinstance(batch, Mapping):
+        return {k: trim(v, n, size) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        if len(batch) == size and all(isinstance(v, (str, bytes, int, float)) or v is None for v in batch):
+            return type(batch)(batch[:n]) if not hasattr(batch, "_fields") else batch
+        items = [trim(v, n, size) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch
+
+
+def mark_last(iterable: Iterable[T], total: int | None, start: int) -> Iterator[tuple[T, bool]]:
+    """Yield ``(item, is_last)`` for an epoch of ``total`` batches of which ``start`` were consumed.
+
+    With a known length nothing is read ahead (reading batch k+1 before batch k's hooks ran
+    would move random state a checkpoint taken there records); without one, look one ahead.
+    """
+    if total is None:
+        yield from with_last(iterable)
+        return
+    for i, item in enumerate(iterable, start=start + 1):
+        yield item, i == total
+
+
+def with_last(iterable: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Yield ``(item, is_last)``, looking one item ahead (works without ``len``)."""
+    it = iter(iterable)
+    try:
+        prev = next(it)
+    except StopIteration:
+        return
+    for item in it:
+        yield prev, False
+        prev = item
+    yield prev, True

@@ -1,0 +1,186 @@
+"""Hook dispatch, and how every rank agrees on stopping and on errors.
+
+Collectives (gradient all-reduce, metric reductions) pair up only when every rank calls them
+in the same order, so a rank must not leave the loop on its own. The rules:
+
+* A hook that raises :class:`StopTraining` or calls ``trainer.stop()`` only sets a flag.
+* In a one-process world an exception from a hook propagates at once. With several ranks the
+  rank keeps the first exception, logs it, and goes on exactly as the other ranks do (so its
+  collectives still match theirs) until the next *safe point*.
+* Safe points are the end of every iteration that closed an accumulation cycle (once per
+  optimizer update), the end of every epoch, and the end of ``evaluate``. There each rank
+  contributes "stop or error here?" to one ``any_true`` (a one-element all-reduce); when any
+  says yes, a second exchange tells every rank which rank failed and why. Then every rank
+  raises (the failing one its own exception, the others a :class:`TrainerError` naming it) or,
+  for a stop, leaves the loop; ``after_train`` runs on all of them.
+
+Cost: one one-element all-reduce per optimizer update and per epoch with several ranks, none
+with one. An exception raised inside the forward/backward pass itself cannot be agreed on (the
+other ranks are already waiting in the gradient all-reduce): that case is left to the launcher,
+which stops the remaining workers when one exits (torchrun does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember import distributed
+from ember.errors import HookError, TrainerError
+from ember.trainer.hooks.base import EVENTS, BaseHook, StopTraining, check_hook
+
+if TYPE_CHECKING:
+    from ember.logging import DistributedLogger
+
+
+class Control:
+    """Ordered hooks plus the stop/error state that every rank agrees on at safe points."""
+
+    def __init__(self, logger: DistributedLogger) -> None:
+        self.logger = logger
+        self.hooks: list[BaseHook] = []
+        self._calls: dict[str, list[tuple[BaseHook, Callable[..., Any]]]] = {e: [] for e in EVENTS}
+        self.stop_requested = False
+        self.stop_reason: str | None = None
+        self.stopping = False
+        self._error: tuple[Exception, str] | None = None
+
+    # -- hooks --------------------------------------------------------------------------------
+    def register(self, hooks: Sequence[BaseHook], owner: Any) -> None:
+        """Check, name, order and attach ``hooks``, then call their ``after_hook_is_attached``."""
+        if isinstance(hooks, BaseHook) or not isinstance(hooks, Sequence):
+            raise HookError(f"hooks must be a list of hooks, got {type(hooks).__name__}")
+        seen: set[int] = set()
+        for hook in hooks:
+            check_hook(hook)
+            if id(hook) in seen:
+                raise HookError(f"hook {hook.name!r} was passed twice: pass each hook instance once")
+            seen.add(id(hook))
+        _resolve_names(hooks)
+        self.hooks = [h for _, h in sorted(enumerate(hooks), key=lambda ih: (ih[1].priority, ih[0]))]
+        self._calls = {e: [(h, getattr(h, e)) for h in self.hooks if e in h.events()] for e in EVENTS}
+        for hook in self.hooks:
+            hook._attach(owner)
+        self.call("after_hook_is_attached")
+
+    def snapshot(self) -> tuple[list[BaseHook], dict[str, list[tuple[BaseHook, Callable[..., Any]]]]]:
+        """The current hooks, to put back with :meth:`restore` (``evaluate(hooks=...)``)."""
+        return self.hooks, self._calls
+
+    def restore(self, saved: tuple[list[BaseHook], dict[str, list[tuple[BaseHook, Callable[..., Any]]]]]) -> None:
+        """Put back hooks saved by :meth:`snapshot` (they are attached already)."""
+        self.hooks, self._calls = saved
+
+    def describe(self) -> str:
+        """The resolved order, one hook a line, with the events each one handles."""
+        if not self.hooks:
+            return "no hooks"
+        lines = [f"  {h.priority:>3}  {h.name:<24} {', '.join(e for e in h.events() if e != 'after_hook_is_attached')}"
+                 for h in self.hooks]  # fmt: skip
+        return "hooks, in the order they run (priority, name, events):\n" + "\n".join(lines)
+
+    def call(self, event: str, *args: Any) -> None:
+        """Run ``event`` on every hook that handles it, in order (see the module docstring)."""
+        for hook, method in self._calls[event]:
+            try:
+                method(*args)
+            except StopTraining as stop:
+                self.request_stop(str(stop) or f"{hook.name} raised StopTraining in {event}")
+            except Exception as exc:  # noqa: BLE001 - re-raised here or at the next safe point
+                self._failed(exc, f"{hook.name}.{event}")
+
+    def call_all(self, event: str) -> Exception | None:
+        """Run ``event`` on every hook even if some raise; return the first exception."""
+        first: Exception | None = None
+        for hook, method in self._calls[event]:
+            try:
+                method()
+            except StopTraining:
+                continue
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, which raises it
+                where = f"{hook.name}.{event}"
+                _note(exc, f"raised by hook {where}")
+                if first is None:
+                    first = exc
+                else:
+                    self.logger.error(f"{where} also raised {exc!r}")
+        return first
+
+    # -- stopping and errors --------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget stop requests and errors (at the start of ``fit``)."""
+        self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
+
+    def request_stop(self, reason: str) -> None:
+        """Ask every rank to stop at the next safe point."""
+        if not self.stop_requested:
+            self.stop_requested, self.stop_reason = True, reason
+
+    def fail(self, exc: Exception, where: str) -> None:
+        """Handle ``exc`` raised at ``where``: raise it now (one rank) or at the next safe point."""
+        self._failed(exc, where)
+
+    def _failed(self, exc: Exception, where: str) -> None:
+        _note(exc, f"raised by hook {where}")
+        if not distributed.is_active():
+            raise exc
+        if self._error is None:
+            self._error = (exc, where)
+            self.logger.error(f"{where} raised {exc!r}; every rank stops at the next safe point")
+        else:
+            self.logger.error(f"{where} also raised {exc!r} (after {self._error[1]})")
+
+    def agree(self) -> bool:
+        """A safe point: True when every rank is to stop now; raises on every rank on an error."""
+        local = self.stop_requested or self._error is not None
+        if not (distributed.any_true(local) if distributed.is_active() else local):
+            return False
+        if distributed.is_active():
+            self._exchange()
+        self.stopping = True
+        return True
+
+    def _exchange(self) -> None:
+        rank, world = distributed.rank(), distributed.world_size()
+        codes = torch.zeros(world, dtype=torch.int32, device=distributed.collective_device())
+        codes[rank] = 2 if self._error is not None else 1 if self.stop_requested else 0
+        found = distributed.all_reduce(codes).tolist()
+        worst = max(found)
+        src = found.index(worst)
+        mine = f"{self._error[1]} raised {self._error[0]!r}" if self._error is not None else self.stop_reason
+        message = distributed.broadcast_object(mine if rank == src else None, src=src)
+        if worst == 2:
+            if self._error is not None:
+                raise self._error[0]
+            raise TrainerError(f"training stopped on every rank because, on rank {src}, {message}")
+        if not self.stop_requested:
+            self.stop_requested, self.stop_reason = True, f"rank {src}: {message}"
+
+
+def _resolve_names(hooks: Sequence[BaseHook]) -> None:
+    explicit: dict[str, BaseHook] = {}
+    for hook in hooks:
+        name = hook._explicit_name
+        if name is not None:
+            if name in explicit:
+                raise HookError(f"two hooks are named {name!r}: hook names must be unique (they key checkpoints)")
+            explicit[name] = hook
+    counts: dict[str, int] = {}
+    for hook in hooks:
+        hook._resolved_name = None
+        if hook._explicit_name is not None:
+            continue
+        base = type(hook).__name__
+        counts[base] = counts.get(base, 0) + 1
+        name = base if counts[base] == 1 else f"{base}#{counts[base]}"
+        while name in explicit:
+            counts[base] += 1
+            name = f"{base}#{counts[base]}"
+        hook._resolved_name = name
+
+
+def _note(exc: Exception, text: str) -> None:
+    if hasattr(exc, "add_note") and text not in getattr(exc, "__notes__", ()):
+        exc.add_note(text)

@@ -1,0 +1,191 @@
+"""The Trainer's state: counters, history, stop requests, and what checkpoints save of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember import distributed
+from ember.errors import TrainerError
+from ember.trainer.placeholders import Placeholders
+from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
+
+if TYPE_CHECKING:
+    from ember.trainer._control import Control
+    from ember.trainer._setup import Run
+    from ember.trainer.hooks.base import BaseHook
+
+_STATE_KEYS = ("cur_epoch", "epoch_iter", "cur_step", "micro_step", "samples_seen", "history")
+
+
+class TrainerState:
+    """Counters, history and run bookkeeping of a :class:`~ember.trainer.Trainer` (its base class)."""
+
+    cur_epoch: int
+    cur_step: int
+    micro_step: int
+    epoch_iter: int
+    samples_seen: int
+    fitting: bool
+    history: History
+    storage: StepStorage
+    placeholder_values: dict[Placeholders, int]
+    _control: Control
+    _run: Run | None
+    _resume: tuple[int, int] | None
+    _finished: bool
+    _closing_epoch: bool
+    _testing: bool
+    _test_metrics: dict[str, float]
+    _pending_hook_states: dict[str, Mapping[str, Any]]
+    _pending_strict: bool
+
+    def stop(self, reason: str = "") -> None:
+        """End training cleanly at the next safe point (after the current optimizer update).
+
+        Every rank stops together even if only one calls this; ``after_train_epoch`` and
+        ``after_train`` still run. Hooks may raise :class:`~ember.trainer.StopTraining` instead.
+        """
+        self._control.request_stop(reason or "trainer.stop() was called")
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why training stopped early, or None."""
+        return self._control.stop_reason if self._control.stopping or self._control.stop_requested else None
+
+    def record_metric(self, name: str, value: Scalar, mode: Mode | None = None) -> None:
+        """Record an epoch-level metric (metric hooks call this at ``after_*_epoch``).
+
+        Inside ``fit`` it goes into :attr:`history` at the current epoch; during a test pass it is
+        also returned by :meth:`evaluate`.
+        """
+        number = to_floats([value])[0] if isinstance(value, torch.Tensor) else float(value)
+        if self._testing:
+            self._test_metrics[name] = number
+        if self.fitting:
+            self.history.record(name, number, self.cur_epoch, mode)
+
+    @property
+    def max_epochs(self) -> int | None:
+        """The epoch count at which the current (or last) ``fit`` ends, if it has ``epochs``."""
+        run = self._run
+        return None if run is None or run.epochs is None else run.start_epoch + run.epochs
+
+    @property
+    def max_steps(self) -> int | None:
+        """The ``cur_step`` at which the current (or last) ``fit`` ends, if it has ``max_steps``."""
+        run = self._run
+        return None if run is None or run.max_steps is None else run.start_step + run.max_steps
+
+    @property
+    def steps_left(self) -> int | None:
+        """Optimizer updates left in the current ``fit`` when its length is known, else None."""
+        total = self.placeholder_values.get(Placeholders.TOTAL_UPDATE_STEPS)
+        if total is None or self._run is None:
+            return None
+        return max(0, self._run.start_step + total - self.cur_step)
+
+    @property
+    def test_metrics(self) -> dict[str, float]:
+        """The metrics recorded by the last (or current) test pass."""
+        return dict(self._test_metrics)
+
+    @property
+    def hooks(self) -> tuple[BaseHook, ...]:
+        """The registered hooks in the order they run."""
+        return tuple(self._control.hooks)
+
+    def get_hook(self, name: str) -> BaseHook:
+        """The registered hook called ``name``."""
+        for hook in self._control.hooks:
+            if hook.name == name:
+                return hook
+        raise TrainerError(f"no hook named {name!r} (registered: {[h.name for h in self._control.hooks]})")
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job."""
+        return distributed.world_size()
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the run in progress, and the history (not the Engine's or the hooks' state).
+
+        Taken while an epoch is closing (``after_train_epoch``) it describes the next epoch's
+        start, so a resume does not repeat the epoch's end.
+        """
+        closing = self._closing_epoch
+        origin = (self._run.start_epoch, self._run.start_step) if self._run is not None else (0, 0)
+        return {
+            "cur_epoch": self.cur_epoch + int(closing),
+            "epoch_iter": 0 if closing else self.epoch_iter,
+            "cur_step": self.cur_step,
+            "micro_step": self.micro_step,
+            "samples_seen": self.samples_seen,
+            "fit": {"active": self.fitting and not self._finished, "start_epoch": origin[0], "start_step": origin[1]},
+            "history": self.history.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the next (or current) ``fit`` continues that run."""
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise TrainerError(f"trainer state is missing {missing}: pass what Trainer.state_dict() returned")
+        self.cur_epoch, self.epoch_iter = int(state["cur_epoch"]), int(state["epoch_iter"])
+        self.cur_step, self.micro_step = int(state["cur_step"]), int(state["micro_step"])
+        self.samples_seen = int(state["samples_seen"])
+        self.storage.step = self.cur_step
+        self.history.load_state_dict(state["history"])
+        fit = state.get("fit", {})
+        origin = (int(fit.get("start_epoch", 0)), int(fit.get("start_step", 0))) if fit.get("active") else None
+        if self.fitting and self._run is not None and origin is not None:
+            self._run.start_epoch, self._run.start_step = origin
+        else:
+            self._resume = origin
+
+    def hook_states(self) -> dict[str, dict[str, Any]]:
+        """``{hook name: state}`` for every registered hook that keeps state."""
+        return {h.name: s for h in self._control.hooks if (s := h.state_dict())}
+
+    def load_hook_states(self, states: Mapping[str, Mapping[str, Any]], strict: bool = True) -> None:
+        """Give each hook its state from :meth:`hook_states`, by name.
+
+        Called before ``fit`` registered the hooks, the states wait and are applied when
+        ``fit`` registers hooks with those names.
+
+        Raises:
+            TrainerError: with ``strict``, a state whose hook is not registered (checked now
+                when hooks are registered, else when ``fit`` registers them).
+        """
+        self._pending_hook_states, self._pending_strict = dict(states), strict
+        if self._control.hooks:
+            self._apply_pending_hook_states()
+
+    def _apply_pending_hook_states(self) -> None:
+        states, self._pending_hook_states = self._pending_hook_states, {}
+        if not states:
+            return
+        known = {h.name: h for h in self._control.hooks}
+        unknown = sorted(set(states) - set(known))
+        if unknown and self._pending_strict:
+            raise TrainerError(
+                f"saved state for hooks {unknown}, which are not registered (registered: {sorted(known)})"
+            )
+        for name, state in states.items():
+            if name in known:
+                known[name].load_state_dict(state)
+
+    def _fit_origin(self) -> tuple[int, int]:
+        if self._resume is not None:
+            origin, self._resume = self._resume, None
+            return origin
+        self.epoch_iter = 0  # an epoch cut short by an exception is not resumed by a new fit
+        return self.cur_epoch, self.cur_step
+
+    def _reset_run(self) -> None:
+        self.history.reset()
+        self.storage.clear()
+        self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
+        self.storage.step, self._resume = 0, None

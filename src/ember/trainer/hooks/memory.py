@@ -1,0 +1,89 @@
+"""Log the process's memory once per epoch: resident set size, and CUDA memory when used."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ember.trainer.hooks.base import BaseHook, Priority
+
+__all__ = ["LogMemoryByEpochHook", "memory_usage"]
+
+_MB = 1024 * 1024
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None  # not Linux: only the peak is known
+
+
+def memory_usage(device: torch.device | None = None) -> dict[str, float]:
+    """This process's memory in MB: ``rss``, ``rss_peak``, and ``cuda``/``cuda_peak`` on CUDA.
+
+    Example:
+        >>> memory_usage(torch.device("cuda", 0))
+        {'rss': 1834.2, 'rss_peak': 1901.0, 'cuda': 2210.5, 'cuda_peak': 5120.0}
+    """
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_bytes = peak if sys.platform == "darwin" else peak * 1024
+    out: dict[str, float] = {"rss_peak": peak_bytes / _MB}
+    rss = _rss_bytes()
+    if rss is not None:
+        out["rss"] = rss / _MB
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        out["cuda"] = torch.cuda.memory_allocated(device) / _MB
+        out["cuda_peak"] = torch.cuda.max_memory_allocated(device) / _MB
+    return out
+
+
+class LogMemoryByEpochHook(BaseHook):
+    """Logs process memory (RSS) and, on CUDA, allocated and peak device memory each epoch.
+
+    The CUDA peak is reset at each epoch's start, so it is the epoch's own peak.
+
+    Args:
+        logger: an ember ``DistributedLogger`` (default: the Trainer's).
+        ranks: ranks that log (default rank 0; None: every rank, each its own numbers).
+        priority: default ``BELOW_NORMAL``.
+        name: hook name.
+
+    Attributes:
+        last: the numbers logged last (MB).
+
+    Example:
+        >>> hooks.LogMemoryByEpochHook()
+        # epoch 1 memory | rss 512 MB (peak 540 MB)
+    """
+
+    def __init__(
+        self, logger: Any = None, ranks: Iterable[int] | None = (0,), priority: int | str = Priority.BELOW_NORMAL,
+        name: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(priority, name)
+        self._logger, self.ranks = logger, None if ranks is None else list(ranks)
+        self.last: dict[str, float] = {}
+
+    def before_train_epoch(self) -> None:
+        """Reset the CUDA peak."""
+        device = self.trainer.engine.device
+        if device.type == "cuda" and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def after_train_epoch(self) -> None:
+        """Log the epoch's memory."""
+        self.last = usage = memory_usage(self.trainer.engine.device)
+        parts = [f"epoch {self.trainer.cur_epoch + 1} memory"]
+        rss = f"rss {usage['rss']:.0f} MB " if "rss" in usage else "rss "
+        parts.append(f"{rss}(peak {usage['rss_peak']:.0f} MB)")
+        if "cuda" in usage:
+            parts.append(f"cuda {usage['cuda']:.0f} MB (epoch peak {usage['cuda_peak']:.0f} MB)")
+        logger = self._logger if self._logger is not None else self.trainer.logger
+        logger.info(" | ".join(parts), ranks=self.ranks)

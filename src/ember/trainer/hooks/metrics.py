@@ -1,0 +1,292 @@
+"""Metric hooks: loss, accuracy, and any per-batch metric, averaged over samples and ranks.
+
+Each keeps ``[sum, count]`` on the device while batches come (no host-device synchronisation
+per batch) and reduces it across ranks once, at the end of the train or test epoch, then
+records ``"<phase>/<name>"`` in ``trainer.history``. The Trainer drops the distributed
+sampler's padding repeats from test batches before these hooks see them, so each evaluation
+sample counts exactly once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from ember import distributed
+from ember.errors import HookError
+from ember.trainer.hooks._util import accumulator, check_phases
+from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.storage import Mode
+
+__all__ = ["AccuracyHook", "LossHook", "MetricHook"]
+
+
+class _AveragedMetric(BaseHook):
+    """Accumulates per-sample sums per phase; records the cross-rank mean at each epoch end."""
+
+    metric_name = "metric"
+    mode: Mode = "max"
+
+    def __init__(self, on: str | Iterable[str], priority: int | str, name: str | None) -> None:
+        super().__init__(priority, name)
+        self.on = check_phases(on, type(self).__name__)
+        self._acc: dict[str, torch.Tensor | None] = {"train": None, "test": None}
+
+    def _reset(self, phase: str) -> None:
+        self._acc[phase] = None
+
+    def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int) -> None:
+        acc, device = self._acc[phase], self.trainer.engine.device
+        if acc is None:
+            acc = self._acc[phase] = accumulator(device)
+        elif acc.device != device:  # restored from a checkpoint onto the CPU
+            acc = self._acc[phase] = acc.to(device)
+        acc[0] += total.detach() if isinstance(total, torch.Tensor) else total
+        acc[1] += count.detach() if isinstance(count, torch.Tensor) else count
+
+    def _finish(self, phase: str) -> None:
+        acc = self._acc[phase]
+        local = acc if acc is not None else accumulator(self.trainer.engine.device)
+        reduced = distributed.all_reduce(local.to(distributed.collective_device()).clone())
+        total, count = reduced.tolist()
+        self._acc[phase] = None
+        if count > 0:
+            self.trainer.record_metric(f"{phase}/{self.metric_name}", total / count, self.mode)
+
+    def before_train_epoch(self) -> None:
+        """Start a fresh training average."""
+        if "train" in self.on:
+            self._reset("train")
+
+    def after_train_epoch(self) -> None:
+        """Reduce across ranks and record ``train/<name>``."""
+        if "train" in self.on:
+            self._finish("train")
+
+    def before_test_epoch(self) -> None:
+        """Start a fresh test average."""
+        if "test" in self.on:
+            self._reset("test")
+
+    def after_test_epoch(self) -> None:
+        """Reduce across ranks and record ``test/<name>``."""
+        if "test" in self.on:
+            self._finish("test")
+
+    def _batch_size(self) -> int:
+        return int(self.trainer.step_result["batch_size"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running sums of an epoch in progress (this rank's)."""
+        return {"acc": {p: None if a is None else a.detach().cpu().clone() for p, a in self._acc.items()}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the running sums."""
+        if "acc" not in state:
+            raise HookError(f"hook {self.name!r}: state has no 'acc'; pass what state_dict() returned")
+        self._acc = {p: None if a is None else a.clone() for p, a in state["acc"].items()}
+
+
+class LossHook(_AveragedMetric):
+    """Records the sample-weighted mean loss of each epoch: ``train/loss`` and ``test/loss``.
+
+    Also puts every batch's loss into ``trainer.storage`` as ``train/loss`` (a tensor, read
+    only where it is logged). With gradient accumulation the loss is the micro-batch's own
+    (not divided by the accumulation count).
+
+    Args:
+        on: phases to measure: ``"train"``, ``"test"`` or both.
+        priority: default ``ABOVE_NORMAL`` (before logging hooks read the history).
+        name: hook name (default ``"LossHook"``).
+
+    Example:
+        >>> trainer.fit(train_dl, epochs=3, test_dataloader=test_dl, hooks=[hooks.LossHook()])
+        >>> trainer.history.values("train/loss")
+    """
+
+    metric_name = "loss"
+    mode: Mode = "min"
+
+    def __init__(
+        self,
+        on: str | Iterable[str] = ("train", "test"),
+        priority: int | str = Priority.ABOVE_NORMAL,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(on, priority, name)
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Add this batch's loss to the epoch's sum and to the step storage."""
+        loss = loss.detach()
+        self.trainer.storage.put_scalar("train/loss", loss)
+        if "train" in self.on:
+            n = self._batch_size()
+            self._add("train", loss * n, n)
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Add this test batch's loss to the sum."""
+        if "test" in self.on:
+            n = self._batch_size()
+            self._add("test", loss.detach() * n, n)
+
+
+def _logits(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, Mapping) and "logits" in output:
+        return output["logits"]
+    if hasattr(output, "logits"):
+        return output.logits
+    raise HookError(
+        f"AccuracyHook needs the model output to be a logits tensor (or have 'logits'), got {type(output).__name__}: "
+        "pass accuracy_func=..."
+    )
+
+
+def topk_correct(output: Any, label: torch.Tensor, k: int = 1) -> torch.Tensor:
+    """How many rows of ``output`` (N, C) have ``label`` among their ``k`` largest scores."""
+    logits = _logits(output)
+    if logits.dim() != 2 or not isinstance(label, torch.Tensor):
+        raise HookError(
+            f"AccuracyHook's default needs (N, C) logits and (N,) class labels, got logits of shape "
+            f"{tuple(logits.shape)} and label {type(label).__name__}: pass accuracy_func=..."
+        )
+    if label.dim() == 2:  # one-hot or probabilities
+        label = label.argmax(dim=1)
+    top = logits.topk(min(k, logits.shape[1]), dim=1).indices
+    return (top == label.view(-1, 1)).any(dim=1).sum()
+
+
+class AccuracyHook(_AveragedMetric):
+    """Records classification accuracy: ``test/accuracy`` (``top5_accuracy`` for ``topk=5``).
+
+    Args:
+        accuracy_func: ``f(output, label) -> number of correct samples`` in the batch (a
+            tensor or int); default: top-``k`` over ``(N, C)`` logits and class labels.
+        topk: ``k`` for the default function.
+        on: phases to measure (default only ``"test"``; add ``"train"`` for train accuracy).
+        priority: default ``ABOVE_NORMAL``.
+        name: hook name.
+
+    Example:
+        >>> hooks.AccuracyHook(topk=5, on=("train", "test"))
+    """
+
+    mode: Mode = "max"
+
+    def __init__(
+        self,
+        accuracy_func: Callable[[Any, Any], torch.Tensor | int] | None = None,
+        topk: int = 1,
+        on: str | Iterable[str] = ("test",),
+        priority: int | str = Priority.ABOVE_NORMAL,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(on, priority, name)
+        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+            raise HookError(f"AccuracyHook(topk=...) must be a positive int, got {topk!r}")
+        if accuracy_func is not None and not callable(accuracy_func):
+            raise HookError(f"AccuracyHook(accuracy_func=...) must be callable, got {type(accuracy_func).__name__}")
+        self.topk = topk
+        self.accuracy_func = accuracy_func
+        self.metric_name = "accuracy" if topk == 1 else f"top{topk}_accuracy"
+
+    def _count(self, phase: str, output: Any, label: Any) -> None:
+        if output is None:
+            raise HookError("AccuracyHook needs outputs and labels: do not pass return_output_label=False to fit")
+        correct = self.accuracy_func(output, label) if self.accuracy_func else topk_correct(output, label, self.topk)
+        self._add(phase, correct, self._batch_size())
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Count correct training predictions (when measuring ``"train"``)."""
+        if "train" in self.on:
+            self._count("train", output, label)
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Count correct test predictions."""
+        if "test" in self.on:
+            self._count("test", output, label)
+
+
+class MetricHook(_AveragedMetric):
+    """Records any metric: a per-batch function, or a torchmetrics ``Metric``.
+
+    A callable ``metric(output, label)`` returns the batch's mean value; the hook averages it
+    over samples and ranks. An object with ``update``/``compute``/``reset`` (a torchmetrics
+    ``Metric``) is updated every batch and computed at the epoch's end (torchmetrics reduces
+    across ranks itself).
+
+    Args:
+        metric: the callable or the Metric object.
+        name: the metric's name; recorded as ``"<phase>/<name>"``. Also the hook's name.
+        mode: ``"max"`` if higher is better, ``"min"`` otherwise (for ``history.best``).
+        on: phases to measure (default ``"test"``).
+        priority: default ``ABOVE_NORMAL``.
+
+    Example:
+        >>> hooks.MetricHook(lambda out, y: (out.argmax(1) == y).float().mean(), "acc")
+        >>> hooks.MetricHook(torchmetrics.F1Score(task="multiclass", num_classes=10), "f1")
+    """
+
+    def __init__(
+        self,
+        metric: Any,
+        name: str,
+        mode: Mode = "max",
+        on: str | Iterable[str] = ("test",),
+        priority: int | str = Priority.ABOVE_NORMAL,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise HookError(f"MetricHook needs a non-empty metric name, got {name!r}")
+        super().__init__(on, priority, name)
+        if mode not in ("min", "max"):
+            raise HookError(f"MetricHook(mode=...) must be 'min' or 'max', got {mode!r}")
+        self.stateful = all(callable(getattr(metric, m, None)) for m in ("update", "compute", "reset"))
+        if not self.stateful and not callable(metric):
+            got = type(metric).__name__
+            raise HookError(f"MetricHook(metric=...) must be callable or a torchmetrics Metric, got {got}")
+        self.metric, self.metric_name, self.mode = metric, name, mode
+        # The test pass runs inside a training epoch: each phase needs its own Metric object.
+        self._objects: dict[str, Any] = {}
+        if self.stateful:
+            self._objects = {p: metric if i == 0 else copy.deepcopy(metric) for i, p in enumerate(self.on)}
+
+    def after_hook_is_attached(self) -> None:
+        """Move Metric objects to the Engine's device."""
+        for phase, obj in self._objects.items():
+            if callable(getattr(obj, "to", None)):
+                self._objects[phase] = obj.to(self.trainer.engine.device)
+
+    def _reset(self, phase: str) -> None:
+        super()._reset(phase)
+        if self.stateful:
+            self._objects[phase].reset()
+
+    def _update(self, phase: str, output: Any, label: Any) -> None:
+        if self.stateful:
+            self._objects[phase].update(output, label)
+            return
+        value = self.metric(output, label)
+        n = self._batch_size()
+        self._add(phase, value * n, n)
+
+    def _finish(self, phase: str) -> None:
+        if not self.stateful:
+            super()._finish(phase)
+            return
+        value = self._objects[phase].compute()
+        self.trainer.record_metric(f"{phase}/{self.metric_name}", value, self.mode)
+        self._objects[phase].reset()
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Update on a training batch (when measuring ``"train"``)."""
+        if "train" in self.on:
+            self._update("train", output, label)
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Update on a test batch."""
+        if "test" in self.on:
+            self._update("test", output, label)

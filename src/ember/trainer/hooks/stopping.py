@@ -1,0 +1,153 @@
+"""Hooks that end training early: on a non-finite loss, or when a metric stops improving."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ember.errors import HookError
+from ember.trainer.hooks._util import epoch_value, fmt
+from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.storage import Mode
+
+__all__ = ["EarlyStoppingHook", "TerminateOnNaNHook"]
+
+
+class TerminateOnNaNHook(BaseHook):
+    """Stops training (on every rank) when a training loss is NaN or infinite.
+
+    The check stays on the device between optimizer updates and is read once per update (every
+    ``check_every`` updates), so it costs one small host-device copy per update on GPUs; raise
+    ``check_every`` to make that rarer. Training stops after the update in which the bad loss
+    was seen, with ``trainer.stop_reason`` saying when.
+
+    Args:
+        check_every: read the flag every this many optimizer updates.
+        priority: default ``ABOVE_NORMAL``.
+        name: hook name.
+
+    Example:
+        >>> trainer.fit(train_dl, epochs=10, hooks=[hooks.TerminateOnNaNHook()])
+        >>> trainer.stop_reason
+        'non-finite loss (nan) at step 1234, epoch 3'
+    """
+
+    def __init__(
+        self, check_every: int = 1, priority: int | str = Priority.ABOVE_NORMAL, name: str | None = None
+    ) -> None:
+        super().__init__(priority, name)
+        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
+            raise HookError(f"TerminateOnNaNHook(check_every=...) must be a positive int, got {check_every!r}")
+        self.check_every = check_every
+        self._bad: torch.Tensor | None = None
+        self._worst: torch.Tensor | None = None
+        self._cycles = 0
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Note a non-finite loss on the device; read the note on every ``check_every``-th update."""
+        loss = loss.detach()
+        bad = ~torch.isfinite(loss)
+        if self._bad is None or self._worst is None:
+            self._bad, self._worst = bad, loss
+        else:  # keep the first bad value seen
+            self._worst = torch.where(bad & ~self._bad, loss, self._worst)
+            self._bad = self._bad | bad
+        if self.trainer.engine.sync_gradients:
+            self._cycles += 1
+            if self._cycles % self.check_every == 0:
+                self._check()
+
+    def after_train_epoch(self) -> None:
+        """Read any unread note at the epoch's end."""
+        self._check()
+
+    def _check(self) -> None:
+        if self._bad is None or self._worst is None:
+            return
+        bad, worst = bool(self._bad.item()), self._worst
+        self._bad = self._worst = None
+        if bad:
+            trainer = self.trainer
+            reason = f"non-finite loss ({fmt(float(worst))}) at step {trainer.cur_step}, epoch {trainer.cur_epoch + 1}"
+            trainer.logger.error(f"TerminateOnNaNHook: {reason}; stopping")
+            trainer.stop(reason)
+
+
+class EarlyStoppingHook(BaseHook):
+    """Stops training when ``monitor`` has not improved for ``patience`` epochs.
+
+    Runs at the end of each epoch, after that epoch's test pass, so it never acts one epoch
+    late. Epochs without a test pass (``test_interval > 1``) are not counted. A monitored name
+    that no hook records is an error naming what was recorded.
+
+    Args:
+        monitor: the history metric, e.g. ``"test/loss"`` or ``"test/accuracy"``.
+        patience: epochs without improvement to tolerate.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        min_delta: the least change that counts as an improvement.
+        priority: default ``NORMAL`` (after metric hooks, before checkpoints).
+        name: hook name.
+
+    Example:
+        >>> hooks.EarlyStoppingHook("test/accuracy", patience=5, mode="max", min_delta=1e-3)
+    """
+
+    def __init__(
+        self,
+        monitor: str = "test/loss",
+        patience: int = 3,
+        mode: Mode = "min",
+        min_delta: float = 0.0,
+        priority: int | str = Priority.NORMAL,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(priority, name)
+        if not isinstance(monitor, str) or "/" not in monitor:
+            raise HookError(f"EarlyStoppingHook(monitor=...) must be a history name like 'test/loss', got {monitor!r}")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise HookError(f"EarlyStoppingHook(patience=...) must be a positive int, got {patience!r}")
+        if mode not in ("min", "max"):
+            raise HookError(f"EarlyStoppingHook(mode=...) must be 'min' or 'max', got {mode!r}")
+        if not isinstance(min_delta, (int, float)) or min_delta < 0:
+            raise HookError(f"EarlyStoppingHook(min_delta=...) must be a number >= 0, got {min_delta!r}")
+        self.monitor, self.patience, self.mode, self.min_delta = monitor, patience, mode, float(min_delta)
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.wait = 0
+
+    def _improved(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def after_train_epoch(self) -> None:
+        """Compare this epoch's value with the best; stop after ``patience`` bad epochs."""
+        trainer = self.trainer
+        value = epoch_value(trainer, self.monitor, "EarlyStoppingHook")
+        if value is None:
+            return
+        if self._improved(value):
+            self.best, self.best_epoch, self.wait = value, trainer.cur_epoch, 0
+            return
+        self.wait += 1
+        if self.wait >= self.patience:
+            best = "none" if self.best is None else f"{fmt(self.best)} at epoch {(self.best_epoch or 0) + 1}"
+            trainer.stop(f"early stopping: {self.monitor} did not improve for {self.patience} epoch(s) (best {best})")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Best value, its epoch, and epochs waited."""
+        return {"best": self.best, "best_epoch": self.best_epoch, "wait": self.wait}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        missing = {"best", "best_epoch", "wait"} - set(state)
+        if missing:
+            raise HookError(f"hook {self.name!r}: state lacks {sorted(missing)}; pass what state_dict() returned")
+        self.best, self.best_epoch, self.wait = state["best"], state["best_epoch"], int(state["wait"])

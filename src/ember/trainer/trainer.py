@@ -1,0 +1,404 @@
+"""The Trainer: ember's training loop, with everything optional in hooks.
+
+The loop itself is :meth:`Trainer._loop`, :meth:`Trainer._train_epoch` and
+:meth:`Trainer._test_epoch` below; ``ember/trainer/hooks/base.py`` shows it as pseudo-code
+with the hook events, and ``docs/trainer.md`` explains the state it keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember import distributed
+from ember.errors import HookError, TrainerError
+from ember.logging import DistributedLogger, get_dist_logger
+from ember.trainer import _batch
+from ember.trainer._control import Control
+from ember.trainer._setup import (
+    Run,
+    batches_per_epoch,
+    check_limits,
+    check_test_loader,
+    epoch_batches,
+    pick_loader,
+    real_num_samples,
+    warn_if_unsharded,
+)
+from ember.trainer._state import TrainerState
+from ember.trainer.hooks.base import BaseHook
+from ember.trainer.hooks.progress import ProgressBarHook
+from ember.trainer.placeholders import Placeholders, placeholder_values
+from ember.trainer.schedule import DefaultSchedule, Schedule
+from ember.trainer.storage import History, StepStorage
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from ember.engine import Engine
+
+__all__ = ["Trainer"]
+
+_ENGINE_API = ("backward", "step", "zero_grad", "train", "eval", "model", "optimizer", "device",
+               "gradient_accumulation", "sync_gradients")  # fmt: skip
+
+
+class Trainer(TrainerState):
+    """Trains an :class:`~ember.engine.Engine` with hooks: ``fit``, ``evaluate``, ``predict``.
+
+    Args:
+        engine: from :func:`ember.initialize`. Or leave it out and give ``model``,
+            ``optimizer`` and ``criterion``: the Engine is then built from the active config.
+        logger: where the Trainer and the logging hooks write (default ``get_dist_logger()``).
+        schedule: how one batch runs (see :mod:`ember.trainer.schedule`); default: forward,
+            loss, backward through :meth:`train_step`.
+        model: the model, when no ``engine`` is given.
+        optimizer: the optimizer, when no ``engine`` is given.
+        criterion: the loss, when no ``engine`` is given (optional if the model returns a loss).
+        config: settings for the Engine built here, on top of the launched config.
+
+    Attributes:
+        cur_epoch: 0-based index of the epoch in progress (= epochs completed between epochs).
+        cur_step: optimizer updates applied (skipped fp16 steps and micro-steps do not count).
+        micro_step: training batches processed.
+        epoch_iter: training batches processed in the current epoch.
+        samples_seen: training samples processed by all ranks together (padding included).
+        history: per-epoch metrics (:class:`~ember.trainer.storage.History`).
+        storage: recent per-step scalars (:class:`~ember.trainer.storage.StepStorage`).
+        step_applied: whether the last training batch's ``engine.step()`` updated parameters.
+        step_result: the dict the last ``train_step``/``eval_step`` returned.
+        placeholder_values: the numbers :class:`~ember.trainer.Placeholders` resolve to.
+
+    Example:
+        >>> trainer = Trainer(engine=engine, logger=logger)
+        >>> trainer.fit(train_dl, epochs=10, test_dataloader=test_dl, display_progress=True,
+        ...             hooks=[hooks.LossHook(), hooks.AccuracyHook(), hooks.LogMetricByEpochHook()])
+        >>> trainer.history.best("test/accuracy")
+    """
+
+    def __init__(
+        self,
+        engine: Engine | None = None,
+        logger: DistributedLogger | None = None,
+        schedule: Schedule | None = None,
+        *,
+        model: nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        criterion: Any = None,
+        config: Any = None,
+    ) -> None:
+        if engine is None:
+            if model is None or optimizer is None:
+                raise TrainerError("Trainer needs engine=... (from ember.initialize) or model=... and optimizer=...")
+            from ember import initialize
+
+            engine = initialize(model, optimizer, criterion, config=config)[0]
+        elif any(x is not None for x in (model, optimizer, criterion, config)):
+            raise TrainerError("give Trainer either engine=... or model/optimizer/criterion/config, not both")
+        missing = [a for a in _ENGINE_API if not hasattr(engine, a)]
+        if missing:
+            got = type(engine).__name__
+            raise TrainerError(f"Trainer(engine=...) got a {got} without {missing}: build it with ember.initialize")
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TrainerError(f"schedule must have forward_backward() and forward(), got {type(schedule).__name__}")
+        self.engine = engine
+        self.logger = logger if logger is not None else get_dist_logger()
+        self.schedule: Schedule = schedule if schedule is not None else DefaultSchedule()
+        self.history, self.storage = History(), StepStorage()
+        self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
+        self.fitting, self.step_applied = False, False
+        self.step_result: dict[str, Any] = {}
+        self.placeholder_values: dict[Placeholders, int] = {}
+        self.train_dataloader: Any = None
+        self.test_dataloader: Any = None
+        self.eval_dataloader: Any = None
+        self._control = Control(self.logger)
+        self._user_hooks: list[BaseHook] = []
+        self._progress: ProgressBarHook | None = None
+        self._run: Run | None = None
+        self._resume: tuple[int, int] | None = None
+        self._finished = self._closing_epoch = self._testing = False
+        self._test_metrics: dict[str, float] = {}
+        self._pending_hook_states: dict[str, Mapping[str, Any]] = {}
+        self._pending_strict = True
+
+    # -- public API ---------------------------------------------------------------------------
+    def fit(
+        self,
+        train_dataloader: DataLoader[Any] | Iterable[Any] | None = None,
+        epochs: int | None = None,
+        max_steps: int | None = None,
+        test_dataloader: DataLoader[Any] | None = None,
+        test_interval: int = 1,
+        hooks: Sequence[BaseHook] | None = None,
+        display_progress: bool = False,
+        return_output_label: bool = True,
+        *,
+        train_dataset: Any = None,
+        test_dataset: Any = None,
+        batch_size: int | None = None,
+        dataloader_kwargs: Mapping[str, Any] | None = None,
+        reset_history: bool = False,
+    ) -> History:
+        """Train for ``epochs`` epochs and/or ``max_steps`` optimizer updates (first reached wins).
+
+        Both limits count from where this ``fit`` call started, so calling ``fit`` again
+        trains that much more and continues the history and counters (unless
+        ``reset_history``); a state loaded mid-fit (``load_state_dict``, a checkpoint) makes
+        the next ``fit`` finish that run instead of starting a new one.
+
+        Args:
+            train_dataloader: the training batches (tuples ``(inputs..., label)``, dicts, tensors).
+            epochs: epochs to train.
+            max_steps: optimizer updates to make (may end mid-epoch).
+            test_dataloader: evaluated every ``test_interval`` epochs and after the last one.
+            test_interval: epochs between test passes.
+            hooks: the hooks for this and later calls (None keeps the current ones).
+            display_progress: tqdm bars on rank 0 (adds a :class:`~ember.trainer.hooks.ProgressBarHook`).
+            return_output_label: pass outputs and labels to ``after_*_iter`` (False passes None).
+            train_dataset: instead of ``train_dataloader``: a dataset, loaded with
+                ``ember.get_dataloader(shuffle=True, batch_size=batch_size)``.
+            test_dataset: instead of ``test_dataloader``, likewise (not shuffled).
+            batch_size: per-rank batch size for the datasets.
+            dataloader_kwargs: more ``get_dataloader`` arguments for the datasets.
+            reset_history: forget the history and counters of earlier ``fit`` calls first.
+
+        Returns:
+            ``self.history``.
+
+        Raises:
+            TrainerError: inconsistent arguments; on every rank when a hook raised on one.
+        """
+        if self.fitting:
+            raise TrainerError("fit was called while fit is running (from a hook?): call it after fit returns")
+        epochs, max_steps, test_interval = check_limits(epochs, max_steps, test_interval)
+        train_dl = pick_loader("train", train_dataloader, train_dataset, batch_size, True, dataloader_kwargs)
+        test_dl = pick_loader("test", test_dataloader, test_dataset, batch_size, False, dataloader_kwargs)
+        if train_dl is None:
+            raise TrainerError("fit needs train_dataloader=... or train_dataset=... with batch_size=...")
+        check_test_loader(test_dl)
+        warn_if_unsharded(train_dl, self.logger)
+        batches = batches_per_epoch(train_dl)
+        if batches == 0:
+            raise TrainerError(
+                "the training dataloader yields no batches (an empty dataset, or drop_last with too few)"
+            )
+        self._register(hooks, display_progress)  # before anything changes: bad hooks leave the trainer as it was
+        if reset_history:
+            self._reset_run()
+        start_epoch, start_step = self._fit_origin()
+        self.placeholder_values = placeholder_values(epochs, max_steps, batches, self.engine.gradient_accumulation)
+        self.train_dataloader, self.test_dataloader = train_dl, test_dl
+        self._run = Run(
+            train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step, return_output_label
+        )
+        self.logger.info(self._control.describe(), ranks=[0])
+        self._control.reset()
+        self.fitting, self._finished = True, False
+        try:
+            self._loop(self._run)
+        finally:
+            self.fitting = False
+        return self.history
+
+    def evaluate(
+        self, test_dataloader: DataLoader[Any] | Iterable[Any], hooks: Sequence[BaseHook] | None = None,
+        display_progress: bool = False,
+    ) -> dict[str, float]:  # fmt: skip
+        """Run one test pass and return the metrics the hooks recorded (``{"test/accuracy": ...}``).
+
+        Args:
+            test_dataloader: the batches; under several ranks, a sharded loader.
+            hooks: hooks for this call only (None: the hooks of the last ``fit``).
+            display_progress: show a tqdm bar on rank 0.
+
+        Returns:
+            The metrics recorded by metric hooks during this pass (recorded in the history
+            too when called from inside ``fit``).
+        """
+        check_test_loader(test_dataloader)
+        if self.fitting and (hooks is not None or display_progress):
+            raise TrainerError("evaluate(hooks=...) cannot change the hooks while fit is running")
+        saved = self._control.snapshot()
+        if hooks is not None or display_progress:
+            self._register(hooks, display_progress, keep=False)
+        try:
+            metrics = self._test_epoch(test_dataloader)
+            self._control.agree()
+        finally:
+            self._control.restore(saved)
+            if not self.fitting:
+                self._control.reset()
+        return metrics
+
+    @torch.no_grad()
+    def predict(self, data: Any) -> Any:
+        """Run the model in evaluation mode on a batch, or on every batch of a loader.
+
+        Args:
+            data: a tensor, a tuple/list of positional inputs, a dict of keyword inputs, or an
+                iterable of batches (a DataLoader: labels are split off as in training).
+
+        Returns:
+            The model's output; for a loader the outputs concatenated along the first
+            dimension when they are tensors, else a list. Each rank predicts its own shard.
+
+        Example:
+            >>> probs = trainer.predict(torch.randn(4, 8)).softmax(-1)
+        """
+        engine, was_training = self.engine, self.engine.training
+        engine.eval()
+        try:
+            if isinstance(data, torch.Tensor):
+                return engine(_batch.to_device(data, engine.device))
+            if isinstance(data, (tuple, list)):
+                return engine(*_batch.to_device(data, engine.device))
+            if isinstance(data, Mapping):
+                return engine(**_batch.to_device(data, engine.device))
+            outputs = []
+            for batch in data:
+                args, kwargs, _ = _batch.split_batch(_batch.to_device(batch, engine.device))
+                outputs.append(engine(*args, **kwargs))
+        finally:
+            engine.train(was_training)
+        return torch.cat(outputs) if outputs and all(isinstance(o, torch.Tensor) for o in outputs) else outputs
+
+    def train_step(self, batch: Any) -> dict[str, Any]:
+        """Forward one training batch and compute its loss (override for custom losses).
+
+        Returns:
+            ``{"loss": scalar tensor, "output": ..., "label": ..., "batch_size": int}``; extra
+            keys are kept in ``trainer.step_result`` for hooks.
+
+        Example:
+            >>> class MyTrainer(Trainer):
+            ...     def train_step(self, batch):
+            ...         x, y = batch
+            ...         out = self.engine(x)
+            ...         loss = self.engine.criterion(out, y) + 1e-4 * out.pow(2).mean()
+            ...         return {"loss": loss, "output": out, "label": y, "batch_size": len(x)}
+        """
+        return self._forward(batch)
+
+    def eval_step(self, batch: Any) -> dict[str, Any]:
+        """Forward one evaluation batch under ``torch.no_grad()``; same dict as :meth:`train_step`."""
+        return self._forward(batch)
+
+    def compute_loss(self, output: Any, label: Any) -> torch.Tensor:
+        """The Engine's criterion on ``(output, label)``, or the model's own ``loss`` output."""
+        if self.engine.has_criterion:
+            return self.engine.criterion(output) if label is None else self.engine.criterion(output, label)
+        loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+        if loss is None:
+            raise TrainerError(
+                "the Engine has no criterion and the model's output has no 'loss': pass criterion= to "
+                "ember.initialize, return a loss from the model, or override Trainer.train_step"
+            )
+        return loss
+
+    # -- the loop -----------------------------------------------------------------------------
+    def _loop(self, run: Run) -> None:
+        ctl, completed = self._control, False
+        try:
+            ctl.call("before_train")
+            while not ctl.agree() and not run.done(self):
+                self._train_epoch(run)
+            completed = self._finished = True
+        finally:
+            self._after_train(completed)
+
+    def _train_epoch(self, run: Run) -> None:
+        ctl, engine = self._control, self.engine
+        start, total = self.epoch_iter, batches_per_epoch(run.train_dataloader)
+        batches = epoch_batches(run.train_dataloader, self.cur_epoch, start, self.logger)
+        if start == 0:  # a resumed epoch already had its start
+            ctl.call("before_train_epoch")
+        engine.train()
+        for batch, last in _batch.mark_last(batches, total, start):
+            self._train_iter(batch, last, run.return_output_label)
+            if engine.sync_gradients and (ctl.agree() or run.steps_done(self)):
+                break
+        if not ctl.stopping and run.test_due(self):
+            self._test_epoch(run.test_dataloader)
+        self._closing_epoch = True
+        ctl.call("after_train_epoch")
+        self.cur_epoch, self.epoch_iter, self._closing_epoch = self.cur_epoch + 1, 0, False
+
+    def _train_iter(self, batch: Any, last: bool, keep_outputs: bool) -> None:
+        self._control.call("before_train_iter")
+        result = self.schedule.forward_backward(self, batch, last)
+        self.step_applied = bool(self.engine.step())
+        self.micro_step, self.epoch_iter = self.micro_step + 1, self.epoch_iter + 1
+        self.samples_seen += int(result["batch_size"]) * distributed.world_size()
+        self.cur_step += int(self.step_applied)
+        self.storage.step, self.step_result = self.cur_step, result
+        self._control.call("after_train_iter", *_hook_args(result, keep_outputs))
+
+    def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
+        ctl, engine = self._control, self.engine
+        was_training, self._testing, self._test_metrics = engine.training, True, {}
+        self.eval_dataloader = loader
+        remaining = real_num_samples(loader)  # this rank's samples that are not padding repeats
+        keep_outputs = self._run.return_output_label if self._run is not None else True
+        try:
+            ctl.call("before_test")
+            engine.eval()
+            ctl.call("before_test_epoch")
+            with torch.no_grad():
+                for batch in loader:
+                    size = _batch.batch_size(batch)
+                    keep = size if remaining is None else min(size, remaining)
+                    remaining = None if remaining is None else remaining - keep
+                    if keep == 0:  # only padding: run it (collectives stay in step), show no hook
+                        self.schedule.forward(self, batch)
+                        continue
+                    ctl.call("before_test_iter")
+                    result = self.schedule.forward(self, batch if keep == size else _batch.trim(batch, keep, size))
+                    self.step_result = result
+                    ctl.call("after_test_iter", *_hook_args(result, keep_outputs))
+            ctl.call("after_test_epoch")
+            ctl.call("after_test")
+        finally:
+            engine.train(was_training)
+            self._testing = False
+        return dict(self._test_metrics)
+
+    def _after_train(self, completed: bool) -> None:
+        error = self._control.call_all("after_train")
+        if not completed:  # an exception is propagating: it is the one to see
+            if error is not None:
+                self.logger.error(f"after_train also raised {error!r} while training was failing")
+            return
+        if error is not None:
+            self._control.fail(error, "after_train")
+        self._control.agree()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _forward(self, batch: Any) -> dict[str, Any]:
+        batch = _batch.to_device(batch, self.engine.device)
+        args, kwargs, label = _batch.split_batch(batch)
+        output = self.engine(*args, **kwargs)
+        loss = self.compute_loss(output, label)
+        return {"loss": loss, "output": output, "label": label, "batch_size": _batch.batch_size(batch)}
+
+    def _register(self, hooks: Sequence[BaseHook] | None, display_progress: bool, keep: bool = True) -> None:
+        if hooks is not None and (isinstance(hooks, BaseHook) or not isinstance(hooks, Sequence)):
+            raise HookError(f"hooks must be a list of hooks, got {type(hooks).__name__}")
+        chosen = list(self._user_hooks if hooks is None else hooks)
+        given = list(chosen)
+        if display_progress and not any(isinstance(h, ProgressBarHook) for h in chosen):
+            self._progress = self._progress or ProgressBarHook()
+            chosen.append(self._progress)
+        self._control.register(chosen, self)
+        if keep:
+            self._user_hooks = given
+        self._apply_pending_hook_states()
+
+
+def _hook_args(result: Mapping[str, Any], keep_outputs: bool) -> tuple[Any, Any, Any]:
+    if keep_outputs:
+        return result["output"], result["label"], result["loss"]
+    return None, None, result["loss"]

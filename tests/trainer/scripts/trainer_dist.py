@@ -1,0 +1,138 @@
+"""Run under torchrun with 2 gloo processes: the Trainer's multi-rank guarantees, one scenario each."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from tests.dist import report
+from tests.models import tiny_dataset, tiny_mlp
+from tests.trainer.helpers import RecordingLogger
+from torch import nn
+from torch.optim.lr_scheduler import OneCycleLR
+
+import ember
+from ember import distributed
+from ember.trainer import Placeholders, Trainer, hooks
+
+torch.set_num_threads(1)
+
+
+def engine(accumulation: int = 1, criterion: Any = None) -> Any:
+    model = tiny_mlp(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = {"gradient_accumulation": accumulation}
+    return ember.initialize(model, opt, criterion or nn.CrossEntropyLoss(), config=config)[0]
+
+
+def placeholders() -> dict[str, Any]:
+    """100 samples, 5 per batch, 2 ranks: 10 batches per rank; accumulation 4 -> 3 updates per epoch."""
+    hook = hooks.LRSchedulerHook(
+        functools.partial(OneCycleLR, max_lr=0.1, total_steps=Placeholders.TOTAL_UPDATE_STEPS), by_epoch=False
+    )
+    trainer = Trainer(engine(accumulation=4), logger=RecordingLogger())
+    trainer.fit(ember.get_dataloader(tiny_dataset(100), batch_size=5, shuffle=True), epochs=2, hooks=[hook])
+    values = {p.name: v for p, v in trainer.placeholder_values.items()}
+    return {"values": values, "scheduler_steps": hook.lr_scheduler.last_epoch, "cur_step": trainer.cur_step}
+
+
+class CountSamples(hooks.BaseHook):
+    def before_test_epoch(self) -> None:
+        self.n = torch.zeros(1)
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        self.n += len(label)
+
+    def after_test_epoch(self) -> None:
+        self.total = int(distributed.all_reduce(self.n.clone()).item())
+
+
+def evaluation(n: int) -> dict[str, Any]:
+    """Each of the ``n`` samples counts once; loss and accuracy equal one process's on all data."""
+    trainer = Trainer(engine(), logger=RecordingLogger())
+    count = CountSamples()
+    dl = ember.get_dataloader(tiny_dataset(n, seed=7), batch_size=2)
+    metrics = trainer.evaluate(dl, hooks=[count, hooks.LossHook(), hooks.AccuracyHook()])
+    x, y = tiny_dataset(n, seed=7).tensors
+    with torch.no_grad():
+        logits = trainer.engine.model(x)
+    return {
+        "counted": count.total,
+        "acc_diff": abs(metrics["test/accuracy"] - (logits.argmax(1) == y).float().mean().item()),
+        "loss_diff": abs(metrics["test/loss"] - nn.functional.cross_entropy(logits, y).item()),
+    }
+
+
+def one_rank_raises(event: str, raising_rank: int) -> dict[str, Any]:
+    """A hook raises on one rank only; both ranks must raise and run after_train, without hanging."""
+    ran: list[str] = []
+
+    class Fails(hooks.BaseHook):
+        priority = 0  # before LossHook, whose after_train_epoch all-reduces
+
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if event == "iter" and distributed.rank() == raising_rank and self.trainer.micro_step == 3:
+                raise ValueError("broken on one rank")
+
+        def after_train_epoch(self) -> None:
+            if event == "epoch" and distributed.rank() == raising_rank:
+                raise ValueError("broken on one rank")
+
+        def after_train(self) -> None:
+            ran.append("after_train")
+
+    trainer = Trainer(engine(accumulation=2), logger=RecordingLogger())
+    out: dict[str, Any] = {}
+    try:
+        trainer.fit(ember.get_dataloader(tiny_dataset(64), batch_size=4), epochs=2, hooks=[Fails(), hooks.LossHook()])
+    except Exception as exc:  # noqa: BLE001 - the scenario reports what was raised
+        out["raised"] = type(exc).__name__
+        out["message"] = str(exc)
+    out.update(after_train=ran, cur_step=trainer.cur_step, micro_step=trainer.micro_step)
+    return out
+
+
+class NaNOnRank0(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        loss = nn.functional.cross_entropy(out, y)
+        return loss * float("nan") if distributed.rank() == 0 and self.calls == 3 else loss
+
+
+def one_rank_stops() -> dict[str, Any]:
+    """A NaN loss on rank 0 only: every rank stops after the same update."""
+    trainer = Trainer(engine(accumulation=2, criterion=NaNOnRank0()), logger=RecordingLogger())
+    trainer.fit(ember.get_dataloader(tiny_dataset(64), batch_size=4), epochs=3, hooks=[hooks.TerminateOnNaNHook()])
+    return {"cur_step": trainer.cur_step, "cur_epoch": trainer.cur_epoch, "reason": trainer.stop_reason}
+
+
+def test_loader_must_be_sharded() -> dict[str, Any]:
+    from torch.utils.data import DataLoader
+
+    try:
+        Trainer(engine(), logger=RecordingLogger()).evaluate(DataLoader(tiny_dataset(8)))
+    except ember.errors.TrainerError as exc:
+        return {"message": str(exc)}
+    return {"message": ""}
+
+
+def main() -> None:
+    ember.launch_from_torch(config={"seed": 0}, verbose=False)
+    report({
+        "placeholders": placeholders(),
+        "eval10": evaluation(10),
+        "eval11": evaluation(11),
+        "iter_error": one_rank_raises("iter", raising_rank=1),
+        "epoch_error": one_rank_raises("epoch", raising_rank=0),
+        "nan_stop": one_rank_stops(),
+        "unsharded": test_loader_must_be_sharded(),
+    })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

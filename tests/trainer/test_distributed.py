@@ -1,0 +1,53 @@
+"""Two gloo processes: placeholders, evaluation counting, and stop/error agreement across ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.dist import torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def ranks() -> dict[int, dict]:
+    return torchrun(Path(__file__).parent / "scripts" / "trainer_dist.py", nproc=2, timeout=150).results
+
+
+def test_placeholders_resolve_to_this_ranks_share_under_two_processes(ranks: dict[int, dict]) -> None:
+    for r in (0, 1):
+        got = ranks[r]["placeholders"]
+        assert got["values"] == {"NUM_EPOCHS": 2, "NUM_UPDATE_STEPS_PER_EPOCH": 3, "TOTAL_UPDATE_STEPS": 6}
+        assert got["scheduler_steps"] == got["cur_step"] == 6
+
+
+@pytest.mark.parametrize("n", [10, 11])
+def test_evaluation_counts_each_sample_once_and_matches_one_process(ranks: dict[int, dict], n: int) -> None:
+    for r in (0, 1):
+        got = ranks[r][f"eval{n}"]
+        assert got["counted"] == n
+        assert got["acc_diff"] < 1e-7  # the same correct count; float32 vs float64 division
+        assert got["loss_diff"] < 1e-6
+
+
+@pytest.mark.parametrize("scenario", ["iter_error", "epoch_error"])
+def test_a_hook_raising_on_one_rank_stops_both_ranks_without_hanging(ranks: dict[int, dict], scenario: str) -> None:
+    failing = 1 if scenario == "iter_error" else 0
+    mine, other = ranks[failing][scenario], ranks[1 - failing][scenario]
+    assert mine["raised"] == "ValueError"
+    assert other["raised"] == "TrainerError" and f"on rank {failing}" in other["message"]
+    assert "Fails.after_train" in other["message"]
+    assert mine["after_train"] == other["after_train"] == ["after_train"]
+    assert mine["cur_step"] == other["cur_step"] and mine["micro_step"] == other["micro_step"]
+
+
+def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[int, dict]) -> None:
+    r0, r1 = ranks[0]["nan_stop"], ranks[1]["nan_stop"]
+    assert r0["cur_step"] == r1["cur_step"] == 2 and r0["cur_epoch"] == r1["cur_epoch"] == 1
+    assert "non-finite loss" in r0["reason"] and r1["reason"].startswith("rank 0: non-finite loss")
+
+
+def test_an_unsharded_test_loader_is_refused_under_two_processes(ranks: dict[int, dict]) -> None:
+    assert "counted 2 times" in ranks[0]["unsharded"]["message"]

@@ -1,0 +1,284 @@
+"""Hook registration, order, names, stopping, and state round-trips."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import pytest
+import torch
+
+from ember.errors import HookError, TrainerError
+from ember.trainer import StopTraining, Trainer, hooks
+from ember.trainer.hooks import Priority
+from tests.trainer.helpers import loader, make_engine
+
+
+class Recorder(hooks.BaseHook):
+    """Appends ``(name, event)`` to a shared list."""
+
+    def __init__(self, log: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.log = log
+
+    def before_train(self) -> None:
+        self.log.append((self.name, "before_train"))
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        self.log.append((self.name, "after_train_iter"))
+
+
+def test_hooks_run_by_priority_then_registration_order() -> None:
+    log: list[tuple[str, str]] = []
+    registered = [
+        Recorder(log, name="late", priority=Priority.LOW),
+        Recorder(log, name="first-normal"),
+        Recorder(log, name="early", priority="HIGH"),
+        Recorder(log, name="second-normal", priority=50),
+        Recorder(log, name="highest", priority=0),
+    ]
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(8, 8), epochs=1, hooks=registered)
+    order = ["highest", "early", "first-normal", "second-normal", "late"]
+    assert [n for n, e in log if e == "before_train"] == order
+    assert [n for n, e in log if e == "after_train_iter"] == order
+    assert [h.name for h in trainer.hooks] == order
+
+
+def test_a_class_level_priority_is_kept_when_init_gives_none() -> None:
+    class Late(hooks.BaseHook):
+        priority = Priority.LOWEST
+
+    class NoSuperInit(hooks.BaseHook):
+        def __init__(self) -> None:
+            self.x = 1
+
+    assert Late().priority == 100
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(8, 8), epochs=1, hooks=[Late(), NoSuperInit()])
+    assert [h.name for h in trainer.hooks] == ["NoSuperInit", "Late"]
+
+
+@pytest.mark.parametrize(
+    ("method", "suggestion"),
+    [
+        ("after_train_itr", "after_train_iter"),
+        ("befor_train_epoch", "before_train_epoch"),
+        ("on_train_epoch_end", "after_train_epoch"),
+        ("after_val_epoch", "after_test_epoch"),
+        ("before_step", "before_train_iter"),
+    ],
+)
+def test_a_misspelt_lifecycle_method_is_rejected_at_registration_with_did_you_mean(
+    method: str, suggestion: str
+) -> None:
+    cls = type("Typo", (hooks.BaseHook,), {method: lambda self, *a: None})
+    with pytest.raises(HookError, match=f"Typo.{method} is not a lifecycle method.*did you mean '{suggestion}'"):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[cls()])
+
+
+def test_public_helpers_and_private_methods_are_allowed_in_hooks() -> None:
+    class Helper(hooks.BaseHook):
+        def compute(self) -> int:
+            return 1
+
+        def _after_something(self) -> None:
+            pass
+
+    Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[Helper()])
+
+
+def test_a_lifecycle_method_with_the_wrong_signature_is_rejected() -> None:
+    class NoArgs(hooks.BaseHook):
+        def after_train_iter(self) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(HookError, match=r"NoArgs.after_train_iter must accept \(output, label, loss\)"):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[NoArgs()])
+
+
+@pytest.mark.parametrize(
+    ("hook_list", "fragment"),
+    [
+        (lambda: [object()], "BaseHook subclasses"),
+        (lambda: (lambda h: [h, h])(hooks.LossHook()), "passed twice"),
+        (lambda: [hooks.LossHook(name="a"), hooks.AccuracyHook(name="a")], "two hooks are named 'a'"),
+        (lambda: hooks.LossHook(), "list of hooks"),
+    ],
+)
+def test_bad_hook_lists_are_rejected_with_a_clear_error(hook_list: Any, fragment: str) -> None:
+    with pytest.raises(HookError, match=fragment):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=hook_list())
+
+
+@pytest.mark.parametrize("priority", [-1, 101, 1.5, "URGENT", True])
+def test_bad_priorities_are_rejected(priority: Any) -> None:
+    with pytest.raises(HookError, match="priority"):
+        hooks.BaseHook(priority=priority)
+
+
+def test_default_names_get_numbered_suffixes_and_explicit_names_stay() -> None:
+    trainer = Trainer(make_engine())
+    hs = [hooks.LossHook(), hooks.LossHook(on="train"), hooks.AccuracyHook(name="acc"), hooks.LossHook(on="test")]
+    trainer.fit(loader(8, 8), epochs=1, hooks=hs)
+    assert [h.name for h in hs] == ["LossHook", "LossHook#2", "acc", "LossHook#3"]
+    assert trainer.get_hook("LossHook#2") is hs[1]
+    with pytest.raises(TrainerError, match="no hook named"):
+        trainer.get_hook("nope")
+
+
+def test_hooks_hold_the_trainer_weakly_and_complain_when_unattached() -> None:
+    hook = hooks.LossHook()
+    with pytest.raises(HookError, match="not registered"):
+        _ = hook.trainer
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(8, 8), epochs=1, hooks=[hook])
+    assert isinstance(hook.trainer, weakref.ProxyType)
+    ref = weakref.ref(trainer)
+    del trainer
+    assert ref() is None
+
+
+def test_after_hook_is_attached_runs_at_registration() -> None:
+    calls: list[int] = []
+
+    class Attach(hooks.BaseHook):
+        def after_hook_is_attached(self) -> None:
+            calls.append(self.trainer.cur_epoch)
+
+    Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[Attach()])
+    assert calls == [0]
+
+
+def test_stop_training_exception_ends_fit_cleanly_after_the_current_update() -> None:
+    events: list[str] = []
+
+    class Stopper(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if self.trainer.micro_step == 5:
+                raise StopTraining("enough")
+
+        def after_train_epoch(self) -> None:
+            events.append("after_train_epoch")
+
+        def after_train(self) -> None:
+            events.append("after_train")
+
+    trainer = Trainer(make_engine(accumulation=4))
+    trainer.fit(loader(128, 8), epochs=3, hooks=[Stopper(), hooks.LossHook()])
+    assert trainer.micro_step == 8  # the accumulation cycle the stop came in was finished
+    assert trainer.cur_step == 2 and trainer.cur_epoch == 1
+    assert events == ["after_train_epoch", "after_train"]
+    assert trainer.stop_reason == "enough"
+    assert trainer.history.epochs("train/loss") == [0]
+
+
+def test_trainer_stop_from_a_hook_skips_the_pending_test_pass() -> None:
+    tested: list[int] = []
+
+    class StopNow(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            self.trainer.stop("by request")
+
+        def before_test(self) -> None:
+            tested.append(1)
+
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(32, 8), epochs=2, test_dataloader=loader(8, 8), hooks=[StopNow()])
+    assert trainer.cur_step == 1 and tested == []
+    assert trainer.stop_reason == "by request"
+    trainer.fit(loader(32, 8), epochs=1, hooks=[])  # a new fit starts without the old stop request
+    assert trainer.cur_step == 5 and trainer.stop_reason is None
+
+
+def test_an_after_train_error_after_a_clean_run_is_raised() -> None:
+    class BadClose(hooks.BaseHook):
+        def after_train(self) -> None:
+            raise OSError("disk full")
+
+    closed: list[bool] = []
+
+    class Close(hooks.BaseHook):
+        priority = Priority.LOWEST
+
+        def after_train(self) -> None:
+            closed.append(True)
+
+    with pytest.raises(OSError, match="disk full"):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[BadClose(), Close()])
+    assert closed == [True]  # every after_train runs even when one raises
+
+
+def _hooks_with_state() -> tuple[list[hooks.BaseHook], list[dict[str, Any]], Trainer]:
+    """Built-in hooks part-way through an epoch, and their states taken right there."""
+    trainer = Trainer(make_engine(accumulation=2))
+    sched = functools.partial(torch.optim.lr_scheduler.StepLR, step_size=2)
+    hs: list[hooks.BaseHook] = [
+        hooks.LossHook(),
+        hooks.AccuracyHook(on=("train", "test")),
+        hooks.MetricHook(lambda o, y: (o.argmax(1) == y).float().mean(), "acc2", on=("train", "test")),
+        hooks.LRSchedulerHook(sched, by_epoch=False),
+        hooks.EarlyStoppingHook("test/loss", patience=5),
+        hooks.EMAHook(0.9),
+        hooks.TerminateOnNaNHook(),
+        hooks.LogMetricByEpochHook(),
+    ]
+    states: list[dict[str, Any]] = []
+
+    class Snapshot(hooks.BaseHook):
+        priority = 100
+
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if self.trainer.micro_step == 11:  # epoch 2, running sums are non-empty
+                states.extend(h.state_dict() for h in hs)
+                raise StopTraining
+
+    trainer.fit(loader(32, 4), epochs=3, test_dataloader=loader(8, 4), hooks=[*hs, Snapshot()])
+    return hs, states, trainer
+
+
+def test_every_builtin_hooks_state_dict_round_trips_into_a_fresh_hook() -> None:
+    _, states, _ = _hooks_with_state()
+    fresh, _, _keep = _hooks_with_state()
+    for hook, state in zip(fresh, states, strict=True):
+        hook.load_state_dict(state)
+        assert _plain(hook.state_dict()) == _plain(state), type(hook).__name__
+    stateful = {type(h).__name__ for h, s in zip(fresh, states, strict=True) if s}
+    assert stateful == {"LossHook", "AccuracyHook", "MetricHook", "LRSchedulerHook", "EarlyStoppingHook", "EMAHook"}
+    loss_state = states[0]["acc"]["train"]
+    assert loss_state is not None and loss_state[1] > 0  # a mid-epoch running sum was captured
+    assert states[4]["best"] is not None and states[5]["num_updates"] > 0
+
+
+def test_a_stateless_hook_refuses_foreign_state() -> None:
+    with pytest.raises(HookError, match="keeps no state"):
+        hooks.LogMetricByEpochHook().load_state_dict({"x": 1})
+
+
+def test_trainer_state_round_trips_and_load_hook_states_checks_names() -> None:
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(16, 8), epochs=2, hooks=[hooks.LossHook()])
+    state = trainer.state_dict()
+    other = Trainer(make_engine())
+    other.load_state_dict(state)
+    assert other.state_dict() == state
+    assert state["fit"]["active"] is False and state["cur_epoch"] == 2
+    with pytest.raises(TrainerError, match="not registered"):
+        trainer.load_hook_states({"Ghost": {"a": 1}})
+    pending = Trainer(make_engine())
+    pending.load_hook_states({"Ghost": {"a": 1}})  # before fit: waits for the hooks
+    with pytest.raises(TrainerError, match="not registered"):
+        pending.fit(loader(8, 8), epochs=1, hooks=[hooks.LossHook()])
+    with pytest.raises(TrainerError, match="missing"):
+        other.load_state_dict({"cur_epoch": 1})
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj

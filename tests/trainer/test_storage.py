@@ -1,0 +1,59 @@
+"""The per-step storage (lazy, no sync on put) and the per-epoch history (latest, best, state)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ember.errors import TrainerError
+from ember.trainer.storage import History, StepStorage
+
+
+def test_put_scalar_keeps_tensors_without_reading_them() -> None:
+    storage = StepStorage()
+    storage.step = 3
+    storage.put_scalar("loss", torch.empty((), device="meta"))  # reading a meta tensor would raise
+    storage.put_scalars(lr=0.1)
+    assert storage.names() == ["loss", "lr"] and storage.latest_step("loss") == 3
+
+
+def test_storage_reads_latest_means_and_windows() -> None:
+    storage = StepStorage(window=3)
+    for step, v in enumerate([1.0, 2.0, 3.0, 4.0], start=1):
+        storage.put_scalar("loss", torch.tensor(v), step=step)
+    assert storage.latest("loss") == 4.0
+    assert storage.mean("loss") == 3.0 and storage.mean("loss", 2) == 3.5
+    assert storage.values("loss") == [(2, 2.0), (3, 3.0), (4, 4.0)]
+    assert storage.latest_all() == {"loss": 4.0}
+    with pytest.raises(TrainerError, match="one-element"):
+        storage.put_scalar("bad", torch.ones(2))
+    with pytest.raises(TrainerError, match="known: loss"):
+        storage.latest("nope")
+
+
+def test_history_keeps_per_epoch_values_latest_and_best() -> None:
+    h = History()
+    for epoch, (loss, acc) in enumerate([(0.9, 0.5), (0.4, 0.8), (0.6, 0.7), (float("nan"), 0.8)]):
+        h.record("test/loss", loss, epoch, mode="min")
+        h.record("test/accuracy", torch.tensor(acc), epoch, mode="max")
+    assert h.epochs("test/loss") == [0, 1, 2, 3] and math.isnan(h.latest("test/loss"))
+    assert h.best("test/loss") == 0.4 and h.best_epoch("test/loss") == 1
+    assert h.best("test/accuracy") == pytest.approx(0.8) and h.best_epoch("test/accuracy") == 1
+    assert h.best("test/loss", mode="max") == 0.9
+    assert h.at(2) == {"test/loss": 0.6, "test/accuracy": pytest.approx(0.7)}
+    assert h.get("test/loss", 7) is None
+
+
+def test_history_state_round_trips_and_unknown_modes_are_explained() -> None:
+    h = History()
+    h.record("train/loss", 1.5, 0, mode="min")
+    h.record("time", 2.0, 0)
+    other = History()
+    other.load_state_dict(h.state_dict())
+    assert other.state_dict() == h.state_dict()
+    with pytest.raises(TrainerError, match="mode='min' or 'max'"):
+        h.best("time")
+    with pytest.raises(TrainerError, match="no metric"):
+        h.latest("test/loss")
