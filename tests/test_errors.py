@@ -67,7 +67,7 @@ CASES: list[tuple[str, Callable[[Path], object], str]] = [
     ("loss without grad", lambda t: _engine().backward(torch.tensor(1.0)), "does not require grad"),
     ("engine without criterion", lambda t: _init(criterion=None)[0].criterion(1, 2), "no criterion"),
     ("engine state without model", lambda t: _engine().load_state_dict({"weight": 1}), "missing"),
-    ("tensor parallel not available", lambda t: _init({"parallel": {"tensor": 2}}), "parallel.tensor"),
+    ("tensor size that does not fit the world", lambda t: _init({"parallel": {"tensor": 3}}), "parallel.tensor"),
 ]
 
 

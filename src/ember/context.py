@@ -4,19 +4,123 @@
 ``ember.context`` and ``ember.config`` read it. Code that works with or without a launch
 (``ember.initialize`` in a plain single-process script) calls :func:`get_context` with
 ``default=True`` to get a single-process context that is not stored.
+
+The job's processes form a grid, the :class:`ParallelLayout`: ``pipeline × data × tensor``
+(tensor innermost, so the ranks of one tensor-parallel group are neighbours). With more than
+one process the launch builds one :class:`~torch.distributed.device_mesh.DeviceMesh` over that
+grid with the dimension names :data:`MESH_DIMS`; ``ember.context.coords`` is this rank's
+position in it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember.errors import ContextError
+from ember.errors import ConfigError, ContextError, LaunchError
 
 if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
     from ember.config import Config
+
+MESH_DIMS = ("pipeline", "data", "tensor")
+"""The DeviceMesh's dimension names, outermost first (ranks ``(p * data + d) * tensor + t``)."""
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """How many ranks each kind of parallelism spans; their product is the world size.
+
+    Attributes:
+        pipeline: pipeline stages (``parallel.pipeline.size``).
+        data: data-parallel replicas (``parallel.data``; ZeRO/FSDP shard over this dimension).
+        tensor: tensor-parallel ranks (``parallel.tensor.size``); they see the same batches.
+
+    Example:
+        >>> layout = ParallelLayout.from_config({"tensor": 2}, world_size=4)
+        >>> layout, layout.coords(3)
+        (ParallelLayout(pipeline=1, data=2, tensor=2), {'pipeline': 0, 'data': 1, 'tensor': 1})
+    """
+
+    pipeline: int = 1
+    data: int = 1
+    tensor: int = 1
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes the layout needs."""
+        return self.pipeline * self.data * self.tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The mesh shape, in the order of :data:`MESH_DIMS`."""
+        return (self.pipeline, self.data, self.tensor)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """The position of global ``rank`` in the grid, e.g. ``{"pipeline": 0, "data": 1, "tensor": 0}``."""
+        if not 0 <= rank < self.world_size:
+            raise LaunchError(f"rank {rank} is outside the {self.world_size} ranks of {self}")
+        rest, t = divmod(rank, self.tensor)
+        p, d = divmod(rest, self.data)
+        return {"pipeline": p, "data": d, "tensor": t}
+
+    def build_mesh(self, device_type: str) -> DeviceMesh:
+        """Create the DeviceMesh over the default process group (a collective: every rank calls it)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(device_type, self.shape, mesh_dim_names=MESH_DIMS)
+
+    @classmethod
+    def from_config(cls, parallel: Mapping[str, Any] | None, world_size: int) -> ParallelLayout:
+        """The layout that the config's ``parallel`` section asks for, checked against the world.
+
+        ``parallel.data`` left unset fills what the tensor and pipeline sizes leave over.
+
+        Raises:
+            ConfigError: the sizes do not multiply to ``world_size``; the message lists the
+                layouts that do.
+        """
+        parallel = parallel or {}
+        tensor = _size(parallel.get("tensor"))
+        pipeline = _size(parallel.get("pipeline"))
+        data = parallel.get("data")
+        inner = tensor * pipeline
+        if data is None and world_size % inner == 0:
+            return cls(pipeline=pipeline, data=world_size // inner, tensor=tensor)
+        if data is not None and data * inner == world_size:
+            return cls(pipeline=pipeline, data=data, tensor=tensor)
+        asked = f"parallel.data={'unset' if data is None else data} × parallel.tensor.size={tensor} × "
+        asked += f"parallel.pipeline.size={pipeline}"
+        raise ConfigError(
+            f"config {asked} does not fit the job's {world_size} process(es): data × tensor × pipeline "
+            f"must equal {world_size}. Sizes that fit: {_factorizations(world_size)} (or launch "
+            f"{(data or 1) * inner} processes)"
+        )
+
+
+def _size(section: Any) -> int:
+    if section is None:
+        return 1
+    if isinstance(section, Mapping):
+        return int(section.get("size") or 1)
+    return int(section)
+
+
+def _factorizations(world_size: int, limit: int = 12) -> str:
+    """``"data=4; data=2 tensor=2; ..."`` for every (data, tensor, pipeline) with that product."""
+    fits = [
+        (d, t, world_size // (d * t))
+        for t in range(1, world_size + 1)
+        for d in range(world_size, 0, -1)
+        if world_size % (d * t) == 0
+    ]
+    fits.sort(key=lambda f: (f[2], f[1]))
+    shown = [f"data={d} tensor={t} pipeline={p}" for d, t, p in fits[:limit]]
+    return "; ".join(shown) + ("; ..." if len(fits) > limit else "")
 
 
 @dataclass(frozen=True)
@@ -31,6 +135,9 @@ class Context:
         seed: the base seed; each rank seeds its generators with ``seed + rank``.
         config: the validated job config.
         backend: the ``torch.distributed`` backend, or None when no process group exists.
+        layout: the pipeline × data × tensor grid of the launched config.
+        mesh: the DeviceMesh over that grid (dims :data:`MESH_DIMS`), or None in a
+            single-process job.
     """
 
     rank: int = 0
@@ -40,6 +147,23 @@ class Context:
     seed: int = 1024
     config: Config | None = None
     backend: str | None = None
+    layout: ParallelLayout = field(default_factory=ParallelLayout)
+    mesh: DeviceMesh | None = None
+
+    @property
+    def coords(self) -> dict[str, int]:
+        """This rank's position in the grid: ``{"pipeline": p, "data": d, "tensor": t}``."""
+        return self.layout.coords(self.rank)
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This rank's index among the data-parallel replicas: what the data sampler shards by."""
+        return self.coords["data"]
+
+    @property
+    def data_parallel_size(self) -> int:
+        """The number of data-parallel replicas (world size / (tensor × pipeline))."""
+        return self.layout.data
 
     @property
     def is_main_process(self) -> bool:
@@ -53,6 +177,7 @@ class Context:
 
 
 _CONTEXT: Context | None = None
+_MESHES: dict[ParallelLayout, DeviceMesh] = {}
 
 
 def default_device() -> torch.device:
@@ -102,9 +227,28 @@ def set_context(ctx: Context) -> None:
     _CONTEXT = ctx
 
 
+def get_mesh(layout: ParallelLayout) -> DeviceMesh | None:
+    """The DeviceMesh for ``layout``: the launched one, or one built (once) for a per-Engine layout.
+
+    Building a mesh is a collective, so every rank must ask for the same layout at the same
+    point (``ember.initialize`` with the same config on every rank does). None in one process.
+    """
+    ctx = get_context(default=True)
+    if layout.world_size != ctx.world_size:
+        raise LaunchError(f"{layout} needs {layout.world_size} processes, but the job has {ctx.world_size}")
+    if ctx.world_size == 1:
+        return None
+    if layout == ctx.layout and ctx.mesh is not None:
+        return ctx.mesh
+    if layout not in _MESHES:
+        _MESHES[layout] = layout.build_mesh(ctx.device.type)
+    return _MESHES[layout]
+
+
 def reset() -> None:
     """Forget the context and destroy the process group ember created (tests, notebooks)."""
     global _CONTEXT
+    _MESHES.clear()
     if _CONTEXT is not None and _CONTEXT.backend is not None:
         import torch.distributed as dist
 
@@ -114,7 +258,8 @@ def reset() -> None:
 
 
 _FIELDS = frozenset({"rank", "local_rank", "world_size", "device", "seed", "config", "backend",
-                     "is_main_process", "is_distributed"})  # fmt: skip
+                     "is_main_process", "is_distributed", "layout", "mesh", "coords",
+                     "data_parallel_rank", "data_parallel_size"})  # fmt: skip
 
 
 def __getattr__(name: str) -> object:

@@ -27,10 +27,14 @@ class ResumableSampler(Sampler[int]):
     every rank sees the same number of samples; :attr:`real_num_samples` says how many of this
     rank's samples are not such repeats (the repeats are at the end of each rank's share).
 
+    Under tensor (or pipeline) parallelism the ranks of one group must see the same batches, so
+    the defaults are the *data-parallel* size and rank (``ember.context.data_parallel_size`` /
+    ``data_parallel_rank``), which equal the world size and global rank without those.
+
     Args:
         dataset: anything with ``len()``.
-        num_replicas: number of ranks (default: the world size).
-        rank: this rank (default: the global rank).
+        num_replicas: number of data-parallel replicas (default: see above).
+        rank: this replica's index (default: see above).
         shuffle: reshuffle every epoch.
         seed: the shuffling seed; equal on every rank.
         drop_last: cut the tail instead of padding it.
@@ -50,8 +54,9 @@ class ResumableSampler(Sampler[int]):
         drop_last: bool = False,
     ) -> None:
         self.dataset_len = len(dataset)
-        self.num_replicas = distributed.world_size() if num_replicas is None else num_replicas
-        self.rank = distributed.rank() if rank is None else rank
+        default_rank, default_replicas = data_parallel_rank_and_size()
+        self.num_replicas = default_replicas if num_replicas is None else num_replicas
+        self.rank = default_rank if rank is None else rank
         if not 0 <= self.rank < self.num_replicas:
             raise DataError(f"sampler rank {self.rank} is outside 0…{self.num_replicas - 1}")
         self.shuffle = shuffle
@@ -162,14 +167,25 @@ def get_dataloader(
                       pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
 
 
-def make_resumable(loader: DataLoader[Any], seed: int | None = None) -> DataLoader[Any]:
+def make_resumable(
+    loader: DataLoader[Any], seed: int | None = None, *, num_replicas: int | None = None, rank: int | None = None
+) -> DataLoader[Any]:
     """Return ``loader`` rebuilt with a :class:`ResumableSampler` (the same loader if it has one).
 
     Keeps batch size, workers, collate function, pinning and ``drop_last``; shuffles when the
-    original used a random sampler. ``initialize`` calls this for loaders it is given.
+    original used a random sampler. ``initialize`` calls this for loaders it is given, with the
+    Engine's data-parallel ``num_replicas``/``rank``: a ResumableSampler that shards differently
+    is rebuilt with the same shuffle, seed and ``drop_last``.
     """
-    if isinstance(loader.sampler, ResumableSampler):
-        return loader
+    if num_replicas is None or rank is None:
+        rank, num_replicas = data_parallel_rank_and_size()
+    old = loader.sampler
+    if isinstance(old, ResumableSampler):
+        if (old.num_replicas, old.rank) == (num_replicas, rank):
+            return loader
+        sampler = ResumableSampler(loader.dataset, num_replicas, rank, old.shuffle, old.seed, old.drop_last)  # type: ignore[arg-type]
+        sampler.set_epoch(old.epoch)
+        return _with_sampler(loader, sampler)
     if loader.batch_size is None:
         raise DataError(
             "this DataLoader uses a custom batch_sampler, which ember cannot split across ranks: "
@@ -185,7 +201,13 @@ def make_resumable(loader: DataLoader[Any], seed: int | None = None) -> DataLoad
         )
     if type(loader.sampler).__name__ == "DistributedSampler":
         shuffle = bool(getattr(loader.sampler, "shuffle", False))
-    sampler = ResumableSampler(loader.dataset, shuffle=shuffle, seed=_default_seed(seed), drop_last=loader.drop_last)
+    sampler = ResumableSampler(
+        loader.dataset, num_replicas, rank, shuffle=shuffle, seed=_default_seed(seed), drop_last=loader.drop_last
+    )
+    return _with_sampler(loader, sampler)
+
+
+def _with_sampler(loader: DataLoader[Any], sampler: ResumableSampler) -> DataLoader[Any]:
     return DataLoader(
         loader.dataset,
         batch_size=loader.batch_size,
@@ -199,6 +221,16 @@ def make_resumable(loader: DataLoader[Any], seed: int | None = None) -> DataLoad
         persistent_workers=loader.persistent_workers,
         prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
     )
+
+
+def data_parallel_rank_and_size() -> tuple[int, int]:
+    """``(rank, size)`` among data-parallel replicas: the launched context's, else the process group's."""
+    from ember import context
+
+    if context.is_launched():
+        ctx = context.get_context()
+        return ctx.data_parallel_rank, ctx.data_parallel_size
+    return distributed.rank(), distributed.world_size()
 
 
 def _default_seed(seed: int | None) -> int:

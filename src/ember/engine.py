@@ -10,12 +10,13 @@ A training loop keeps PyTorch's shape::
         engine.step()                   # on the boundary: unscale, handlers, clip, update
 
 One ``step`` serves every configuration: what differs between fp32, bf16 and fp16-with-scaler
-is a :class:`~ember.amp.Precision` policy.
+is a :class:`~ember.amp.Precision` policy; what differs between one process, DDP, ZeRO-1,
+FSDP2 and tensor parallelism (gradient sync, clipping over shards, gathering state) is a
+:class:`~ember.parallel.policy.ParallelPolicy`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ember.amp import Precision, make_precision
 from ember.config import Config
 from ember.errors import EngineError
+from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
 Criterion = Callable[..., torch.Tensor]
 
@@ -34,11 +36,12 @@ class Engine:
     """Runs forward, backward and optimizer steps for one model.
 
     Build it with :func:`ember.initialize`, which validates the pieces, moves the model to the
-    device and wraps it for data parallelism.
+    device and makes it parallel as the config says (DDP, ZeRO, FSDP2, tensor parallel).
 
     Args:
         model: the user's module (its ``state_dict`` keys are the ones checkpoints use).
-        optimizer: the optimizer over the model's parameters.
+        optimizer: the optimizer that steps (under ZeRO/FSDP2/TP the one ``initialize`` built
+            from the user's: see :attr:`optimizer`).
         criterion: the loss function, called as ``criterion(output, label)``.
         config: the validated config (``amp``, ``gradient_accumulation``, ``clip_grad_norm``,
             ``gradient_handler``, ``grad_scaler``).
@@ -46,6 +49,9 @@ class Engine:
         train_module: what the forward pass runs through while gradients are on (the DDP
             wrapper, a compiled module); defaults to ``model``.
         eval_module: what it runs through under ``torch.no_grad()``; defaults to ``model``.
+        precision: the AMP policy; by default the one for ``config.amp``.
+        parallel: the parallel policy; by default DDP's when ``train_module`` is a DDP
+            wrapper, else the single-process one.
 
     Example:
         >>> engine, train_dl, _, _ = ember.initialize(model, optimizer, nn.CrossEntropyLoss(), train_dl)
@@ -64,6 +70,7 @@ class Engine:
         train_module: nn.Module | None = None,
         eval_module: nn.Module | None = None,
         precision: Precision | None = None,
+        parallel: ParallelPolicy | None = None,
     ) -> None:
         self._model = model
         self._train_module = train_module if train_module is not None else model
@@ -77,7 +84,11 @@ class Engine:
         self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(config.gradient_handler)
         self.precision = precision or make_precision(config.amp, device, dict(config.grad_scaler))
         self._params: list[nn.Parameter] = [p for g in optimizer.param_groups for p in g["params"]]
-        self._ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
+        if parallel is None:
+            ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
+            parallel = DataParallelPolicy(ddp) if ddp is not None else ParallelPolicy()
+        self.parallel = parallel
+        """How gradients synchronise, clipping reduces and state is gathered (DDP, ZeRO, FSDP2, TP)."""
         self.micro_step = 0
         """Backward calls made in the open accumulation cycle."""
         self.sync_gradients = False
@@ -95,7 +106,9 @@ class Engine:
         """The user's own module, without DDP or compile wrappers (clean ``state_dict`` keys).
 
         Run the forward pass through ``engine(x)``: calling ``engine.model(x)`` directly
-        bypasses autocast and the gradient synchronisation of data parallelism.
+        bypasses autocast and the gradient synchronisation of data parallelism. Under FSDP2 or
+        tensor parallelism its parameters are DTensor shards: use :meth:`state_dict` for the
+        full weights.
         """
         return self._model
 
@@ -106,7 +119,10 @@ class Engine:
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The user's optimizer."""
+        """The optimizer that steps: the user's, or under ``zero`` stage 1 a
+        ZeroRedundancyOptimizer of its class, or under FSDP2/tensor parallelism a new instance
+        of its class over the sharded parameters (same defaults and param groups). The
+        ``lr_scheduler`` given to :func:`ember.initialize` drives this one."""
         return self._optimizer
 
     @property
@@ -161,8 +177,7 @@ class Engine:
         self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
         if self.gradient_accumulation > 1:
             loss = loss / self.gradient_accumulation
-        no_sync = self._ddp.no_sync() if self._ddp is not None and not self.sync_gradients else contextlib.nullcontext()
-        with no_sync:
+        with self.parallel.gradient_sync(self.sync_gradients):
             self.precision.scale(loss).backward()
 
     def step(self) -> bool:
@@ -184,7 +199,7 @@ class Engine:
             for handler in self.gradient_handlers:
                 handler(with_grads)
         if self.clip_grad_norm is not None:
-            self.last_grad_norm = nn.utils.clip_grad_norm_(self._params, self.clip_grad_norm)
+            self.last_grad_norm = self.parallel.clip_grad_norm_(self._params, self.clip_grad_norm)
         updated = self.precision.step(self._optimizer)
         self.last_step_skipped = not updated
         self.micro_step = 0
@@ -205,11 +220,19 @@ class Engine:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: model (unwrapped keys), optimizer, scaler, counters.
 
-        Mid-way through an accumulation cycle the partial gradients are included too.
+        Mid-way through an accumulation cycle the partial gradients are included too (not under
+        FSDP2/tensor parallelism, where that raises EngineError: save at a boundary).
+
+        The model and optimizer entries are full (unsharded) state in the single-process
+        format. Under ZeRO-1, FSDP2 and tensor parallelism this is a collective, so call it on
+        every rank; only rank 0 gets the sharded parts (ZeRO-1: the optimizer; FSDP2/TP: model
+        and optimizer), the other ranks get ``{}`` in their place. Rank 0 saves.
         """
+        require_boundary(self.parallel, self.micro_step)
+        model_state, optimizer_state = self.parallel.state_dicts(self._model, self._optimizer)
         state: dict[str, Any] = {
-            "model": self._model.state_dict(),
-            "optimizer": self._optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
             "precision": self.precision.state_dict(),
             "micro_step": self.micro_step,
             "num_updates": self.num_updates,
@@ -219,15 +242,19 @@ class Engine:
         return state
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
-        """Restore what :meth:`state_dict` returned (model keys without any wrapper prefix)."""
+        """Restore what :meth:`state_dict` returned (model keys without any wrapper prefix).
+
+        Under ZeRO-1, FSDP2 and tensor parallelism call it on every rank, with the full state
+        on every rank, or on rank 0 only and ``{}`` for ``"model"``/``"optimizer"`` elsewhere
+        (as :meth:`state_dict` returns them there): rank 0's state is then broadcast.
+        """
         missing = [k for k in ("model", "optimizer") if k not in state]
         if missing:
             raise EngineError(
                 f"engine state is missing {missing}: pass what engine.state_dict() returned "
                 "(for bare weights use engine.model.load_state_dict(...))"
             )
-        self._model.load_state_dict(state["model"], strict=strict)
-        self._optimizer.load_state_dict(state["optimizer"])
+        state = self.parallel.load(self._model, self._optimizer, state, strict)
         self.precision.load_state_dict(state.get("precision", {}))
         self.micro_step = int(state.get("micro_step", 0))
         self.num_updates = int(state.get("num_updates", 0))

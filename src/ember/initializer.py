@@ -14,8 +14,8 @@ from ember import context as _context
 from ember.config import Config, load_config, merge_configs
 from ember.data import make_resumable
 from ember.engine import Criterion, Engine
-from ember.errors import ConfigError, EngineError, LaunchError
-from ember.parallel import wrap_data_parallel
+from ember.errors import EngineError, LaunchError
+from ember.parallel.strategy import check_parallel, parallelize
 
 
 def initialize(
@@ -29,9 +29,15 @@ def initialize(
 ) -> tuple[Engine, DataLoader[Any] | None, DataLoader[Any] | None, Any | None]:
     """Wrap the user's training objects in an :class:`~ember.engine.Engine`.
 
-    Moves the model to this process's device, compiles it when ``compile`` is set, wraps it in
-    DDP when the world has several processes, and gives the dataloaders ember's resumable
-    (and, under several processes, distributed) sampler when they lack it.
+    Moves the model to this process's device, compiles it when ``compile`` is set, makes it
+    parallel as ``parallel``/``zero`` say (DDP when the world has several processes; ZeRO-1,
+    FSDP2, tensor parallel, see ``docs/parallel.md``), and gives the dataloaders ember's
+    resumable sampler, sharded by the *data-parallel* rank and size (ranks of one
+    tensor-parallel group see the same batches).
+
+    Under ZeRO and FSDP2/tensor parallelism the optimizer that steps is a new one built from
+    ``optimizer``'s class, defaults and param groups (``engine.optimizer``); ``lr_scheduler`` is
+    moved over to it, so build schedulers before calling this and pass them in.
 
     Args:
         model: the model (an ``nn.Module``).
@@ -39,12 +45,17 @@ def initialize(
         criterion: the loss, called as ``criterion(output, label)``.
         train_dataloader: the training loader, made distributed/resumable if needed.
         test_dataloader: the evaluation loader, likewise.
-        lr_scheduler: returned as is (checked to drive ``optimizer``).
+        lr_scheduler: returned (checked to drive ``optimizer``; re-pointed at ``engine.optimizer``).
         config: settings for this Engine only, merged on top of the launched config (a file
             path, a dict or a Config). Works without ``ember.launch`` in a single process.
 
     Returns:
         ``(engine, train_dataloader, test_dataloader, lr_scheduler)``.
+
+    Raises:
+        ConfigError: bad ``parallel``/``zero`` settings, a missing tensor-parallel plan, sizes
+            that do not fit the world (all raised before any collective).
+        EngineError: unusable model, optimizer, criterion, scheduler or dataloader.
 
     Example:
         >>> engine, train_dl, test_dl, sched = ember.initialize(model, opt, nn.CrossEntropyLoss(),
@@ -60,23 +71,27 @@ def initialize(
     base = ctx.config if ctx.config is not None else load_config(None)
     cfg = merge_configs(base, config) if config is not None else base
     _check_objects(model, optimizer, criterion, lr_scheduler)
-    _check_parallel(cfg, ctx.world_size)
+    plan = check_parallel(cfg, model, optimizer, ctx.world_size)
     if cfg.deterministic and not _context.is_launched():
         torch.use_deterministic_algorithms(True)
 
     model.to(ctx.device)
     if isinstance(criterion, nn.Module):
         criterion.to(ctx.device)
-    eval_module: nn.Module = model
-    if cfg.compile:
-        options = dict(cfg.compile) if isinstance(cfg.compile, Mapping) else {}
-        eval_module = torch.compile(model, **options)  # type: ignore[assignment]
-    train_module = eval_module
-    if ctx.world_size > 1:
-        train_module = wrap_data_parallel(eval_module, ctx.device, cfg.ddp)
-
-    engine = Engine(model, optimizer, criterion, cfg, ctx.device, train_module=train_module, eval_module=eval_module)
-    return engine, _prepare_loader(train_dataloader, ctx), _prepare_loader(test_dataloader, ctx), lr_scheduler
+    built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    engine = Engine(
+        model,
+        built.optimizer,
+        criterion,
+        cfg,
+        ctx.device,
+        train_module=built.train_module,
+        eval_module=built.eval_module,
+        parallel=built.policy,
+    )
+    shard = (plan.layout.coords(ctx.rank)["data"], plan.layout.data)
+    train_dataloader = _prepare_loader(train_dataloader, ctx, shard)
+    return engine, train_dataloader, _prepare_loader(test_dataloader, ctx, shard), lr_scheduler
 
 
 def _check_objects(model: Any, optimizer: Any, criterion: Any, lr_scheduler: Any) -> None:
@@ -103,28 +118,9 @@ def _check_objects(model: Any, optimizer: Any, criterion: Any, lr_scheduler: Any
         raise EngineError("lr_scheduler drives a different optimizer than the one given to initialize")
 
 
-def _check_parallel(cfg: Config, world_size: int) -> None:
-    data = cfg.parallel.data
-    if data is not None and data != world_size:
-        raise ConfigError(
-            f"config parallel.data={data} but the job has {world_size} process(es): set parallel.data="
-            f"{world_size} or leave it unset, or launch {data} processes"
-        )
-    for kind in ("tensor", "pipeline"):
-        size = cfg.parallel[kind].size
-        if size > 1:
-            raise ConfigError(
-                f"config parallel.{kind}.size={size}: {kind} parallelism is not available in this ember "
-                f"version; use data parallelism (leave parallel.{kind} unset)"
-            )
-    if cfg.zero is not None:
-        raise ConfigError(
-            "config key 'zero' is not available in this ember version: remove it (data parallelism "
-            "with DDP is used when several processes run)"
-        )
-
-
-def _prepare_loader(loader: DataLoader[Any] | None, ctx: _context.Context) -> DataLoader[Any] | None:
+def _prepare_loader(
+    loader: DataLoader[Any] | None, ctx: _context.Context, shard: tuple[int, int]
+) -> DataLoader[Any] | None:
     if loader is None:
         return None
     if not isinstance(loader, DataLoader):
@@ -132,4 +128,4 @@ def _prepare_loader(loader: DataLoader[Any] | None, ctx: _context.Context) -> Da
     sampler_name = type(loader.sampler).__name__
     if ctx.world_size == 1 and sampler_name not in ("RandomSampler", "SequentialSampler", "DistributedSampler"):
         return loader  # a custom sampler: keep it; mid-epoch resume then replays from the epoch start
-    return make_resumable(loader)
+    return make_resumable(loader, rank=shard[0], num_replicas=shard[1])

@@ -1,4 +1,4 @@
-"""Start a process's part in a job: process group, device, seeds, config, context.
+"""Start a process's part in a job: process group, device mesh, seeds, config, context.
 
 ``launch`` takes everything explicitly; ``launch_from_torch``, ``launch_from_slurm`` and
 ``launch_from_openmpi`` read it from the environment their launcher sets.
@@ -58,6 +58,7 @@ def launch(
     """
     cfg = load_config(config, overrides)
     _check_ranks(rank, world_size, local_rank)
+    layout = _context.ParallelLayout.from_config(cfg.parallel, world_size)  # before any collective
     local_rank = rank if local_rank is None else local_rank
     _context.ensure_not_launched()
     backend = _pick_backend(backend)
@@ -72,6 +73,7 @@ def launch(
         device = torch.device("cpu")
 
     group_backend = None
+    mesh = None
     if world_size > 1:
         if dist.is_initialized():
             raise LaunchError(
@@ -92,6 +94,7 @@ def launch(
                 f"{world_size} with backend {backend!r}: {exc}"
             ) from None
         group_backend = backend
+        mesh = _build_mesh(layout, device)
 
     base_seed = cfg.seed if cfg.seed is not None else seed
     seed_everything(base_seed + rank, deterministic=cfg.deterministic)
@@ -103,6 +106,8 @@ def launch(
         seed=base_seed,
         config=cfg,
         backend=group_backend,
+        layout=layout,
+        mesh=mesh,
     )
     _context.set_context(ctx)
     if verbose and rank == 0:
@@ -110,7 +115,8 @@ def launch(
 
         get_dist_logger().info(
             f"launched {world_size} process(es), backend={group_backend or 'none'}, "
-            f"device={device.type}, seed={base_seed}"
+            f"device={device.type}, seed={base_seed}, mesh pipeline×data×tensor="
+            f"{layout.pipeline}×{layout.data}×{layout.tensor}"
         )
     return ctx
 
@@ -196,6 +202,14 @@ def launch_from_openmpi(
         seed=seed,
         verbose=verbose,
     )
+
+
+def _build_mesh(layout: _context.ParallelLayout, device: torch.device) -> Any:
+    """The job's DeviceMesh; a failure is a LaunchError on every rank (all ranks build it)."""
+    try:
+        return layout.build_mesh(device.type)
+    except (RuntimeError, ValueError) as exc:
+        raise LaunchError(f"could not build the device mesh {layout} on {device.type}: {exc}") from None
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:

@@ -1,0 +1,237 @@
+"""Parallel policies: what the Engine's one step does differently per kind of parallelism.
+
+The Engine calls the same few things whatever runs underneath:
+
+* :meth:`ParallelPolicy.gradient_sync` around ``backward`` (DDP's ``no_sync`` / FSDP2's
+  ``set_requires_gradient_sync(False)`` on the non-boundary micro-steps of accumulation);
+* :meth:`ParallelPolicy.clip_grad_norm_` (a global norm, also over sharded gradients);
+* :meth:`ParallelPolicy.state_dicts` / :meth:`ParallelPolicy.load` (full, unsharded model and
+  optimizer state; collectives under ZeRO and FSDP2/TP, so every rank calls them). ``load``
+  takes the full state on every rank, or on rank 0 only with ``{}`` in its place elsewhere.
+
+===================  ============================  ===========================================
+policy               built for                     state_dict on rank 0 / on other ranks
+===================  ============================  ===========================================
+ParallelPolicy       one process                   full / –
+DataParallelPolicy   DDP (world > 1)               full / full
+ZeroPolicy           DDP + ZeroRedundancyOptimizer full model and optimizer / full model, ``{}``
+ShardedPolicy        FSDP2 and/or tensor parallel  full model and optimizer / ``{}``, ``{}``
+===================  ============================  ===========================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import distributed
+from ember.errors import EngineError
+
+
+class ParallelPolicy:
+    """One process, or a model that needs no gradient synchronisation: plain PyTorch."""
+
+    name = "none"
+    """What was built, e.g. ``"ddp"`` or ``"tensor parallel ×2 + FSDP2 zero stage 3 ×2"``."""
+    keeps_partial_grads = True
+    """Whether ``engine.state_dict()`` can carry the gradients of an open accumulation cycle."""
+
+    @contextlib.contextmanager
+    def gradient_sync(self, enabled: bool) -> Iterator[None]:
+        """The context ``backward`` runs in; ``enabled`` is False on non-boundary micro-steps."""
+        yield
+
+    def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+        """Clip the gradients in place to a global 2-norm of ``max_norm``; return the norm before."""
+        return nn.utils.clip_grad_norm_(params, max_norm)
+
+    def state_dicts(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The model's and the optimizer's state, unsharded (model keys without wrapper prefixes)."""
+        return model.state_dict(), optimizer.state_dict()
+
+    def load(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
+    ) -> dict[str, Any]:
+        """Load ``state["model"]`` and ``state["optimizer"]`` (full, as :meth:`state_dicts` gives them).
+
+        Returns:
+            The state whose other entries (scaler, counters) the Engine restores: ``state``
+            itself, or rank 0's when the tensors came from rank 0.
+        """
+        model.load_state_dict(state["model"], strict=strict)
+        optimizer.load_state_dict(state["optimizer"])
+        return state
+
+
+class DataParallelPolicy(ParallelPolicy):
+    """DDP: skip the gradient all-reduce with ``no_sync`` on non-boundary micro-steps."""
+
+    name = "ddp"
+
+    def __init__(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        self.ddp = ddp
+
+    @contextlib.contextmanager
+    def gradient_sync(self, enabled: bool) -> Iterator[None]:
+        with contextlib.nullcontext() if enabled else self.ddp.no_sync():
+            yield
+
+
+class ZeroPolicy(DataParallelPolicy):
+    """DDP with a :class:`~torch.distributed.optim.ZeroRedundancyOptimizer` (ZeRO stage 1).
+
+    ``state_dicts`` consolidates the optimizer state on rank 0 (``consolidate_state_dict(to=0)``);
+    the other ranks return ``{}`` for it. Loading takes the full optimizer state, from every rank
+    or broadcast from rank 0 when the others pass ``{}``.
+    """
+
+    name = "zero1"
+
+    def state_dicts(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        optimizer.consolidate_state_dict(to=0)  # type: ignore[attr-defined]
+        return model.state_dict(), optimizer.state_dict() if distributed.rank() == 0 else {}
+
+    def load(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
+    ) -> dict[str, Any]:
+        if distributed.any_true(not state["optimizer"]):
+            state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
+        # ZeroRedundancyOptimizer.load_state_dict sets other ranks' entries to None in the dict
+        # it is given: hand it copies of the containers, so the caller's state stays whole.
+        model.load_state_dict(state["model"], strict=strict)
+        optimizer.load_state_dict(_containers(state["optimizer"]))
+        return state
+
+
+class ShardedPolicy(ParallelPolicy):
+    """Parameters are DTensors: FSDP2 (ZeRO stage 2/3) over the data dim, tensor parallel, or both.
+
+    Args:
+        fsdp_root: the root module that ``fully_shard`` was applied to, or None (TP only).
+        description: what was built, for the log.
+    """
+
+    keeps_partial_grads = False
+
+    def __init__(self, fsdp_root: nn.Module | None, description: str) -> None:
+        self.fsdp_root = fsdp_root
+        self.name = description
+
+    @contextlib.contextmanager
+    def gradient_sync(self, enabled: bool) -> Iterator[None]:
+        if self.fsdp_root is None:
+            yield
+            return
+        self.fsdp_root.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+        yield
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for p in params if p.grad is not None]
+        total = global_grad_norm(grads)
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        # Scale each rank's local shard: the same factor everywhere, whatever the placement, and
+        # no DTensor op that would mix meshes (TP params) with plain tensors (unplanned params).
+        for grad in grads:
+            local = grad.to_local() if isinstance(grad, DTensor) else grad
+            local.mul_(coef.to(local.device, local.dtype))
+        return total
+
+    def state_dicts(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
+        return model_state, _indexed(optimizer_state) if optimizer_state else {}
+
+    def load(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
+    ) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        from_rank0 = distributed.any_true(not state["model"])
+        if from_rank0:  # the small rest (scaler, counters) comes from rank 0 too
+            rest = distributed.broadcast_object({k: v for k, v in state.items() if k not in ("model", "optimizer")})
+            state = {**rest, "model": state["model"], "optimizer": state["optimizer"]}
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=from_rank0, strict=strict)
+        # Two calls, not set_state_dict: given an empty model dict (ranks != 0 under broadcast),
+        # set_state_dict treats the call as optimizer-only and skips the model's broadcast.
+        # Containers are copied because torch replaces their entries with this rank's shards.
+        set_model_state_dict(model, dict(state["model"]), options=options)
+        optimizer_state = _named(_containers(state["optimizer"]), model, optimizer) if state["optimizer"] else {}
+        set_optimizer_state_dict(model, optimizer, optimizer_state, options=options)
+        return state
+
+
+def _containers(value: Any) -> Any:
+    """A copy of the nested dicts and lists in ``value``; tensors and other leaves are shared."""
+    if isinstance(value, dict):
+        return {k: _containers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_containers(v) for v in value]
+    return value
+
+
+def _indexed(state: dict[str, Any]) -> dict[str, Any]:
+    """DCP's optimizer state (keyed by parameter name) in ``Optimizer.state_dict()``'s format
+    (keyed by position), so that it loads into the same optimizer in one process."""
+    index: dict[str, int] = {}
+    groups = []
+    for group in state["param_groups"]:
+        groups.append({**group, "params": [index.setdefault(name, len(index)) for name in group["params"]]})
+    return {"state": {index[name]: value for name, value in state["state"].items()}, "param_groups": groups}
+
+
+def _named(state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The reverse of :func:`_indexed` for this model and optimizer."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    if len(order) != sum(len(g["params"]) for g in state["param_groups"]):
+        raise EngineError(
+            f"the optimizer state holds {sum(len(g['params']) for g in state['param_groups'])} parameters, "
+            f"this optimizer {len(order)}: load the state of the same model and optimizer"
+        )
+    groups = [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]]
+    return {"state": {order[int(i)]: value for i, value in state["state"].items()}, "param_groups": groups}
+
+
+def global_grad_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients together, as a plain tensor equal on every rank.
+
+    DTensor gradients are grouped by device mesh (under FSDP×TP, parameters outside the TP plan
+    live on the data mesh only, the others on the 2-D mesh); each group's norm is reduced over
+    its mesh with ``full_tensor()``, then the groups' norms are combined.
+    """
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for g in grads:
+        key = g.device_mesh if isinstance(g, DTensor) else None
+        groups.setdefault(key, []).append(g)
+    norms = []
+    for group in groups.values():
+        norm = nn.utils.get_total_norm(group)
+        norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    if not norms:
+        return torch.tensor(0.0)
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+
+
+def require_boundary(policy: ParallelPolicy, micro_step: int) -> None:
+    """Sharded gradients of an open accumulation cycle cannot be saved: say so, clearly."""
+    if micro_step > 0 and not policy.keeps_partial_grads:
+        raise EngineError(
+            f"engine.state_dict() was called {micro_step} micro-step(s) into an accumulation cycle under "
+            f"{policy.name}, whose partial gradients are sharded and cannot be saved: save after "
+            "engine.step() has returned True (at an accumulation boundary)"
+        )

@@ -1,0 +1,164 @@
+"""From the config to a parallel model: check everything first, then build in one place.
+
+:func:`check_parallel` runs before anything touches a process group, so bad settings fail
+on every rank with one clear error instead of a hang. :func:`parallelize` then builds, per the
+table in ``docs/parallel.md``:
+
+=============================================  ================================================
+config                                         what runs
+=============================================  ================================================
+one process                                    the model itself (``zero`` is a no-op)
+world > 1                                      DDP over the ``"data"`` dim
+``zero=dict(stage=1)``                         DDP + ZeroRedundancyOptimizer
+``zero=dict(stage=2 | 3)``                     FSDP2 ``fully_shard`` on the ``"data"`` dim
+``parallel=dict(tensor=T)``                    ``parallelize_module`` on the ``"tensor"`` dim
+``tensor=T`` with data > 1, ``zero`` 2 | 3     TP, then FSDP2 on the data dim (2-D)
+=============================================  ================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ember import context as _context
+from ember.config import Config
+from ember.context import Context, ParallelLayout
+from ember.errors import ConfigError
+from ember.parallel.ddp import wrap_data_parallel
+from ember.parallel.optim import check_rebuildable, parameter_names, rebuild_optimizer, retarget_scheduler
+from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, ShardedPolicy, ZeroPolicy
+from ember.parallel.tensor import apply_tensor_parallel, resolve_plan
+from ember.parallel.zero import broadcast_module, fully_shard_model, zero_optimizer
+
+
+@dataclass
+class Parallelized:
+    """What :func:`parallelize` built for the Engine.
+
+    Attributes:
+        train_module: what the training forward runs through (DDP, or the sharded model).
+        eval_module: what the forward runs through under ``torch.no_grad()``.
+        optimizer: the optimizer that steps (the user's, a ZeroRedundancyOptimizer, or the
+            user's class rebuilt over DTensor parameters).
+        policy: the Engine's parallel policy.
+    """
+
+    train_module: nn.Module
+    eval_module: nn.Module
+    optimizer: torch.optim.Optimizer
+    policy: ParallelPolicy
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """The checked result of :func:`check_parallel`: the layout, the ZeRO stage, the TP plan."""
+
+    layout: ParallelLayout
+    zero_stage: int
+    tensor_plan: dict[str, Any] | None
+
+
+def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer, world_size: int) -> ParallelPlan:
+    """Check the ``parallel`` and ``zero`` settings against the model, optimizer and world.
+
+    Raises:
+        ConfigError: pipeline parallelism (not in this version); ZeRO-1 options or ZeRO-1 with
+            tensor parallelism; a missing or bad tensor-parallel plan; sizes that do not fit
+            the world; data × tensor parallelism without ``zero`` stage 2 or 3.
+        EngineError: an optimizer that ember cannot rebuild over sharded parameters.
+    """
+    pipeline = cfg.parallel.pipeline.size
+    if pipeline > 1:
+        raise ConfigError(
+            f"config parallel.pipeline.size={pipeline}: pipeline parallelism runs through the Trainer's "
+            "pipeline schedule, which this ember version does not have yet; leave parallel.pipeline unset "
+            "(data, ZeRO/FSDP and tensor parallelism are available)"
+        )
+    zero = cfg.zero
+    stage = int(zero.stage) if zero else 0
+    tensor = cfg.parallel.tensor
+    if stage == 1:
+        for key in ("mixed_precision", "cpu_offload"):
+            if zero.get(key):
+                raise ConfigError(
+                    f"config zero.{key}={zero[key]!r} applies to zero stage 2 and 3 (FSDP2) only; with "
+                    f"stage 1 use amp='bf16' for mixed precision, or choose stage 2 or 3"
+                )
+        if tensor.size > 1:
+            raise ConfigError(
+                f"config zero.stage=1 with parallel.tensor.size={tensor.size}: ZeRO-1 runs on DDP, which cannot "
+                "hold tensor-parallel (DTensor) parameters; use zero=dict(stage=2) or stage=3 (FSDP2)"
+            )
+    if tensor.mode not in (None, "1d"):
+        raise ConfigError(f"config parallel.tensor.mode={tensor.mode!r}; ember supports '1d' (or None) only")
+    layout = ParallelLayout.from_config(cfg.parallel, world_size)
+    if layout.tensor > 1 and layout.data > 1 and stage < 2:
+        raise ConfigError(
+            f"config parallel.tensor.size={layout.tensor} with {layout.data} data-parallel replicas needs "
+            "zero=dict(stage=2) or stage=3 (FSDP2 over the data dim of the 2-D mesh), or parallel.data=1 "
+            f"with {layout.tensor} processes"
+        )
+    plan = resolve_plan(model, tensor.plan, tensor.size) if tensor.size > 1 else None
+    if stage or plan is not None:
+        check_rebuildable(optimizer, f"zero stage {stage}" if stage else "tensor parallelism")
+    return ParallelPlan(layout, stage, plan)
+
+
+def parallelize(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    cfg: Config,
+    ctx: Context,
+    plan: ParallelPlan,
+    lr_scheduler: Any = None,
+) -> Parallelized:
+    """Build the parallel model, optimizer and policy that :func:`check_parallel` approved.
+
+    The model must already be on ``ctx.device``. Every rank must call this with the same
+    config (it builds process groups and broadcasts weights). ``lr_scheduler`` is moved over
+    to the optimizer that steps when that is a new one.
+    """
+    layout = plan.layout
+    if ctx.world_size == 1:
+        module = _compiled(model, cfg)
+        return Parallelized(module, module, optimizer, ParallelPolicy())
+    mesh = _context.get_mesh(layout)
+    if mesh is None:  # unreachable: world > 1 always has a mesh
+        raise RuntimeError(f"no device mesh for {layout}")
+    fsdp = plan.zero_stage >= 2 and layout.data > 1
+    if plan.tensor_plan is None and not fsdp:
+        eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager
+        ddp = wrap_data_parallel(eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group())
+        if plan.zero_stage != 1:
+            return Parallelized(ddp, eval_module, optimizer, DataParallelPolicy(ddp))
+        stepping = zero_optimizer(optimizer, mesh["data"].get_group())
+        retarget_scheduler(lr_scheduler, optimizer, stepping)
+        return Parallelized(ddp, eval_module, stepping, ZeroPolicy(ddp))
+
+    broadcast_module(model)
+    names = parameter_names(model)
+    built = []
+    if plan.tensor_plan is not None:
+        apply_tensor_parallel(model, plan.tensor_plan, mesh["tensor"])
+        built.append(f"tensor parallel ×{layout.tensor}")
+    if fsdp:
+        zero = cfg.zero
+        fully_shard_model(model, mesh["data"], plan.zero_stage, zero.mixed_precision, zero.cpu_offload, ctx.device)
+        built.append(f"FSDP2 zero stage {plan.zero_stage} ×{layout.data}")
+    why = f"zero stage {plan.zero_stage}" if fsdp else "tensor parallelism"
+    stepping = rebuild_optimizer(optimizer, model, names, why)
+    retarget_scheduler(lr_scheduler, optimizer, stepping)
+    module = _compiled(model, cfg)
+    return Parallelized(module, module, stepping, ShardedPolicy(model if fsdp else None, " + ".join(built)))
+
+
+def _compiled(model: nn.Module, cfg: Config) -> nn.Module:
+    if not cfg.compile:
+        return model
+    options = dict(cfg.compile) if isinstance(cfg.compile, Mapping) else {}
+    return torch.compile(model, **options)  # type: ignore[return-value]

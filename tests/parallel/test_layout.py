@@ -1,0 +1,128 @@
+"""The layout, context coordinates, plans, optimizer rebuild and data sharding, in one process."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+import ember
+from ember.context import ParallelLayout
+from ember.data import ResumableSampler, make_resumable
+from ember.parallel import plans
+from ember.parallel.optim import parameter_names, rebuild_optimizer, retarget_scheduler
+from ember.parallel.tensor import resolve_plan
+from tests.models import params_of, tiny_dataset
+from tests.parallel.common import adamw_groups, mlp, tiny_gpt
+
+
+@pytest.mark.parametrize(
+    ("parallel", "world", "expected"),
+    [
+        ({}, 4, ParallelLayout(1, 4, 1)),
+        ({"tensor": {"size": 2}}, 4, ParallelLayout(1, 2, 2)),
+        ({"data": 2, "tensor": {"size": 2}}, 4, ParallelLayout(1, 2, 2)),
+        ({"tensor": {"size": 4}}, 4, ParallelLayout(1, 1, 4)),
+        ({"pipeline": {"size": 2}, "tensor": {"size": 2}}, 8, ParallelLayout(2, 2, 2)),
+    ],
+)
+def test_layout_fills_data_from_the_world(parallel: dict, world: int, expected: ParallelLayout) -> None:
+    assert ParallelLayout.from_config(parallel, world) == expected
+
+
+def test_coordinates_put_tensor_innermost_and_cover_every_rank_once() -> None:
+    layout = ParallelLayout(pipeline=2, data=3, tensor=2)
+    coords = [layout.coords(r) for r in range(12)]
+    assert coords[1] == {"pipeline": 0, "data": 0, "tensor": 1}
+    assert coords[2] == {"pipeline": 0, "data": 1, "tensor": 0}
+    assert coords[6] == {"pipeline": 1, "data": 0, "tensor": 0}
+    assert len({tuple(c.values()) for c in coords}) == 12
+    for rank, c in enumerate(coords):  # the same order as DeviceMesh's row-major ranks
+        assert (c["pipeline"] * 3 + c["data"]) * 2 + c["tensor"] == rank
+
+
+def test_single_process_context_has_zero_coordinates_and_no_mesh() -> None:
+    ember.launch(verbose=False)
+    assert ember.context.coords == {"pipeline": 0, "data": 0, "tensor": 0}
+    assert ember.context.mesh is None
+    assert (ember.context.data_parallel_rank, ember.context.data_parallel_size) == (0, 1)
+
+
+def test_zero_in_one_process_is_plain_training_with_the_users_optimizer() -> None:
+    ds = tiny_dataset(64)
+    runs = []
+    for config in (None, {"zero": {"stage": 3}}):
+        model = mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        engine, loader, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), DataLoader(ds, 16), config=config)
+        assert engine.optimizer is opt
+        for x, y in loader:
+            engine.zero_grad()
+            engine.backward(engine.criterion(engine(x), y))
+            engine.step()
+        runs.append(params_of(model))
+    assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+def test_ready_plans_name_the_projections() -> None:
+    assert plans.mlp("0", "2") == {"0": "colwise", "2": "rowwise"}
+    assert plans.attention(prefix="attn") == {
+        "attn.q_proj": "colwise", "attn.k_proj": "colwise", "attn.v_proj": "colwise", "attn.out_proj": "rowwise",
+    }  # fmt: skip
+    block = plans.gpt_block(prefix="blocks.*")
+    assert block["blocks.*.attn.out_proj"] == "rowwise" and block["blocks.*.mlp.fc1"] == "colwise"
+
+
+def test_recognised_plan_equals_the_ready_plan_for_the_gpt_blocks() -> None:
+    model = tiny_gpt()
+    recognised = resolve_plan(model, None, 2)
+    explicit = resolve_plan(model, plans.gpt_block(prefix="blocks.*"), 2)
+    assert recognised == explicit
+    assert sorted(recognised)[:2] == ["blocks.0.attn.k_proj", "blocks.0.attn.out_proj"]
+    assert len(recognised) == 12 and "head" not in recognised
+    assert resolve_plan(mlp(), None, 2) == {"0": "colwise", "2": "rowwise"}
+
+
+def test_plan_accepts_torch_parallel_styles() -> None:
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    style = ColwiseParallel()
+    resolved = resolve_plan(mlp(), {"0": style, "2": RowwiseParallel()}, 2)
+    assert resolved["0"] is style
+
+
+def test_rebuilt_optimizer_keeps_class_defaults_groups_and_the_scheduler_follows_it() -> None:
+    model = mlp()
+    names = parameter_names(model)
+    old = adamw_groups(model)
+    sched = torch.optim.lr_scheduler.SequentialLR(
+        old,
+        [torch.optim.lr_scheduler.ConstantLR(old, factor=0.5, total_iters=1), torch.optim.lr_scheduler.StepLR(old, 1)],
+        milestones=[1],
+    )
+    new = rebuild_optimizer(old, model, names, "zero stage 3")
+    assert type(new) is torch.optim.AdamW and new is not old
+    assert [g["lr"] for g in new.param_groups] == [g["lr"] for g in old.param_groups] == [0.005, 0.0025]
+    assert new.param_groups[1]["weight_decay"] == 0.0
+    assert [len(g["params"]) for g in new.param_groups] == [2, 2]
+    retarget_scheduler(sched, old, new)
+    model(torch.randn(2, 8)).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "scheduler.step() before optimizer.step()" warning
+        new.step()
+        sched.step()
+    assert [g["lr"] for g in new.param_groups] == [0.01, 0.005]
+    assert [g["lr"] for g in old.param_groups] == [0.005, 0.0025]  # the old one is no longer driven
+
+
+def test_make_resumable_reshards_a_loader_built_for_another_data_parallel_size() -> None:
+    ds = tiny_dataset(16)
+    loader = DataLoader(ds, batch_size=4, sampler=ResumableSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=3))
+    same = make_resumable(loader, num_replicas=2, rank=1)
+    assert same is loader
+    whole = make_resumable(loader, num_replicas=1, rank=0)
+    assert (whole.sampler.num_replicas, whole.sampler.rank, whole.sampler.seed) == (1, 0, 3)
+    assert whole.sampler.shuffle and len(list(whole.sampler)) == 16
