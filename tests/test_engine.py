@@ -223,3 +223,14 @@ def test_eval_forward_under_no_grad_uses_no_autograd() -> None:
     with torch.no_grad():
         out = engine(torch.randn(2, 8))
     assert not out.requires_grad and not engine.training
+
+
+def test_reset_accumulation_drops_a_half_cycle() -> None:
+    model = tiny_mlp()
+    engine, _, _, _ = ember.initialize(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), config={"gradient_accumulation": 2}
+    )
+    x, y = tiny_dataset(8)[:]
+    engine.backward(engine.criterion(engine(x), y))
+    engine.reset_accumulation()
+    assert engine.micro_step == 0 and all(p.grad is None for p in model.parameters())

@@ -64,6 +64,9 @@ class ResumableSampler(Sampler[int]):
         self.drop_last = drop_last
         self.epoch = 0
         self._start = 0
+        self.loader_generator = torch.Generator()
+        """Give this to the DataLoader: its per-epoch draw (worker seeds) then depends on the epoch only."""
+        self.loader_generator.manual_seed(self._loader_seed())
         if drop_last:
             self.num_samples = self.dataset_len // self.num_replicas
         else:
@@ -78,8 +81,13 @@ class ResumableSampler(Sampler[int]):
         return len(range(self.rank, self.dataset_len, self.num_replicas))
 
     def set_epoch(self, epoch: int) -> None:
-        """Choose the epoch whose order the next iteration yields."""
+        """Choose the epoch whose order (and DataLoader worker seeds) the next iteration yields."""
         self.epoch = epoch
+        self.loader_generator.manual_seed(self._loader_seed())
+
+    def _loader_seed(self) -> int:
+        # Distinct from the shuffling stream (seed + epoch) and from other ranks' loaders.
+        return (self.seed * 1_000_003 + self.epoch * 7_919 + self.rank + 1) % 2**63
 
     def start_at(self, position: int) -> None:
         """Make the next iteration (only) skip the first ``position`` samples of this rank."""
@@ -115,8 +123,8 @@ class ResumableSampler(Sampler[int]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the epoch (and seed) saved by :meth:`state_dict`."""
-        self.epoch = int(state["epoch"])
         self.seed = int(state.get("seed", self.seed))
+        self.set_epoch(int(state["epoch"]))
 
 
 def get_dataloader(
@@ -163,6 +171,7 @@ def get_dataloader(
         return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
                           pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
     sampler = ResumableSampler(dataset, shuffle=shuffle, seed=_default_seed(seed), drop_last=drop_last)
+    kwargs.setdefault("generator", sampler.loader_generator)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
 
@@ -220,6 +229,7 @@ def _with_sampler(loader: DataLoader[Any], sampler: ResumableSampler) -> DataLoa
         worker_init_fn=loader.worker_init_fn,
         persistent_workers=loader.persistent_workers,
         prefetch_factor=loader.prefetch_factor if loader.num_workers > 0 else None,
+        generator=sampler.loader_generator,
     )
 
 

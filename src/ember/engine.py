@@ -154,6 +154,15 @@ class Engine:
         if self.micro_step == 0:
             self._optimizer.zero_grad(set_to_none=True)
 
+    def reset_accumulation(self) -> None:
+        """Drop a half-finished accumulation cycle: clear gradients and the micro-step count.
+
+        For recovering after an exception mid-cycle; a normal loop never needs it.
+        """
+        self.micro_step = 0
+        self.sync_gradients = False
+        self._optimizer.zero_grad(set_to_none=True)
+
     def backward(self, loss: torch.Tensor, *, boundary: bool | None = None) -> None:
         """Back-propagate ``loss`` divided by the accumulation count.
 
