@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import distributed
+from ember.data import data_parallel_rank_and_size
 from ember.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def real_num_samples(loader: Any) -> int | None:
 
 def check_test_loader(loader: Any) -> None:
     """Under several ranks an evaluation loader must shard the data, or samples count twice."""
-    world = distributed.world_size()
+    world = data_parallel_rank_and_size()[1]
     if loader is None or world == 1:
         return
     replicas = getattr(getattr(loader, "sampler", None), "num_replicas", None)
@@ -127,7 +127,7 @@ def check_test_loader(loader: Any) -> None:
 
 def warn_if_unsharded(loader: Any, logger: DistributedLogger) -> None:
     """Under several ranks, say so when every rank would train on all the data."""
-    world = distributed.world_size()
+    world = data_parallel_rank_and_size()[1]
     if world > 1 and getattr(getattr(loader, "sampler", None), "num_replicas", world) != world:
         logger.warning(
             f"the training dataloader is not split across the {world} ranks: each rank trains on all of it. "

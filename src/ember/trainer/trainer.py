@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import distributed
+from ember.data import data_parallel_rank_and_size
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
 from ember.trainer import _batch
@@ -332,7 +332,7 @@ class Trainer(TrainerState):
         result = self.schedule.forward_backward(self, batch, last)
         self.step_applied = bool(self.engine.step())
         self.micro_step, self.epoch_iter = self.micro_step + 1, self.epoch_iter + 1
-        self.samples_seen += int(result["batch_size"]) * distributed.world_size()
+        self.samples_seen += int(result["batch_size"]) * data_parallel_rank_and_size()[1]
         self.cur_step += int(self.step_applied)
         self.storage.step, self.step_result = self.cur_step, result
         self._control.call("after_train_iter", *_hook_args(result, keep_outputs))
