@@ -21,6 +21,7 @@ from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.hooks.stopping import EarlyStoppingHook, TerminateOnNaNHook
 from ember.trainer.hooks.tensorboard import TensorboardHook
 from ember.trainer.hooks.timing import LogTimingByEpochHook, ThroughputHook
+from ember.trainer.hooks.tracking import TrackingHook
 
 __all__ = [
     "EVENTS",
@@ -41,4 +42,5 @@ __all__ = [
     "TensorboardHook",
     "TerminateOnNaNHook",
     "ThroughputHook",
+    "TrackingHook",
 ]

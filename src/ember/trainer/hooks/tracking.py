@@ -1,0 +1,201 @@
+"""Record a Trainer run in ember's tracking store: hyper-parameters, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ember import distributed
+from ember.errors import HookError
+from ember.trainer.hooks._util import current_lr
+from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks.memory import memory_usage
+
+if TYPE_CHECKING:
+    from ember.track import Run
+
+
+class TrackingHook(BaseHook):
+    """Log the run to ``ember.track`` (one run per job: only rank 0 writes).
+
+    What is recorded:
+
+    - hparams: the ember config's settings, the optimizer's class and defaults, per-rank batch
+      size, world size, accumulation, epochs / max_steps, plus ``hparams`` you pass;
+    - type ``train``, every ``log_every_n_steps`` optimizer updates: ``loss`` (read from the
+      step's loss, the one device sync), ``lr``;
+    - type ``train_epoch``, each epoch: the epoch's averaged train metrics (``loss``, ``accuracy``...);
+    - type ``val``, after each test pass during ``fit``: the test metrics;
+    - type ``system``, every ``system_interval_s`` seconds: process memory (and CUDA memory);
+    - at the end: the final and best checkpoints of a :class:`CheckpointHook` as an output artifact.
+
+    The run's id and path are part of this hook's ``state_dict``, so a job resumed from a
+    checkpoint continues the same run and skips the steps it had already logged.
+
+    Args:
+        name: the run's name (default: ``"train"``).
+        hparams: extra hyper-parameters to record.
+        run: an existing run to log to (the hook then does not finish it).
+        log_every_n_steps: optimizer updates between ``train`` points.
+        system_interval_s: seconds between ``system`` points (None: never).
+        labels: run labels.
+        folder: the server folder the run is meant for (see ``docs/tracking.md``).
+        home: the store's root (default ``$EMBER_HOME`` or ``./.ember``).
+
+    Example:
+        >>> trainer.fit(train_dl, epochs=3, hooks=[hooks.LossHook(), hooks.TrackingHook(name="digits")])
+    """
+
+    def __init__(
+        self,
+        name: str | None = None,
+        hparams: Mapping[str, Any] | None = None,
+        run: Run | None = None,
+        log_every_n_steps: int = 1,
+        system_interval_s: float | None = 30.0,
+        labels: list[str] | None = None,
+        folder: str = "default",
+        home: str | None = None,
+        priority: int | str = Priority.LOWEST,
+    ) -> None:
+        super().__init__(priority, None)
+        if isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
+            raise HookError(f"TrackingHook(log_every_n_steps={log_every_n_steps!r}): use a positive int")
+        self.run_name = name or "train"
+        self.extra_hparams = dict(hparams or {})
+        self.run = run
+        self._owns_run = run is None
+        self.log_every_n_steps = log_every_n_steps
+        self.system_interval_s = system_interval_s
+        self.labels = labels
+        self.folder = folder
+        self.home = home
+        self._resume_path: str | None = None
+        self._skip_until: dict[str, int] = {}
+        self._last_system = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def before_train(self) -> None:
+        from ember import track
+
+        if self.run is None:
+            if self._resume_path is not None and distributed.rank() == 0:
+                self.run = track.load_run(self._resume_path, resume=True, home=self.home)
+                self._skip_until = {t: s for t in ("train", "train_epoch", "val", "system")
+                                    if (s := self.run.last_step(t)) is not None}  # fmt: skip
+            else:
+                self.run = track.create_run(name=self.run_name, labels=self.labels, folder=self.folder, home=self.home)
+        self.run.hparams.update(self._hparams(), override=True)
+        self._last_system = time.monotonic()
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        trainer = self.trainer
+        if not trainer.step_applied or trainer.cur_step % self.log_every_n_steps:
+            return
+        metrics: dict[str, Any] = {}
+        if loss is not None:
+            metrics["loss"] = loss
+        lr = current_lr(trainer)
+        if lr is not None:
+            metrics["lr"] = lr
+        self._log("train", metrics)
+        if self.system_interval_s is not None and time.monotonic() - self._last_system >= self.system_interval_s:
+            self._last_system = time.monotonic()
+            self._log("system", memory_usage(trainer.engine.device))
+
+    def after_train_epoch(self) -> None:
+        trainer = self.trainer
+        epoch = trainer.cur_epoch
+        values = trainer.history.at(epoch)
+        self._log("train_epoch", _strip(values, "train/"))
+        val = _strip(values, "test/")
+        if val:
+            self._log("val", val)
+
+    def after_train(self) -> None:
+        run = self.run
+        if run is None:
+            return
+        self._mark_checkpoints(run)
+        if self._owns_run:
+            exc = sys.exc_info()[1]  # after_train runs in the Trainer's `finally`
+            if exc is None:
+                run.finish("Complete")
+            elif isinstance(exc, KeyboardInterrupt | SystemExit):
+                run.finish("Interrupted")
+            else:
+                run.finish("Failed")
+        else:
+            run.flush()
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        run = self.run
+        if run is None or not run.active:
+            return {"run_path": self._resume_path}
+        run.flush()
+        return {"run_path": str(run.path), "run_id": run.id}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._resume_path = state.get("run_path")
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _log(self, type_: str, metrics: Mapping[str, Any]) -> None:
+        assert self.run is not None
+        step = self.trainer.cur_step
+        if not metrics or step <= self._skip_until.get(type_, -1):
+            return
+        self.run.log(type_, dict(metrics), step=step, epoch=self.trainer.cur_epoch)
+
+    def _hparams(self) -> dict[str, Any]:
+        trainer = self.trainer
+        engine = trainer.engine
+        optimizer = engine.optimizer
+        params: dict[str, Any] = {
+            "optimizer": type(optimizer).__name__,
+            "world_size": distributed.world_size(),
+            "gradient_accumulation": engine.gradient_accumulation,
+            "epochs": trainer.max_epochs,
+            "max_steps": trainer.max_steps,
+        }
+        loader = trainer.train_dataloader
+        if getattr(loader, "batch_size", None) is not None:
+            params["batch_size"] = loader.batch_size
+        for key, value in getattr(optimizer, "defaults", {}).items():
+            if _plain(value):
+                params[f"optimizer.{key}"] = value
+        for key, value in engine.config.items():
+            if _plain(value):
+                params[f"config.{key}"] = value
+        params.update(self.extra_hparams)
+        return params
+
+    def _mark_checkpoints(self, run: Run) -> None:
+        from ember import track
+
+        paths = []
+        for hook in self.trainer.hooks:
+            for attr in ("best_path", "last_path"):
+                path = getattr(hook, attr, None)
+                if path is not None and str(path) not in paths:
+                    paths.append(str(path))
+        if not paths or not run.active:
+            return
+        artifact = track.create_artifact(name=f"{self.run_name}-checkpoints", home=self.home)
+        for path in paths:
+            artifact.add_file(path)
+        run.mark_output(artifact)
+
+
+def _strip(values: Mapping[str, float], prefix: str) -> dict[str, float]:
+    return {k[len(prefix) :]: v for k, v in values.items() if k.startswith(prefix)}
+
+
+def _plain(value: Any) -> bool:
+    """A value that belongs in an hparams table: a finite number, a string, a bool or None."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, bool | int | str)
