@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 from collections.abc import Sequence
@@ -94,6 +95,9 @@ def launch(
                 f"{world_size} with backend {backend!r}: {exc}"
             ) from None
         group_backend = backend
+        # Tear the group down before interpreter exit: a gloo group destroyed during module
+        # teardown while the peer is already gone can abort the process (SIGABRT).
+        atexit.register(_destroy_process_group)
         mesh = _build_mesh(layout, device)
 
     base_seed = cfg.seed if cfg.seed is not None else seed
@@ -210,6 +214,11 @@ def _build_mesh(layout: _context.ParallelLayout, device: torch.device) -> Any:
         return layout.build_mesh(device.type)
     except (RuntimeError, ValueError) as exc:
         raise LaunchError(f"could not build the device mesh {layout} on {device.type}: {exc}") from None
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:
