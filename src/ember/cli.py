@@ -11,8 +11,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-# Subcommand families that live next to the code they drive: module -> its add_commands().
-_FAMILIES = ("ember.track.cli", "ember.checkpoint.cli")
+# Subcommand families live next to the code they drive. Each module's add_commands() registers
+# its commands; it is imported only when one of them runs, so `ember --help` needs no torch.
+_FAMILIES: dict[str, tuple[str, str]] = {
+    "runs": ("ember.track.cli", "list, show, compare, export and remove tracked runs"),
+    "checkpoint": ("ember.checkpoint.cli", "inspect a checkpoint, or export its model weights"),
+    "server": ("ember.server.cli", "run the tracking server, or administer it"),
+    "login": ("ember.server.cli", "store a tracking server's address and your API key"),
+    "logout": ("ember.server.cli", "forget the stored server credentials"),
+    "upload": ("ember.server.cli", "upload a run, an artifact, or a whole local store"),
+}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -37,39 +45,47 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (subcommand families register themselves)."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; ``command`` names the subcommand whose family to load in full."""
     parser = argparse.ArgumentParser(prog="ember", description="Train PyTorch models; track and inspect runs.")
     parser.add_argument("--version", action="version", version=f"ember {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a training script on N processes (torchrun underneath)")
+    run = sub.add_parser(
+        "run",
+        help="run a training script on N processes (torchrun underneath)",
+        usage="ember run SCRIPT [--nproc N] [--nnodes N] [--rdzv-endpoint HOST:PORT] [--max-restarts N] [-- ARGS...]",
+    )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("--nproc", type=int, default=1, help="processes per machine (default 1)")
     run.add_argument("--nnodes", default="1", help="machines, or MIN:MAX for elastic jobs (default 1)")
     run.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous for several machines")
     run.add_argument("--rdzv-id", help="a job id shared by all machines")
     run.add_argument("--max-restarts", type=int, default=0, help="restart failed workers this many times")
-    run.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script (after --)")
+    run.add_argument("script_args", nargs="*", help="arguments for the script, after `--`")
     run.set_defaults(handler=_run)
 
-    for module in _FAMILIES:
-        try:
-            family = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module.startswith(exc.name):  # a real import error inside it
-                raise
-            continue
-        family.add_commands(sub)
+    loaded = {_FAMILIES[command][0]} if command in _FAMILIES else set()
+    for module in loaded:
+        importlib.import_module(module).add_commands(sub)
+    for name, (module, help_text) in _FAMILIES.items():
+        if module not in loaded:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ember`` command."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(command)
+    script_args: list[str] = []
+    if command == "run" and "--" in argv:  # ember's options before `--`, the script's after it
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
-    if getattr(args, "script_args", None) and args.script_args[0] == "--":
-        args.script_args = args.script_args[1:]
+    if command == "run":
+        args.script_args = [*args.script_args, *script_args]
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

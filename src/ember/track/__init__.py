@@ -25,6 +25,24 @@ from ember.track.artifact import Artifact, NoOpArtifact, create_artifact, load_a
 from ember.track.hparams import HParams
 from ember.track.run import NoOpRun, Run
 
+
+def login(host: str | None = None, api_key: str | None = None) -> str:
+    """Check an API key against a tracking server and remember both (``~/.ember/credentials``).
+
+    See :func:`ember.track.client.login`. Example: ``track.login("http://127.0.0.1:8765", key)``.
+    """
+    from ember.track.client import login as _login
+
+    return _login(host, api_key)
+
+
+def logout() -> bool:
+    """Forget the stored server credentials; return whether there were any."""
+    from ember.track.client import logout as _logout
+
+    return _logout()
+
+
 __all__ = [
     "Artifact",
     "HParams",
@@ -35,4 +53,6 @@ __all__ = [
     "create_run",
     "load_artifact",
     "load_run",
+    "login",
+    "logout",
 ]

@@ -93,6 +93,9 @@ def create_run(
     config_path: str | os.PathLike[str] | None = None,
     folder: str = "default",
     home: str | os.PathLike[str] | None = None,
+    auto_upload: bool = False,
+    make_folder: bool = False,
+    conflict_strategy: str = "new",
 ) -> Run:
     """Start a run in the local store; ranks other than 0 get a :class:`NoOpRun`.
 
@@ -108,6 +111,11 @@ def create_run(
             override these arguments; its hparams are merged over ``hparams``.
         folder: the console folder the run is filed under when uploaded.
         home: the store root; default ``$EMBER_HOME`` or ``./.ember`` (runs go in ``runs/``).
+        auto_upload: also stream the run to the server you logged in to, from a background
+            thread that never blocks or fails training (see :mod:`ember.track.client`).
+        make_folder: with ``auto_upload``, create ``folder`` on the server when missing.
+        conflict_strategy: with ``auto_upload``, what to do when the server folder already
+            holds another run of this name: new, skip, error or replace.
 
     Returns:
         The open :class:`Run`. Unfinished runs are finished at interpreter exit (Failed or
@@ -143,6 +151,12 @@ def create_run(
     )
     if get_rank() != 0:
         return NoOpRun(meta)
+    if auto_upload:
+        from ember.track.client import CONFLICTS, credentials
+
+        if conflict_strategy not in CONFLICTS:
+            raise TrackingError(f"conflict_strategy {conflict_strategy!r}: use one of {', '.join(CONFLICTS)}")
+        credentials()  # not logged in: say so now, not from the background thread
     path = make_unique_dir(resolve_home(home) / RUNS_DIR, name)
     (path / "metrics").mkdir()
     (path / "stdout.log").touch()
@@ -151,6 +165,8 @@ def create_run(
     run = Run(path, meta, writable=True)
     run._save()
     run._open()
+    if auto_upload:
+        run._start_auto_upload(make_folder, conflict_strategy)
     return run
 
 

@@ -217,6 +217,21 @@ class Artifact:
         self._save()
         return dict(record)
 
+    def upload(
+        self, folder: str = "default", make_folder: bool = False, conflict_strategy: str = "new"
+    ) -> dict[str, Any]:
+        """Upload the artifact (only the files the server lacks) and its lineage.
+
+        Args: as for :meth:`ember.track.Run.upload`.
+
+        Example:
+            >>> art.upload(folder="models", make_folder=True)
+        """
+        from ember.track.client import upload_artifact
+
+        assert self._path is not None
+        return upload_artifact(self._path, folder, make_folder, conflict_strategy)
+
 
 class NoOpArtifact(Artifact):
     """What ranks other than 0 get: checks arguments like :class:`Artifact`, stores nothing."""
@@ -237,6 +252,11 @@ class NoOpArtifact(Artifact):
         if not isinstance(uri, str) or not uri.strip():
             raise TrackingError(f"add_reference: uri must be a non-empty str, got {uri!r}")
         return {"uri": uri, "path": obj_path or ""}
+
+    def upload(
+        self, folder: str = "default", make_folder: bool = False, conflict_strategy: str = "new"
+    ) -> dict[str, Any]:
+        return {}
 
 
 def create_artifact(

@@ -52,6 +52,7 @@ class Run:
         self._tees: tuple[TeeStream, TeeStream] | None = None
         self._edges: set[tuple[str, str]] = set()
         self._last_beat = 0.0
+        self._uploader: Any = None  # an ember.track.client.AutoUploader with auto_upload=True
 
     def __repr__(self) -> str:
         return f"Run(name={self.name!r}, status={self.status!r}, path={str(self._path)!r})"
@@ -317,8 +318,47 @@ class Run:
             self._meta["end_time"] = now_iso()
             self._meta["heartbeat"] = self._meta["end_time"]
             self._save()
+        uploader, self._uploader = self._uploader, None
+        if uploader is not None:
+            uploader.close()  # one last upload; a failure is logged, the local copy stays whole
         if writer is not None and writer.error is not None:
             raise TrackingError(writer.error)
+
+    def upload(
+        self, folder: str | None = None, make_folder: bool = False, conflict_strategy: str = "new"
+    ) -> dict[str, Any]:
+        """Upload the run (and the artifacts it is linked to) to the server you logged in to.
+
+        Resumable and idempotent: only what the server lacks is sent, so calling it again, or
+        after an upload was cut off, completes the run there without duplicates.
+
+        Args:
+            folder: the server folder; relative means under your home; default ``run.folder``.
+            make_folder: create the folder (and its parents) when missing.
+            conflict_strategy: for another run of the same name there: new, skip, error, replace.
+
+        Returns:
+            ``{"id", "action", "folder", "cursors"}`` as the server reports them.
+
+        Raises:
+            ember.track.client.UploadError: not logged in, the server refused, or it is unreachable.
+
+        Example:
+            >>> track.login(host="http://127.0.0.1:8765", api_key="ember_...")
+            >>> run.upload(folder="examples", make_folder=True)
+        """
+        from ember.track.client import upload_run
+
+        self.flush()
+        assert self._path is not None
+        return upload_run(self._path, folder, make_folder, conflict_strategy)
+
+    def _start_auto_upload(self, make_folder: bool, conflict_strategy: str) -> None:
+        from ember.track.client import AutoUploader
+
+        assert self._path is not None
+        placement = {"folder": self.folder, "make_folder": make_folder, "conflict_strategy": conflict_strategy}
+        self._uploader = AutoUploader(self._path, placement)
 
     def _forget_after_fork(self) -> None:
         self._lock = threading.RLock()
@@ -375,6 +415,11 @@ class NoOpRun(Run):
 
     def _mark(self, x: Artifact | Run, as_input: bool) -> None:
         self._check_mark(x, as_input)
+
+    def upload(
+        self, folder: str | None = None, make_folder: bool = False, conflict_strategy: str = "new"
+    ) -> dict[str, Any]:
+        return {}
 
     def finish(self, status: str = "Complete") -> None:
         if status not in FINAL_STATUSES:

@@ -1,0 +1,87 @@
+"""Administration straight on the database: the first admin, users, keys (``ember server ...``).
+
+There is no default account and no sign-up: ``init`` creates the first admin and prints its key
+once; after that an admin adds users (here or through ``POST /api/v1/users``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import HTTPException
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from ember.server import naming
+from ember.server.auth import key_id_of, new_key, now
+from ember.server.db import check_database, make_engine, migrate, session_factory, transaction
+from ember.server.models import ApiKey, User
+from ember.server.perms import make_home
+from ember.server.settings import ServerError, Settings
+
+
+def _sessions(settings: Settings):  # type: ignore[no-untyped-def]
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    check_database(engine)
+    migrate(engine)
+    return session_factory(engine)
+
+
+def _name(name: str) -> str:
+    try:
+        return naming.user_name(name)
+    except HTTPException as e:
+        raise ServerError(str(e.detail)) from None
+
+
+def init(settings: Settings, admin: str) -> str:
+    """Create the database and its first user, an admin; return the admin's key.
+
+    Raises:
+        ServerError: the database already has users (init runs once).
+    """
+    name = _name(admin)
+    with transaction(_sessions(settings)) as session:
+        if session.scalar(select(func.count()).select_from(User)):
+            raise ServerError("the server already has users; add more with `ember server user add NAME`")
+        return _add(session, name, is_admin=True)
+
+
+def add_user(settings: Settings, name: str, is_admin: bool = False) -> str:
+    """Create a user (with a home folder) and return its first key."""
+    name = _name(name)
+    try:
+        with transaction(_sessions(settings)) as session:
+            return _add(session, name, is_admin)
+    except IntegrityError:
+        raise ServerError(f"user {name!r} exists already") from None
+
+
+def _add(session, name: str, is_admin: bool) -> str:  # type: ignore[no-untyped-def]
+    user = User(name=name, is_admin=is_admin, created=now())
+    session.add(user)
+    session.flush()
+    make_home(session, user)
+    return new_key(session, user, "first key")
+
+
+def create_key(settings: Settings, name: str, label: str = "", days: float | None = None) -> str:
+    """A new key for an existing user, optionally expiring after ``days``."""
+    with transaction(_sessions(settings)) as session:
+        user = session.scalar(select(User).where(User.name == _name(name)))
+        if user is None:
+            raise ServerError(f"no user {name!r}; add one with `ember server user add {name}`")
+        expires = now() + timedelta(days=days) if days else None
+        return new_key(session, user, label, expires)
+
+
+def revoke_key(settings: Settings, key_or_id: str) -> str:
+    """Revoke a key given whole or by its id (the 16 hex digits after ``ember_``); return the id."""
+    key_id = key_id_of(key_or_id) or key_or_id
+    with transaction(_sessions(settings)) as session:
+        row = session.scalar(select(ApiKey).where(ApiKey.key_id == key_id))
+        if row is None:
+            raise ServerError(f"no key with id {key_id[:16]!r}; `GET /api/v1/keys` lists a user's key ids")
+        row.revoked = row.revoked or now()
+        return key_id

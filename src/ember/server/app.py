@@ -1,0 +1,86 @@
+"""The ASGI app: ``create_app(settings)`` wires the database, the blob store, the routes and errors.
+
+Example:
+    >>> from ember.server.app import create_app
+    >>> from ember.server.settings import Settings
+    >>> app = create_app(Settings.make(data_dir="/tmp/ember-server"))   # serve with uvicorn
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI
+
+from ember.server import API_PREFIX, errors
+from ember.server.blobs import BlobStore
+from ember.server.db import check_database, make_engine, migrate, session_factory
+from ember.server.settings import Settings
+
+API_VERSION = "1"
+
+
+def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
+    """Build the server app for ``settings``.
+
+    Args:
+        settings: database URL, data folder and size limits.
+        run_migrations: bring the schema up to date first (``ember server`` does it once in
+            the parent process and passes False to its workers).
+
+    Returns:
+        The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``, docs at ``/api/v1/docs``.
+    """
+    from ember.server import routes_artifacts, routes_folders, routes_runs
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    check_database(engine)
+    if run_migrations:
+        migrate(engine)
+    app = FastAPI(
+        title="ember tracking server",
+        version=API_VERSION,
+        description="Runs, metrics, artifacts and lineage uploaded from ember's local store. "
+        "Every route needs 'Authorization: Bearer <API key>'.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = session_factory(engine)
+    app.state.blobs = BlobStore(settings.data_dir)
+    app.state.blobs.clean_tmp()
+    api = APIRouter(prefix=API_PREFIX)
+    api.include_router(routes_folders.router)
+    api.include_router(routes_runs.router)
+    api.include_router(routes_artifacts.blobs)
+    api.include_router(routes_artifacts.router)
+    app.include_router(api)
+    errors.install(app)
+    app.add_middleware(
+        errors.BodyLimit,
+        default=settings.max_body_bytes,
+        limits={f"{API_PREFIX}/blobs/": settings.max_blob_bytes},
+    )
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The app for uvicorn's worker processes, from the ``$EMBER_SERVER_*`` variables."""
+    return create_app(Settings.make(), run_migrations=False)
+
+
+def iter_routes(app: FastAPI) -> list[tuple[str, set[str]]]:
+    """Every (path, methods) the app serves, including those of included routers.
+
+    Newer FastAPI versions keep included routers as one lazy entry of ``app.routes``; this walks
+    into them so that tests enumerate every route, a new one included.
+    """
+    out: list[tuple[str, set[str]]] = []
+    for route in app.routes:
+        contexts = getattr(route, "effective_route_contexts", None)
+        if contexts is not None:
+            out += [(c.path, set(c.methods or ())) for c in contexts()]
+        elif hasattr(route, "path"):
+            out.append((route.path, set(getattr(route, "methods", None) or ())))
+    return out

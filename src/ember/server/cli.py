@@ -1,0 +1,175 @@
+"""``ember server``, ``ember server init|user add|key create|key revoke``, ``ember login``, ``ember upload``.
+
+Importing this module is cheap: FastAPI, SQLAlchemy and httpx are imported by the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+
+from ember.errors import EmberError
+
+
+def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from ember.server.settings import MiB, Settings
+
+    body = int(args.max_body_mb * MiB) if getattr(args, "max_body_mb", None) else None
+    blob = int(args.max_blob_mb * MiB) if getattr(args, "max_blob_mb", None) else None
+    return Settings.make(data_dir=args.data, db_url=args.db, max_body_bytes=body, max_blob_bytes=blob)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Migrate the database once, then serve with uvicorn (``--workers`` processes)."""
+    import uvicorn
+
+    from ember.server.db import check_database, make_engine, migrate
+
+    settings = _settings(args)
+    engine = make_engine(settings.db_url)
+    check_database(engine)
+    migrate(engine)
+    engine.dispose()
+    settings.export_env()
+    where = engine.url.render_as_string(hide_password=True)
+    print(f"ember server: database {where}, data {settings.data_dir}", file=sys.stderr, flush=True)
+    uvicorn.run(
+        "ember.server.app:app_from_env",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        proxy_headers=True,
+    )
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from ember.server import admin
+
+    key = admin.init(_settings(args), args.admin)
+    print(f"created admin {args.admin!r}; its API key (shown only now, store it safely):\n{key}")
+    return 0
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    from ember.server import admin
+
+    key = admin.add_user(_settings(args), args.name, args.admin)
+    print(f"created user {args.name!r}; its API key (shown only now):\n{key}")
+    return 0
+
+
+def cmd_key_create(args: argparse.Namespace) -> int:
+    from ember.server import admin
+
+    key = admin.create_key(_settings(args), args.user, args.label, args.expires_days)
+    print(f"new API key for {args.user!r} (shown only now):\n{key}")
+    return 0
+
+
+def cmd_key_revoke(args: argparse.Namespace) -> int:
+    from ember.server import admin
+
+    key_id = admin.revoke_key(_settings(args), args.key)
+    print(f"revoked key {key_id}")
+    return 0
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    from ember.track.client import ENV_KEY, login
+
+    key = args.api_key or os.environ.get(ENV_KEY)
+    if not key:
+        if not sys.stdin.isatty():
+            raise EmberError(f"no API key: pass --api-key, set ${ENV_KEY}, or run `ember login` in a terminal")
+        key = getpass.getpass("API key: ").strip()
+    name = login(args.host, key)
+    print(f"logged in to {args.host} as {name}")
+    return 0
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    from ember.track.client import logout
+
+    print("logged out" if logout() else "was not logged in")
+    return 0
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    from ember.track.client import upload
+
+    for result in upload(args.path, args.folder, args.make_folder, args.conflict):
+        print(f"{result['action']:8} {result['id']} -> {result['folder']}")
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``server``, ``login``, ``logout`` and ``upload`` on the ``ember`` command.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="ember")
+        >>> add_commands(parser.add_subparsers(dest="command"))
+    """
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--db", metavar="URL", help="database URL (default sqlite:///DATA/ember.db; $EMBER_SERVER_DB)")
+    where.add_argument("--data", metavar="DIR", help="blob and SQLite folder (default ./.ember-server)")
+
+    server = subparsers.add_parser("server", parents=[where], help="run the tracking server, or administer it")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    server.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    server.add_argument("--workers", type=int, default=1, help="server processes (use PostgreSQL for more than 1)")
+    server.add_argument("--max-body-mb", type=float, help="largest JSON request (default 32)")
+    server.add_argument("--max-blob-mb", type=float, help="largest artifact file (default 8192)")
+    server.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    server.set_defaults(handler=cmd_serve)
+    sub = server.add_subparsers(dest="server_command", metavar="COMMAND")
+    p = sub.add_parser("init", parents=[where], help="create the database and the first admin; print its key")
+    p.add_argument("--admin", required=True, metavar="NAME", help="the admin's user name")
+    p.set_defaults(handler=cmd_init)
+    user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
+    p = user.add_parser("add", parents=[where], help="add a user; print its first key")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--admin", action="store_true", help="make the user an admin")
+    p.set_defaults(handler=cmd_user_add)
+    key = sub.add_parser("key", help="manage API keys").add_subparsers(dest="key_command", required=True)
+    p = key.add_parser("create", parents=[where], help="a new key for a user (printed once)")
+    p.add_argument("user", metavar="USER")
+    p.add_argument("--label", default="", help="a note on what the key is for")
+    p.add_argument("--expires-days", type=float, help="expire after this many days")
+    p.set_defaults(handler=cmd_key_create)
+    p = key.add_parser("revoke", parents=[where], help="revoke a key (the key or its id)")
+    p.add_argument("key", metavar="KEY_OR_ID")
+    p.set_defaults(handler=cmd_key_revoke)
+
+    p = subparsers.add_parser("login", help="store a tracking server's address and your API key")
+    p.add_argument("--host", required=True, help="e.g. http://127.0.0.1:8765")
+    p.add_argument("--api-key", help="the key (prompted for when omitted; $EMBER_API_KEY)")
+    p.set_defaults(handler=cmd_login)
+    p = subparsers.add_parser("logout", help="forget the stored server credentials")
+    p.set_defaults(handler=cmd_logout)
+    p = subparsers.add_parser("upload", help="upload a run, an artifact, or a whole local store")
+    p.add_argument("path", metavar="PATH", help="a run or artifact folder, or a store root (.ember)")
+    p.add_argument("--folder", help="server folder (relative: under your home; default: each run's own)")
+    p.add_argument("--make-folder", action="store_true", help="create the folder when missing")
+    p.add_argument("--conflict", default="new", choices=("new", "skip", "error", "replace"))
+    p.set_defaults(handler=cmd_upload)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run these commands on their own: ``python -m ember.server.cli server --port 8765``."""
+    parser = argparse.ArgumentParser(prog="ember")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except EmberError as e:
+        print(f"ember: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""JSON errors for every failure, and the request size limit (a clear 413).
+
+Every error response is ``{"detail": "<message>"}`` (validation errors add ``errors``, the
+list of offending fields). An unexpected exception is logged on the server with its traceback
+and answered with a 500 that carries no trace; the tests treat any 500 as a bug.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("ember.server")
+
+
+def _field(error: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+
+
+async def _validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"field": _field(e), "message": str(e.get("msg", ""))} for e in exc.errors()]
+    first = errors[0] if errors else {"field": "body", "message": "invalid"}
+    if any(e["message"].startswith("JSON decode error") for e in errors):
+        message = "the request body is not valid JSON"
+    else:
+        message = f"{first['field']}: {first['message']}" + (
+            f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        )
+    return JSONResponse({"detail": message, "errors": errors}, status_code=422)
+
+
+async def _http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
+    log.warning("integrity error: %s", exc.__class__.__name__)
+    return JSONResponse({"detail": "a concurrent request changed the same data; retry the request"}, status_code=409)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": "internal server error (the server log has the details)"}, status_code=500)
+
+
+def install(app: FastAPI) -> None:
+    """Register the JSON error handlers on ``app``."""
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(IntegrityError, _conflict)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a body over the limit with 413, by Content-Length or as it streams.
+
+    ``limits`` maps path prefixes to their limit (the longest matching prefix wins).
+    """
+
+    def __init__(self, app: ASGIApp, default: int, limits: dict[str, int]) -> None:
+        self.app = app
+        self.default = default
+        self.limits = sorted(limits.items(), key=lambda kv: -len(kv[0]))
+
+    def _limit(self, path: str) -> int:
+        return next((limit for prefix, limit in self.limits if path.startswith(prefix)), self.default)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self._limit(scope.get("path", ""))
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _too_large(limit, send)
+            return
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    # An HTTPException, so that FastAPI's body parsing passes it on as it is.
+                    raise StarletteHTTPException(413, _message(limit))
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+
+def _message(limit: int) -> str:
+    return f"the request body passes the server's limit of {limit} bytes"
+
+
+async def _too_large(limit: int, send: Send) -> None:
+    body = json.dumps({"detail": _message(limit)}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

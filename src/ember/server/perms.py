@@ -1,0 +1,154 @@
+"""Folders and permissions: each user's home, sharing as view or edit, inherited downwards.
+
+A user owns their home ``/<user>`` and so everything beneath it; whoever creates a folder
+owns it too. A share grants ``view`` or ``edit`` on a folder, run or artifact to one user or
+to everyone with a key (grantee ``*``) and applies to everything beneath a shared folder. The
+strongest grant along the path wins. Without ``view`` a node does not exist for the caller
+(404); with ``view`` but not ``edit`` a change is refused (403).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from fastapi import HTTPException
+from sqlalchemy import delete, or_, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from ember.server import naming
+from ember.server.auth import now
+from ember.server.models import Artifact, Folder, Run, Share, User
+
+PUBLIC = "*"
+
+
+class Level(IntEnum):
+    """What a user may do with a node."""
+
+    NONE = 0
+    VIEW = 1
+    EDIT = 2
+    OWN = 3
+
+
+def ancestors(path: str) -> list[str]:
+    """'/a/b/c' -> ['/a/b/c', '/a/b', '/a']."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def level(session: Session, user: User, node: Folder | Run | Artifact, folder: Folder | None = None) -> Level:
+    """The caller's level on a folder, run or artifact (``folder``: the run/artifact's folder)."""
+    if node.owner_id == user.id:
+        return Level.OWN
+    if isinstance(node, Folder):
+        folder, kind, node_pk = node, "folder", node.id
+    else:
+        if folder is None:
+            folder = session.get(Folder, node.folder_id)
+            assert folder is not None
+        kind, node_pk = ("run", node.pk) if isinstance(node, Run) else ("artifact", node.pk)
+    chain = session.execute(select(Folder.id, Folder.owner_id).where(Folder.path.in_(ancestors(folder.path)))).all()
+    if any(owner == user.id for _, owner in chain):
+        return Level.OWN
+    keys = [("folder", fid) for fid, _ in chain]
+    if kind != "folder":
+        keys.append((kind, node_pk))
+    grants = session.scalars(
+        select(Share.level).where(
+            tuple_(Share.node_kind, Share.node_id).in_(keys), or_(Share.grantee == user.name, Share.grantee == PUBLIC)
+        )
+    ).all()
+    return max((Level.EDIT if g == "edit" else Level.VIEW for g in grants), default=Level.NONE)
+
+
+def require(found: Level, needed: Level, what: str) -> None:
+    """404 when the caller may not see ``what``; 403 when they see it but may not do this."""
+    if found >= needed:
+        return
+    if found == Level.NONE:
+        raise HTTPException(404, f"{what} does not exist or is not shared with you")
+    verb = {Level.EDIT: "change", Level.OWN: "share or delete"}.get(needed, "read")
+    raise HTTPException(403, f"you may view {what} but not {verb} it: ask its owner for {needed.name.lower()} access")
+
+
+def get_folder(session: Session, user: User, path: str, needed: Level = Level.VIEW) -> Folder:
+    """The folder at an absolute or home-relative path, if the caller has ``needed`` on it."""
+    path = naming.folder_path(path, home=f"/{user.name}")
+    folder = session.scalar(select(Folder).where(Folder.path == path))
+    if folder is None:
+        raise HTTPException(404, f"folder {path!r} does not exist or is not shared with you")
+    require(level(session, user, folder), needed, f"folder {path!r}")
+    return folder
+
+
+def ensure_folder(session: Session, user: User, path: str, make: bool) -> Folder:
+    """The folder to upload into, created (with its parents) when ``make``; needs edit there.
+
+    Each user's ``default`` folder (where runs go unless told otherwise) is made when needed.
+    """
+    path = naming.folder_path(path, home=f"/{user.name}")
+    make = make or path == f"/{user.name}/default"
+    chain = ancestors(path)
+    found = {f.path: f for f in session.scalars(select(Folder).where(Folder.path.in_(chain)))}
+    if path in found:
+        require(level(session, user, found[path]), Level.EDIT, f"folder {path!r}")
+        return found[path]
+    existing = next((p for p in chain if p in found), None)
+    if existing is None:
+        raise HTTPException(404, f"folder {path!r}: there is no user {chain[-1][1:]!r} whose home could hold it")
+    if not make:
+        raise HTTPException(404, f"folder {path!r} does not exist; pass make_folder=true to create it")
+    parent = found[existing]
+    require(level(session, user, parent), Level.EDIT, f"folder {existing!r}")
+    for missing in reversed(chain[: chain.index(existing)]):
+        parent = _create(session, missing, parent, user)
+    return parent
+
+
+def _create(session: Session, path: str, parent: Folder, user: User) -> Folder:
+    """Create one folder; a concurrent creator of the same path wins harmlessly."""
+    folder = Folder(path=path, parent_id=parent.id, owner_id=user.id, created=now())
+    try:
+        with session.begin_nested():
+            session.add(folder)
+    except IntegrityError:
+        existing = session.scalar(select(Folder).where(Folder.path == path))
+        if existing is None:
+            raise
+        return existing
+    return folder
+
+
+def make_home(session: Session, user: User) -> Folder:
+    """Create ``/<user>``, owned by the user."""
+    home = Folder(path=f"/{user.name}", parent_id=None, owner_id=user.id, created=now())
+    session.add(home)
+    session.flush()
+    return home
+
+
+def set_share(session: Session, kind: str, node_pk: int, grantee: str, new_level: str) -> None:
+    """Grant ``view``/``edit`` to a user name or ``*``, or remove the grant with ``none``."""
+    row = session.scalar(
+        select(Share).where(Share.node_kind == kind, Share.node_id == node_pk, Share.grantee == grantee)
+    )
+    if new_level == "none":
+        if row is not None:
+            session.delete(row)
+    elif row is None:
+        session.add(Share(node_kind=kind, node_id=node_pk, grantee=grantee, level=new_level))
+    else:
+        row.level = new_level
+
+
+def shares_of(session: Session, kind: str, node_pk: int) -> list[dict[str, str]]:
+    """The grants set directly on a node."""
+    rows = session.scalars(select(Share).where(Share.node_kind == kind, Share.node_id == node_pk)).all()
+    return [{"grantee": r.grantee, "level": r.level} for r in sorted(rows, key=lambda r: r.grantee)]
+
+
+def drop_shares(session: Session, kind: str, node_pk: int) -> None:
+    """Remove a deleted node's grants (a reused primary key must not inherit them)."""
+    session.execute(delete(Share).where(Share.node_kind == kind, Share.node_id == node_pk))

@@ -1,0 +1,151 @@
+"""Request bodies of the REST API (pydantic models; they are also the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
+Number = Annotated[float, Strict()]
+Value = Number | Literal["NaN", "Infinity", "-Infinity"]
+MetricName = Annotated[str, Field(min_length=1, max_length=200)]
+Conflict = Literal["new", "skip", "error", "replace"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PointIn(_Strict):
+    """One line of ``metrics/<type>.jsonl``: NaN and infinities as the strings the store writes."""
+
+    step: Count
+    epoch: Number | None = None
+    time: Number
+    metrics: dict[MetricName, Value]
+
+
+class MetricBatch(_Strict):
+    """Complete lines of a metrics file, from byte ``start`` to byte ``end`` of it."""
+
+    type: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+    start: Count
+    end: Count
+    points: list[PointIn]
+
+
+class LogChunkIn(_Strict):
+    """Text of ``stdout.log`` from byte ``start`` to byte ``end`` of the file (decoded as UTF-8)."""
+
+    start: Count
+    end: Count
+    text: Annotated[str, Field(max_length=16 << 20)]
+
+
+class NodeRef(BaseModel):
+    """One end of a lineage edge, as ``lineage.jsonl`` writes it (its ``path`` is ignored)."""
+
+    kind: Literal["run", "artifact"]
+    id: str
+    name: Annotated[str, Field(max_length=200)]
+
+
+class EdgeIn(BaseModel):
+    """One line of ``lineage.jsonl``."""
+
+    time: Number
+    source: NodeRef
+    target: NodeRef
+
+
+class LineageBatch(_Strict):
+    """Complete lines of a node's ``lineage.jsonl`` from byte ``start`` to byte ``end``."""
+
+    start: Count
+    end: Count
+    edges: list[EdgeIn]
+
+
+class Placement(_Strict):
+    """Where a new node goes and what to do when the folder already holds one of that name."""
+
+    folder: str = "default"
+    make_folder: bool = False
+    conflict_strategy: Conflict = "new"
+
+
+class RunIn(Placement):
+    """A run's ``run.json`` and ``platform.json``, sent whole."""
+
+    run: dict[str, Any]
+    platform: dict[str, Any] = Field(default_factory=dict)
+
+
+class FileIn(_Strict):
+    """One file of an artifact (its bytes are uploaded as a blob first)."""
+
+    path: str
+    size: Count
+    sha256: str
+
+
+class ReferenceIn(_Strict):
+    """A reference to data kept elsewhere."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=4096)]
+    path: str
+
+
+class ArtifactMeta(BaseModel):
+    """The parts of ``artifact.json`` the server keeps (others, such as ``source``, are dropped)."""
+
+    id: str
+    name: str
+    labels: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list)
+    description: Annotated[str, Field(max_length=100_000)] = ""
+    created: Annotated[str, Field(max_length=40)] | None = None
+    files: list[FileIn] = Field(default_factory=list)
+    references: list[ReferenceIn] = Field(default_factory=list)
+
+
+class ArtifactIn(Placement):
+    """An artifact's metadata and file list."""
+
+    artifact: ArtifactMeta
+
+
+class BlobQuery(_Strict):
+    """Digests the client means to upload."""
+
+    sha256: Annotated[list[str], Field(max_length=100_000)]
+
+
+class FolderIn(_Strict):
+    """A folder to create."""
+
+    path: str
+    parents: bool = False
+
+
+class ShareIn(_Strict):
+    """A grant: ``target`` is a folder path (kind folder) or a run/artifact id."""
+
+    kind: Literal["folder", "run", "artifact"]
+    target: str
+    grantee: str
+    level: Literal["view", "edit", "none"]
+
+
+class KeyIn(_Strict):
+    """A new API key for the caller."""
+
+    label: Annotated[str, Field(max_length=100)] = ""
+    expires_days: Annotated[float, Field(gt=0, le=36500)] | None = None
+
+
+class UserIn(_Strict):
+    """A new user (admins only)."""
+
+    name: str
+    admin: bool = False

@@ -1,0 +1,391 @@
+"""Uploading the local store to an ember tracking server: login, upload, auto-upload.
+
+A run uploads as it is stored (see ``docs/tracking.md``): ``run.json`` and ``platform.json``
+whole, then each append-only file (``metrics/<type>.jsonl``, ``stdout.log``, ``lineage.jsonl``)
+from the byte cursor the server reports, in batches of complete lines. The server inserts
+points keyed on (run, type, step, name) and moves its cursor in the same transaction, so an
+upload cut off anywhere completes on retry with nothing missing and nothing twice. Artifact
+files go as content-addressed blobs: the server says which digests it lacks and only those are
+sent. Needs ``httpx`` (``pip install 'ember[server]'``).
+
+Example:
+    >>> from ember import track
+    >>> track.login(host="http://127.0.0.1:8765", api_key="ember_...")
+    >>> run.upload(folder="examples", make_folder=True)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+from ember.track import lineage
+from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
+
+log = logging.getLogger("ember.track.client")
+ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
+BATCH_LINES = 5000
+BATCH_BYTES = 4 << 20
+CONFLICTS = ("new", "skip", "error", "replace")
+
+
+class UploadError(TrackingError):
+    """The server refused an upload or could not be reached (the local copy is untouched)."""
+
+
+def credentials_path() -> Path:
+    """``~/.ember/credentials`` (``$HOME`` decides where ``~`` is)."""
+    return Path(os.path.expanduser("~")) / ".ember" / "credentials"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A server address and an API key (``repr`` hides the key)."""
+
+    host: str
+    api_key: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(host={self.host!r}, api_key='***')"
+
+
+def credentials(host: str | None = None, api_key: str | None = None) -> Credentials:
+    """The server and key to use: arguments, else ``$EMBER_HOST``/``$EMBER_API_KEY``, else the file.
+
+    Raises:
+        UploadError: nothing says where to upload.
+    """
+    saved: dict[str, Any] = {}
+    path = credentials_path()
+    if path.is_file():
+        saved = read_json(path)
+    host = host or os.environ.get(ENV_HOST) or saved.get("host")
+    api_key = api_key or os.environ.get(ENV_KEY) or saved.get("api_key")
+    if not host or not api_key:
+        raise UploadError(
+            "not logged in: run `ember login --host URL` or track.login(host, api_key), "
+            f"or set ${ENV_HOST} and ${ENV_KEY}"
+        )
+    return Credentials(str(host).rstrip("/"), str(api_key))
+
+
+def login(host: str | None = None, api_key: str | None = None) -> str:
+    """Check a key against a server and store both in ``~/.ember/credentials`` (mode 0600).
+
+    Args:
+        host: the server, e.g. ``http://127.0.0.1:8765``; default ``$EMBER_HOST``.
+        api_key: the key; default ``$EMBER_API_KEY``.
+
+    Returns:
+        The user name the server knows the key by.
+
+    Raises:
+        UploadError: the server is unreachable or refuses the key (nothing is stored).
+
+    Example:
+        >>> track.login(host="http://127.0.0.1:8765", api_key="ember_...")
+        'alice'
+    """
+    creds = credentials(host, api_key)
+    with Client(creds) as client:
+        name = str(client.call("GET", "/me")["name"])
+    path = credentials_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its old mode through os.open
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"host": creds.host, "api_key": creds.api_key}, f)
+    return name
+
+
+def logout() -> bool:
+    """Forget the stored credentials; return whether there were any."""
+    path = credentials_path()
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
+
+
+class Client:
+    """A thin HTTP client of ``/api/v1``; every failure is an :class:`UploadError`."""
+
+    def __init__(self, creds: Credentials | None = None, timeout: float = 60.0, http: Any = None) -> None:
+        try:
+            import httpx
+        except ModuleNotFoundError:
+            raise UploadError("uploading needs httpx: pip install 'ember[server]'") from None
+        self.creds = creds or credentials()
+        self._httpx = httpx
+        # ``http``: any httpx.Client (the tests pass FastAPI's TestClient); its base URL is the host.
+        self._http = http if http is not None else httpx.Client(base_url=self.creds.host, timeout=timeout)
+        self._headers = {"Authorization": f"Bearer {self.creds.api_key}"}
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request; the decoded JSON answer, or :class:`UploadError` with the server's message."""
+        try:
+            response = self._http.request(method, f"/api/v1{path}", headers=self._headers, **kwargs)
+        except self._httpx.HTTPError as e:
+            raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text[:500]
+            raise UploadError(f"{method} {path} -> {response.status_code}: {detail}")
+        return response.json()
+
+
+def _lines(path: Path, offset: int) -> tuple[list[bytes], int]:
+    """Complete lines of an append-only file from ``offset`` (one batch at most), and their end.
+
+    A last line without its newline is still being written (or was torn by a crash and will be
+    cut when the run resumes): it is left for a later upload.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(BATCH_BYTES)
+    except FileNotFoundError:
+        return [], offset
+    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1][:BATCH_LINES]
+    return lines, offset + sum(len(line) + 1 for line in lines)
+
+
+def _send_lines(client: Client, url: str, path: Path, stream: str, cursor: int, build: Any) -> int:
+    """Send a JSON Lines file from ``cursor`` in batches; return the new cursor."""
+    while True:
+        lines, end = _lines(path, cursor)
+        if end == cursor:
+            return cursor
+        try:
+            records = [json.loads(line) for line in lines if line.strip()]
+        except ValueError as e:
+            raise UploadError(f"{path}: a line after byte {cursor} is not JSON ({e}); the file is damaged") from None
+        cursor = int(client.call("POST", url, json=build(records, cursor, end))["cursor"])
+
+
+def _send_log(client: Client, run_id: str, path: Path, cursor: int) -> int:
+    while True:
+        lines, end = _lines(path, cursor)
+        if end == cursor:
+            return cursor
+        text = b"\n".join(lines).decode("utf-8", "replace") + "\n"
+        body = {"start": cursor, "end": end, "text": text}
+        cursor = int(client.call("POST", f"/runs/{run_id}/log", json=body)["cursor"])
+
+
+def _placement(folder: str, make_folder: bool, conflict_strategy: str) -> dict[str, Any]:
+    if conflict_strategy not in CONFLICTS:
+        raise UploadError(f"conflict_strategy {conflict_strategy!r}: use one of {', '.join(CONFLICTS)}")
+    return {"folder": folder, "make_folder": make_folder, "conflict_strategy": conflict_strategy}
+
+
+def upload_run(
+    path: str | os.PathLike[str],
+    folder: str | None = None,
+    make_folder: bool = False,
+    conflict_strategy: str = "new",
+    client: Client | None = None,
+    artifacts: bool = True,
+) -> dict[str, Any]:
+    """Upload (or continue uploading) one run folder and the artifacts it is linked to.
+
+    Args:
+        path: the run's folder in the local store.
+        folder: the server folder; relative means under your home; default: the run's own.
+        make_folder: create the folder (and parents) when missing.
+        conflict_strategy: for a *different* run of the same name in that folder: ``new``
+            (upload beside it), ``skip``, ``error`` or ``replace``. The same run (same id) is
+            always continued in place.
+        client: a :class:`Client`; default one from the stored credentials.
+        artifacts: also upload the artifacts found through the run's lineage.
+
+    Returns:
+        ``{"id", "action", "folder", "cursors"}`` as the server reports after the upload.
+    """
+    run_dir = Path(path)
+    meta = read_json(run_dir / "run.json")
+    own = client is None
+    client = client or Client()
+    try:
+        platform = read_json(run_dir / "platform.json") if (run_dir / "platform.json").is_file() else {}
+        body = {**_placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)}
+        body.update(run=meta, platform=platform)
+        rid = str(meta["id"])
+        answer = client.call("PUT", f"/runs/{rid}", json=body)
+        if answer["action"] == "skipped":
+            return dict(answer)
+        cursors: dict[str, int] = answer["cursors"]
+        for file in sorted((run_dir / "metrics").glob("*.jsonl")):
+            stream = f"metrics/{file.name}"
+
+            def build(records: list[Any], start: int, end: int, type_: str = file.stem) -> dict[str, Any]:
+                return {"type": type_, "start": start, "end": end, "points": records}
+
+            cursors[stream] = _send_lines(client, f"/runs/{rid}/metrics", file, stream, cursors.get(stream, 0), build)
+        cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
+        if artifacts:
+            for edge in lineage.read_edges(run_dir):
+                for end_ in (edge["source"], edge["target"]):
+                    linked = lineage.resolve_ref(end_, run_dir.parent.parent)
+                    if end_["kind"] == "artifact" and (linked / "artifact.json").is_file():
+                        upload_artifact(linked, body["folder"], make_folder, "new", client)
+        cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
+        answer["cursors"] = cursors
+        return dict(answer)
+    finally:
+        if own:
+            client.close()
+
+
+def _send_edges(client: Client, url: str, folder: Path, cursor: int) -> int:
+    def build(records: list[Any], start: int, end: int) -> dict[str, Any]:
+        return {"start": start, "end": end, "edges": records}
+
+    return _send_lines(client, f"{url}/lineage", folder / lineage.LINEAGE_FILE, "lineage.jsonl", cursor, build)
+
+
+def _checked_file(art_dir: Path, rel: str) -> Path:
+    """The stored copy of an artifact file, refusing links and anything outside ``files/``."""
+    base = (art_dir / "files").resolve()
+    file = art_dir / "files" / rel
+    for part in [file, *file.parents]:
+        if part == art_dir / "files":
+            break
+        if part.is_symlink():
+            raise UploadError(f"{part} is a symbolic link; an artifact's stored copies must be regular files")
+    if not file.is_file() or not file.resolve().is_relative_to(base):
+        raise UploadError(f"{file}: not a regular file inside {base}; the artifact folder was changed by hand")
+    return file
+
+
+def upload_artifact(
+    path: str | os.PathLike[str],
+    folder: str = "default",
+    make_folder: bool = False,
+    conflict_strategy: str = "new",
+    client: Client | None = None,
+) -> dict[str, Any]:
+    """Upload one artifact folder: the blobs the server lacks, then the metadata and lineage.
+
+    Args: as for :func:`upload_run` (the artifact's folder instead of the run's).
+
+    Returns:
+        ``{"id", "action", "folder", "cursors"}``.
+    """
+    art_dir = Path(path)
+    meta = read_json(art_dir / "artifact.json")
+    own = client is None
+    client = client or Client()
+    try:
+        files = {f["path"]: _checked_file(art_dir, f["path"]) for f in meta.get("files", [])}
+        digests = sorted({f["sha256"] for f in meta.get("files", [])})
+        missing = set(client.call("POST", "/blobs/missing", json={"sha256": digests})["missing"]) if digests else set()
+        for record in meta.get("files", []):
+            if record["sha256"] in missing:
+                with open(files[record["path"]], "rb") as f:
+                    client.call("PUT", f"/blobs/{record['sha256']}", content=f)
+                missing.discard(record["sha256"])
+        keep = ("id", "name", "labels", "description", "created")
+        artifact = {k: meta[k] for k in keep if k in meta}
+        artifact["files"] = [{k: f[k] for k in ("path", "size", "sha256")} for f in meta.get("files", [])]
+        artifact["references"] = [{"uri": r["uri"], "path": r["path"]} for r in meta.get("references", [])]
+        body = {**_placement(folder, make_folder, conflict_strategy), "artifact": artifact}
+        answer = client.call("PUT", f"/artifacts/{meta['id']}", json=body)
+        if answer["action"] != "skipped":
+            url = f"/artifacts/{meta['id']}"
+            answer["cursors"]["lineage.jsonl"] = _send_edges(
+                client, url, art_dir, answer["cursors"].get("lineage.jsonl", 0)
+            )
+        return dict(answer)
+    finally:
+        if own:
+            client.close()
+
+
+def upload(
+    path: str | os.PathLike[str],
+    folder: str | None = None,
+    make_folder: bool = False,
+    conflict_strategy: str = "new",
+) -> list[dict[str, Any]]:
+    """Upload a run folder, an artifact folder, or every run and artifact of a store root.
+
+    Example:
+        >>> track.client.upload(".ember", folder="examples", make_folder=True)
+    """
+    root = Path(path)
+    with Client() as client:
+        if (root / "run.json").is_file():
+            return [upload_run(root, folder, make_folder, conflict_strategy, client)]
+        if (root / "artifact.json").is_file():
+            return [upload_artifact(root, folder or "default", make_folder, conflict_strategy, client)]
+        runs = sorted(p for p in (root / RUNS_DIR).glob("*") if (p / "run.json").is_file())
+        arts = sorted(p for p in (root / ARTIFACTS_DIR).glob("*") if (p / "artifact.json").is_file())
+        if not runs and not arts:
+            raise UploadError(f"{root} holds no run.json, artifact.json, runs/ or artifacts/: nothing to upload")
+        done = [upload_artifact(a, folder or "default", make_folder, conflict_strategy, client) for a in arts]
+        return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
+
+
+class AutoUploader:
+    """Streams a run to the server from a daemon thread while it trains.
+
+    Every ``interval`` seconds it uploads what is new; a failure (server down, network) is
+    logged once per distinct message and retried, so training is never blocked or failed, and
+    the local copy stays complete. :meth:`close` makes a last attempt, bounded by ``timeout``.
+    """
+
+    def __init__(self, run_path: Path, placement: dict[str, Any], interval: float = 2.0) -> None:
+        self.run_path = run_path
+        self.placement = placement
+        self.interval = interval
+        self.last_error: str | None = None
+        self.synced = False
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="ember-auto-upload", daemon=True)
+        self._thread.start()
+
+    def _attempt(self) -> bool:
+        try:
+            with Client(timeout=30.0) as client:
+                upload_run(self.run_path, client=client, **self.placement)
+        except (TrackingError, OSError) as e:  # UploadError is a TrackingError
+            if str(e) != self.last_error:
+                log.warning("auto-upload of %s failed (will retry; the local copy is complete): %s", self.run_path, e)
+            self.last_error = str(e)
+            return False
+        self.last_error = None
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if not self._stop:
+                self._attempt()
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Stop the thread and upload what remains; return whether the server has it all."""
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+        self.synced = self._attempt()
+        return self.synced
