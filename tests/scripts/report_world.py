@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 
-import ember
 from tests.dist import report
+
+import ember
 
 ember.launch_from_torch(verbose=False)
 report({"world_size": ember.context.world_size, "argv": sys.argv[1:],
