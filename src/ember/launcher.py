@@ -139,18 +139,13 @@ def launch_from_torch(
     Example:
         >>> ember.launch_from_torch(config="config.py")   # under: torchrun --nproc_per_node 2 train.py
     """
-    env = _read_env(
-        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
-        "run the script with `torchrun --nproc_per_node N script.py` or `ember run script.py --nproc N`",
-    )
-    return launch(
+    return _launch_from_env(
         config,
-        rank=int(env["RANK"]),
-        world_size=int(env["WORLD_SIZE"]),
-        host=env["MASTER_ADDR"],
-        port=env["MASTER_PORT"],
+        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+        "run the script with `torchrun --nproc_per_node N script.py` or `ember run script.py --nproc N`",
+        None,
+        None,
         backend=backend,
-        local_rank=int(env["LOCAL_RANK"]),
         seed=seed,
         verbose=verbose,
         overrides=overrides,
@@ -166,20 +161,10 @@ def launch_from_slurm(
     verbose: bool = True,
 ) -> _context.Context:
     """Launch from the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NPROCS``, ``SLURM_LOCALID``)."""
-    env = _read_env(
-        ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"), "start the script with `srun` inside a Slurm job"
-    )
-    return launch(
-        config,
-        rank=int(env["SLURM_PROCID"]),
-        world_size=int(env["SLURM_NPROCS"]),
-        host=host,
-        port=port,
-        backend=backend,
-        local_rank=int(env["SLURM_LOCALID"]),
-        seed=seed,
-        verbose=verbose,
-    )
+    return _launch_from_env(
+        config, ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"), "start the script with `srun` inside a Slurm job",
+        host, port, backend=backend, seed=seed, verbose=verbose,
+    )  # fmt: skip
 
 
 def launch_from_openmpi(
@@ -191,20 +176,35 @@ def launch_from_openmpi(
     verbose: bool = True,
 ) -> _context.Context:
     """Launch from the variables ``mpirun`` sets (``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``)."""
-    env = _read_env(
-        ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-        "start the script with Open MPI's `mpirun`",
-    )
+    return _launch_from_env(
+        config, ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+        "start the script with Open MPI's `mpirun`", host, port, backend=backend, seed=seed, verbose=verbose,
+    )  # fmt: skip
+
+
+def _launch_from_env(
+    config: ConfigSource,
+    names: tuple[str, str, str],
+    hint: str,
+    host: str | None,
+    port: int | str | None,
+    **kwargs: Any,
+) -> _context.Context:
+    """Launch with rank, world size and local rank read from the variables ``names`` (in that order).
+
+    Without ``host``/``port`` they come from ``MASTER_ADDR``/``MASTER_PORT`` (torchrun's).
+    """
+    rank, world, local = names
+    address = ("MASTER_ADDR", "MASTER_PORT") if host is None else ()
+    env = _read_env((rank, local, world, *address), hint)
     return launch(
         config,
-        rank=int(env["OMPI_COMM_WORLD_RANK"]),
-        world_size=int(env["OMPI_COMM_WORLD_SIZE"]),
-        host=host,
-        port=port,
-        backend=backend,
-        local_rank=int(env["OMPI_COMM_WORLD_LOCAL_RANK"]),
-        seed=seed,
-        verbose=verbose,
+        rank=int(env[rank]),
+        world_size=int(env[world]),
+        host=env["MASTER_ADDR"] if host is None else host,
+        port=env["MASTER_PORT"] if port is None else port,
+        local_rank=int(env[local]),
+        **kwargs,
     )
 
 

@@ -13,10 +13,10 @@ _LOGGERS: dict[str, DistributedLogger] = {}
 _FORMAT = "[%(asctime)s] %(levelname)s %(name)s%(rank)s: %(message)s"
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at the time (test captures, notebooks swap it)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> object:
         return sys.stderr
 
