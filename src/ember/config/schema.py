@@ -1,0 +1,318 @@
+"""ember's config keys: the schema table, value checks, normalisation and merging."""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import torch
+
+from ember.errors import ConfigError
+
+# ---------------------------------------------------------------------------------------------
+# Value checks. Each takes (value, dotted key, full) and returns the normalized value; `full` is
+# False while validating one side of a merge, so that defaults and required keys wait for the end.
+
+_Check = Callable[[Any, str, bool], Any]
+_NO_DEFAULT = object()
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{text[:77] + '...' if len(text) > 80 else text} ({type(value).__name__})"
+
+
+def _fail(key: str, value: Any, allowed: str) -> NoReturn:
+    raise ConfigError(f"config key '{key}' got {_describe(value)}; allowed: {allowed}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check(
+    ok: Callable[[Any], bool], allowed: str, convert: Callable[[Any], Any] = lambda v: v, optional: bool = False
+) -> _Check:
+    """A check from a predicate: None passes when ``optional``; ``convert`` normalizes."""
+
+    def check(value: Any, key: str, full: bool) -> Any:
+        if value is None and optional:
+            return None
+        if not ok(value):
+            _fail(key, value, allowed)
+        return convert(value)
+
+    return check
+
+
+def _int(low: int, high: float = float("inf"), optional: bool = False) -> _Check:
+    allowed = f"an int >= {low}" if high == float("inf") else f"an int from {low} to {high}"
+    ok = lambda v: _is_int(v) and low <= v <= high  # noqa: E731
+    return _check(ok, allowed + " or None" * optional, int, optional)
+
+
+def _real(low: float, high: float = float("inf"), allowed: str = "a number > 0") -> _Check:
+    return _check(lambda v: _is_real(v) and low < v < high, allowed, float)
+
+
+def _choice(*options: str, optional: bool = False) -> _Check:
+    allowed = ", ".join(map(repr, options)) + " or None" * optional
+    ok = lambda v: isinstance(v, str) and v.lower() in options  # noqa: E731
+    return _check(ok, allowed, str.lower, optional)
+
+
+def _is(*types: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, types)
+
+
+_BOOL = _check(_is(bool), "True or False")
+_ANY = _check(lambda v: True, "anything")
+_OPT_BOOL = _check(_is(bool), "True, False or None", optional=True)
+_OPT_STR = _check(_is(str), "a string or None", optional=True)
+_OPT_DICT = _check(_is(Mapping), "a dict or None", dict, optional=True)
+_NAME_OR_FN = _check(lambda v: isinstance(v, str) or callable(v), "a name or a callable")
+_CLIP = _check(
+    lambda v: _is_real(v) and v > 0,
+    "a number > 0 or None (use a positive max norm, or None to disable)",
+    float,
+    optional=True,
+)
+_NAMES = _check(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v),
+    "a list of module names (strings) or None",
+    list,
+    optional=True,
+)
+_AMP_NAMES: dict[str, str | None] = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16"}
+_AMP_NAMES |= {"float16": "fp16", "half": "fp16", "none": None, "no": None, "fp32": None}
+
+
+def _amp(value: Any, key: str, full: bool) -> str | None:
+    name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+    if name is None or name is False:
+        return None
+    if not isinstance(name, str) or name.lower() not in _AMP_NAMES:
+        _fail(key, value, "None, 'bf16' or 'fp16' (also 'bfloat16', 'float16', 'half')")
+    return _AMP_NAMES[name.lower()]
+
+
+def _handlers(value: Any, key: str, full: bool) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        if not callable(value):
+            _fail(key, value, "a callable fn(parameters) -> None, or a list of them")
+        return [value]
+    for i, fn in enumerate(value):
+        if not callable(fn):
+            hint = " (registry dicts such as dict(type=...) are not supported)"
+            _fail(
+                f"{key}[{i}]",
+                fn,
+                "a callable fn(parameters: list[torch.nn.Parameter]) -> None" + hint * isinstance(fn, Mapping),
+            )
+    return list(value)
+
+
+@dataclass(frozen=True)
+class _Field:
+    check: _Check
+    default: Any = _NO_DEFAULT  # run through `check` when filled in, so sections fill themselves
+    required: bool = False
+
+
+class _Section:
+    """A dict of known sub-keys; None means {}; a bare int means {shorthand: int}."""
+
+    def __init__(self, fields: dict[str, _Field], shorthand: str | None = None) -> None:
+        self.fields = fields
+        self.shorthand = shorthand
+
+    def __call__(self, value: Any, key: str, full: bool) -> dict[str, Any]:
+        if value is None:
+            value = {}
+        elif self.shorthand is not None and _is_int(value):
+            value = {self.shorthand: value}
+        elif not isinstance(value, Mapping):
+            extra = f" or an int ({self.shorthand})" if self.shorthand else ""
+            _fail(key, value, f"a dict with keys {', '.join(self.fields)}{extra}")
+        out: dict[str, Any] = {}
+        for sub, sub_value in value.items():
+            if sub not in self.fields:
+                close = difflib.get_close_matches(str(sub).lower(), self.fields, n=1)
+                allowed = f"allowed in '{key}': {', '.join(self.fields)}"
+                hint = f"did you mean '{key}.{close[0]}'? ({allowed})" if close else allowed
+                raise ConfigError(f"config key '{key}.{sub}' is not an ember setting; {hint}")
+            out[sub] = self.fields[sub].check(sub_value, f"{key}.{sub}", full)
+        for sub, field in self.fields.items() if full else ():
+            if sub not in out and field.required:
+                raise ConfigError(f"config key '{key}.{sub}' is required when '{key}' is set")
+            if sub not in out and field.default is not _NO_DEFAULT:
+                out[sub] = field.check(field.default, f"{key}.{sub}", full)
+        return {sub: out[sub] for sub in self.fields if sub in out}
+
+
+def _zero(value: Any, key: str, full: bool) -> dict[str, Any] | None:
+    return None if value is None or value is False else _ZERO(value, key, full)
+
+
+def _compile(value: Any, key: str, full: bool) -> bool | dict[str, Any]:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, Mapping):
+        _fail(key, value, "True, False or a dict of torch.compile keyword arguments")
+    return _COMPILE(value, key, full) or True  # compile=dict() means: compile with defaults
+
+
+_SCALER_FIELDS = {
+    "init_scale": _Field(_real(0)),
+    "growth_factor": _Field(_real(1, allowed="a number > 1")),
+    "backoff_factor": _Field(_real(0, 1, allowed="a number between 0 and 1 (exclusive)")),
+    "growth_interval": _Field(_int(1)),
+    "enabled": _Field(_BOOL),
+}
+_ZERO = _Section(
+    {
+        "stage": _Field(_int(1, 3), required=True),
+        "mixed_precision": _Field(_amp, None),
+        "cpu_offload": _Field(_BOOL, False),
+    },
+    shorthand="stage",
+)
+_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_COMPILE = _Section(
+    {
+        "mode": _Field(_choice(*_COMPILE_MODES, optional=True)),
+        "fullgraph": _Field(_BOOL),
+        "dynamic": _Field(_OPT_BOOL),
+        "backend": _Field(_NAME_OR_FN),
+        "options": _Field(_OPT_DICT),
+        "disable": _Field(_BOOL),
+    }
+)
+_TENSOR = _Section(
+    {"size": _Field(_int(1), 1), "mode": _Field(_OPT_STR, None), "plan": _Field(_ANY, None)}, shorthand="size"
+)
+_PIPELINE = _Section(
+    {
+        "size": _Field(_int(1), 1),
+        "microbatches": _Field(_int(1, optional=True), None),
+        "schedule": _Field(_choice("gpipe", "1f1b"), "gpipe"),
+        "split_points": _Field(_NAMES, None),
+    },
+    shorthand="size",
+)
+_PARALLEL = _Section(
+    {"data": _Field(_int(1, optional=True), None), "tensor": _Field(_TENSOR, None), "pipeline": _Field(_PIPELINE, None)}
+)
+_DDP = _Section(
+    {
+        "find_unused_parameters": _Field(_BOOL),
+        "broadcast_buffers": _Field(_BOOL),
+        "bucket_cap_mb": _Field(_real(0)),
+        "static_graph": _Field(_BOOL),
+        "gradient_as_bucket_view": _Field(_BOOL),
+    }
+)
+_SCHEMA: dict[str, _Field] = {
+    "amp": _Field(_amp, None),
+    "grad_scaler": _Field(_Section(_SCALER_FIELDS), None),
+    "gradient_accumulation": _Field(_int(1), 1),
+    "clip_grad_norm": _Field(_CLIP, None),
+    "gradient_handler": _Field(_handlers, None),
+    "parallel": _Field(_PARALLEL, None),
+    "zero": _Field(_zero, None),
+    "compile": _Field(_compile, False),
+    "seed": _Field(_int(0, optional=True), None),
+    "deterministic": _Field(_BOOL, False),
+    "ddp": _Field(_DDP, None),
+}
+# Accepted on input and folded into the keys above: fp16 -> amp + grad_scaler, the other -> ddp.
+_FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})
+_KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters")
+
+
+def _check_names(data: Mapping[str, Any]) -> None:
+    """Unknown top-level keys are the user's, unless they are near-misses of ember's keys."""
+    for key in data:
+        if not isinstance(key, str) or key in _KNOWN or key.isupper():
+            continue
+        close = difflib.get_close_matches(key.lower(), _KNOWN, n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(
+                f"config key '{key}' is not an ember setting; did you mean '{close[0]}'? (rename "
+                "it; unknown keys are kept only when they are not near-misses of ember's keys)"
+            )
+
+
+def _fold_fp16(data: dict[str, Any]) -> None:
+    """Colossal-AI's ``fp16=dict(mode="torch", **scaler_kwargs)`` -> amp="fp16" + grad_scaler."""
+    fp16 = data.pop("fp16")
+    if fp16 is None or fp16 is False:
+        return
+    kwargs = _FP16({} if fp16 is True else fp16, "fp16", False)
+    mode = kwargs.pop("mode", "torch")
+    mode = getattr(mode, "value", mode)  # Colossal-AI's AMP_TYPE.TORCH is an Enum
+    if not isinstance(mode, str) or mode.lower() != "torch":
+        raise ConfigError(
+            f"config key 'fp16.mode' got {_describe(mode)}; ember supports mode='torch' "
+            "(torch.amp) only: use fp16=dict(mode='torch'), or amp='fp16' or amp='bf16'"
+        )
+    if _amp(data.get("amp"), "amp", False) not in (None, "fp16"):
+        raise ConfigError(
+            f"config keys 'fp16' and 'amp' disagree (fp16={fp16!r}, amp={data['amp']!r}): "
+            "keep one of them (fp16=dict(mode='torch') means amp='fp16')"
+        )
+    data["amp"] = "fp16"
+    _fold_into(data, "grad_scaler", kwargs, "fp16.{sub}")
+
+
+def _fold_into(data: dict[str, Any], section: str, values: Mapping[str, Any], source: str) -> None:
+    """Move alias values into a section; ``source`` names them (``{sub}`` is filled in)."""
+    existing = data.get(section) or {}
+    if not isinstance(existing, Mapping):
+        return  # the section's own check reports its type
+    for sub, value in values.items():
+        if sub in existing and existing[sub] != value:
+            ours, theirs = source.format(sub=sub), f"{section}.{sub}"
+            raise ConfigError(
+                f"config keys '{ours}' and '{theirs}' disagree ({ours}={value!r}, "
+                f"{theirs}={existing[sub]!r}): set it in one place"
+            )
+    data[section] = {**existing, **values}
+
+
+def _normalize(source: Mapping[str, Any], full: bool) -> dict[str, Any]:
+    """Validate ember's keys; with ``full``, also fill defaults and check required keys."""
+    data = dict(source)
+    _check_names(data)
+    if "fp16" in data:
+        _fold_fp16(data)
+    if "find_unused_parameters" in data:
+        flag = _BOOL(data.pop("find_unused_parameters"), "find_unused_parameters", full)
+        _fold_into(data, "ddp", {"find_unused_parameters": flag}, "find_unused_parameters")
+    out: dict[str, Any] = {}
+    for key, field in _SCHEMA.items():
+        if key in data:
+            out[key] = field.check(data[key], key, full)
+        elif full:
+            out[key] = field.check(field.default, key, full)
+    out.update((k, v) for k, v in data.items() if k not in _SCHEMA)
+    return out
+
+
+def _merge(base: Mapping[Any, Any], extra: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Deep merge into a new dict: mappings merge key by key, anything else in ``extra`` wins."""
+    out = dict(base)
+    for key, value in extra.items():
+        old = out.get(key)
+        both = isinstance(old, Mapping) and isinstance(value, Mapping)
+        out[key] = _merge(old, value) if both else value  # type: ignore[arg-type]
+    return out
