@@ -10,10 +10,22 @@ Example:
 from __future__ import annotations
 
 from ember.trainer import hooks
+from ember.trainer._preempt import PREEMPTED_EXIT_CODE, Preempted
 from ember.trainer.hooks.base import StopTraining
 from ember.trainer.placeholders import Placeholders
 from ember.trainer.schedule import DefaultSchedule, Schedule
 from ember.trainer.storage import History, StepStorage
 from ember.trainer.trainer import Trainer
 
-__all__ = ["DefaultSchedule", "History", "Placeholders", "Schedule", "StepStorage", "StopTraining", "Trainer", "hooks"]
+__all__ = [
+    "PREEMPTED_EXIT_CODE",
+    "DefaultSchedule",
+    "History",
+    "Placeholders",
+    "Preempted",
+    "Schedule",
+    "StepStorage",
+    "StopTraining",
+    "Trainer",
+    "hooks",
+]

@@ -59,6 +59,27 @@ def split_batch(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
     )
 
 
+@torch.no_grad()
+def predict(engine: Any, data: Any) -> Any:
+    """``Trainer.predict``: the Engine's forward pass in evaluation mode on a batch or a loader."""
+    was_training = engine.training
+    engine.eval()
+    try:
+        if isinstance(data, torch.Tensor):
+            return engine(to_device(data, engine.device))
+        if isinstance(data, (tuple, list)):
+            return engine(*to_device(data, engine.device))
+        if isinstance(data, Mapping):
+            return engine(**to_device(data, engine.device))
+        outputs = []
+        for batch in data:
+            args, kwargs, _ = split_batch(to_device(batch, engine.device))
+            outputs.append(engine(*args, **kwargs))
+    finally:
+        engine.train(was_training)
+    return torch.cat(outputs) if outputs and all(isinstance(o, torch.Tensor) for o in outputs) else outputs
+
+
 def batch_size(batch: Any) -> int:
     """The number of samples in ``batch``: the first dimension of its first tensor."""
     tensor = _first_tensor(batch)
@@ -127,3 +148,10 @@ def with_last(iterable: Iterable[T]) -> Iterator[tuple[T, bool]]:
         yield prev, False
         prev = item
     yield prev, True
+
+
+def hook_args(result: Mapping[str, Any], keep_outputs: bool) -> tuple[Any, Any, Any]:
+    """``(output, label, loss)`` for ``after_*_iter`` (outputs and labels None unless kept)."""
+    if keep_outputs:
+        return result["output"], result["label"], result["loss"]
+    return None, None, result["loss"]

@@ -3,16 +3,18 @@
 Collectives (gradient all-reduce, metric reductions) pair up only when every rank calls them
 in the same order, so a rank must not leave the loop on its own. The rules:
 
-* A hook that raises :class:`StopTraining` or calls ``trainer.stop()`` only sets a flag.
+* A hook that raises :class:`StopTraining` or calls ``trainer.stop()`` only sets a flag; so
+  does a preemption signal (:mod:`ember.trainer._preempt`).
 * In a one-process world an exception from a hook propagates at once. With several ranks the
   rank keeps the first exception, logs it, and goes on exactly as the other ranks do (so its
   collectives still match theirs) until the next *safe point*.
 * Safe points are the end of every iteration that closed an accumulation cycle (once per
   optimizer update), the end of every epoch, and the end of ``evaluate``. There each rank
-  contributes "stop or error here?" to one ``any_true`` (a one-element all-reduce); when any
-  says yes, a second exchange tells every rank which rank failed and why. Then every rank
-  raises (the failing one its own exception, the others a :class:`TrainerError` naming it) or,
-  for a stop, leaves the loop; ``after_train`` runs on all of them.
+  contributes "stop, preemption or error here?" to one ``any_true`` (a one-element all-reduce);
+  when any says yes, a second exchange tells every rank which rank asked and why (an error
+  outranks a preemption, which outranks a stop). Then every rank raises (the failing one its
+  own exception, the others a :class:`TrainerError` naming it) or leaves the loop (for a
+  preemption, after saving a checkpoint); ``after_train`` runs on all of them.
 
 Cost: one one-element all-reduce per optimizer update and per epoch with several ranks, none
 with one. An exception raised inside the forward/backward pass itself cannot be agreed on (the
@@ -45,6 +47,9 @@ class Control:
         self.stop_requested = False
         self.stop_reason: str | None = None
         self.stopping = False
+        self.preempted = False
+        """Whether the ranks agreed to stop for a preemption signal (set at a safe point)."""
+        self._preempt: str | None = None
         self._error: tuple[Exception, str] | None = None
 
     # -- hooks --------------------------------------------------------------------------------
@@ -112,11 +117,17 @@ class Control:
     def reset(self) -> None:
         """Forget stop requests and errors (at the start of ``fit``)."""
         self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
+        self.preempted, self._preempt = False, None
 
     def request_stop(self, reason: str) -> None:
         """Ask every rank to stop at the next safe point."""
         if not self.stop_requested:
             self.stop_requested, self.stop_reason = True, reason
+
+    def request_preempt(self, reason: str) -> None:
+        """Ask every rank to save and stop at the next safe point (called from a signal handler)."""
+        if self._preempt is None:
+            self._preempt = reason
 
     def fail(self, exc: Exception, where: str) -> None:
         """Handle ``exc`` raised at ``where``: raise it now (one rank) or at the next safe point."""
@@ -134,28 +145,38 @@ class Control:
 
     def agree(self) -> bool:
         """A safe point: True when every rank is to stop now; raises on every rank on an error."""
-        local = self.stop_requested or self._error is not None
+        local = self.stop_requested or self._error is not None or self._preempt is not None
         if not (distributed.any_true(local) if distributed.is_active() else local):
             return False
         if distributed.is_active():
             self._exchange()
+        elif self._preempt is not None:
+            self._set_preempted(self._preempt)
         self.stopping = True
         return True
+
+    def _set_preempted(self, reason: str) -> None:
+        self.preempted, self.stop_requested, self.stop_reason = True, True, f"preempted: {reason}"
 
     def _exchange(self) -> None:
         rank, world = distributed.rank(), distributed.world_size()
         codes = torch.zeros(world, dtype=torch.int32, device=distributed.collective_device())
-        codes[rank] = 2 if self._error is not None else 1 if self.stop_requested else 0
+        error, preempt = self._error is not None, self._preempt is not None
+        codes[rank] = 3 if error else 2 if preempt else 1 if self.stop_requested else 0
         found = distributed.all_reduce(codes).tolist()
         worst = max(found)
         src = found.index(worst)
         mine = f"{self._error[1]} raised {self._error[0]!r}" if self._error is not None else self.stop_reason
-        message = distributed.broadcast_object(mine if rank == src else None, src=src)
         if worst == 2:
+            mine = self._preempt
+        message = distributed.broadcast_object(mine if rank == src else None, src=src)
+        if worst == 3:
             if self._error is not None:
                 raise self._error[0]
             raise TrainerError(f"training stopped on every rank because, on rank {src}, {message}")
-        if not self.stop_requested:
+        if worst == 2:
+            self._set_preempted(f"rank {src} {message}")
+        elif not self.stop_requested:
             self.stop_requested, self.stop_reason = True, f"rank {src}: {message}"
 
 

@@ -34,6 +34,7 @@ class Run:
     start_epoch: int
     start_step: int
     return_output_label: bool
+    resume: Any = None
 
     def steps_done(self, t: Trainer) -> bool:
         """True once ``max_steps`` optimizer updates were made in this fit."""
@@ -144,7 +145,9 @@ def epoch_batches(loader: DataLoader[Any], epoch: int, consumed: int, logger: Di
     if consumed == 0:
         return loader
     if hasattr(sampler, "start_at") and loader.batch_size is not None:
-        sampler.start_at(consumed * loader.batch_size)  # type: ignore[union-attr]
+        # A state saved after an epoch's last batch (before its end) may point past a short tail.
+        position = consumed * loader.batch_size
+        sampler.start_at(min(position, getattr(sampler, "num_samples", position)))  # type: ignore[union-attr]
         # iter(DataLoader) draws a seed from torch's CPU generator; the interrupted run drew it at
         # the epoch's start, before the state being resumed was saved: do not draw it twice.
         cpu_rng = torch.get_rng_state()

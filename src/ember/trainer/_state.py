@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import distributed
+from ember.data import data_parallel_rank_and_size
 from ember.errors import TrainerError
 from ember.trainer.placeholders import Placeholders
 from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
@@ -41,6 +42,9 @@ class TrainerState:
     _test_metrics: dict[str, float]
     _pending_hook_states: dict[str, Mapping[str, Any]]
     _pending_strict: bool
+    _resume_samples: int | None = None
+    train_dataloader: Any
+    logger: Any
 
     def stop(self, reason: str = "") -> None:
         """End training cleanly at the next safe point (after the current optimizer update).
@@ -145,6 +149,28 @@ class TrainerState:
         else:
             self._resume = origin
 
+    def resume_epoch_at_sample(self, samples: int) -> None:
+        """Resume the current epoch after ``samples`` samples that all data-parallel ranks consumed together.
+
+        Converted to this run's batches (``samples // (batch size × data-parallel size)``: no
+        sample is skipped) as soon as ``fit`` knows its training loader: now when called
+        during ``fit``, else when the next ``fit`` starts. Checkpoints use it, so that a state
+        saved by another number of ranks, or with another batch size, resumes at the same sample.
+        """
+        self._resume_samples = int(samples)
+        if self.fitting:
+            self._apply_resume_samples()
+
+    def _apply_resume_samples(self) -> None:
+        samples, self._resume_samples = self._resume_samples, None
+        if samples is None:
+            return
+        batch_size = getattr(self.train_dataloader, "batch_size", None)
+        if not batch_size:
+            self.logger.warning("cannot tell this loader's batch size: the epoch resumes at the saved batch")
+            return
+        self.epoch_iter = samples // (batch_size * data_parallel_rank_and_size()[1])
+
     def hook_states(self) -> dict[str, dict[str, Any]]:
         """``{hook name: state}`` for every registered hook that keeps state."""
         return {h.name: s for h in self._control.hooks if (s := h.state_dict())}
@@ -188,4 +214,4 @@ class TrainerState:
         self.history.reset()
         self.storage.clear()
         self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
-        self.storage.step, self._resume = 0, None
+        self.storage.step, self._resume, self._resume_samples = 0, None, None

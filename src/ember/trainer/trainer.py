@@ -7,16 +7,20 @@ with the hook events, and ``docs/trainer.md`` explains the state it keeps.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.checkpoint.state import set_rng_state
 from ember.data import data_parallel_rank_and_size
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
 from ember.trainer import _batch
 from ember.trainer._control import Control
+from ember.trainer._preempt import preemption_signals
+from ember.trainer._resume import check_resume, checkpoint_hooks, raise_if_preempted, resume_checkpoint, save_final
 from ember.trainer._setup import (
     Run,
     batches_per_epoch,
@@ -106,7 +110,7 @@ class Trainer(TrainerState):
             raise TrainerError(f"schedule must have forward_backward() and forward(), got {type(schedule).__name__}")
         self.engine = engine
         self.logger = logger if logger is not None else get_dist_logger()
-        self.schedule: Schedule = schedule if schedule is not None else DefaultSchedule()
+        self.schedule: Schedule = schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
         self.history, self.storage = History(), StepStorage()
         self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
         self.fitting, self.step_applied = False, False
@@ -142,6 +146,7 @@ class Trainer(TrainerState):
         batch_size: int | None = None,
         dataloader_kwargs: Mapping[str, Any] | None = None,
         reset_history: bool = False,
+        resume: str | os.PathLike[str] | None = None,
     ) -> History:
         """Train for ``epochs`` epochs and/or ``max_steps`` optimizer updates (first reached wins).
 
@@ -165,12 +170,17 @@ class Trainer(TrainerState):
             batch_size: per-rank batch size for the datasets.
             dataloader_kwargs: more ``get_dataloader`` arguments for the datasets.
             reset_history: forget the history and counters of earlier ``fit`` calls first.
+            resume: ``"auto"`` (the newest checkpoint of the CheckpointHook; none: start fresh) or
+                a checkpoint file/directory to continue from; None reads ``$EMBER_RESUME``. With
+                a CheckpointHook, SIGTERM/SIGINT save and stop (see ``docs/checkpoint.md``).
 
         Returns:
             ``self.history``.
 
         Raises:
             TrainerError: inconsistent arguments; on every rank when a hook raised on one.
+            CheckpointError: the checkpoint to resume from cannot be read.
+            Preempted: a SystemExit with code 75 after SIGTERM/SIGINT, once the state is saved.
         """
         if self.fitting:
             raise TrainerError("fit was called while fit is running (from a hook?): call it after fit returns")
@@ -180,6 +190,7 @@ class Trainer(TrainerState):
         if train_dl is None:
             raise TrainerError("fit needs train_dataloader=... or train_dataset=... with batch_size=...")
         check_test_loader(test_dl)
+        check_resume(resume)
         warn_if_unsharded(train_dl, self.logger)
         batches = batches_per_epoch(train_dl)
         if batches == 0:
@@ -192,16 +203,18 @@ class Trainer(TrainerState):
         start_epoch, start_step = self._fit_origin()
         self.placeholder_values = placeholder_values(epochs, max_steps, batches, self.engine.gradient_accumulation)
         self.train_dataloader, self.test_dataloader = train_dl, test_dl
-        self._run = Run(
-            train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step, return_output_label
-        )
+        self._apply_resume_samples()  # a position loaded before fit, in this loader's batches
+        self._run = Run(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
+                        return_output_label, resume)  # fmt: skip
         self.logger.info(self._control.describe(), ranks=[0])
         self._control.reset()
         self.fitting, self._finished = True, False
-        try:
-            self._loop(self._run)
-        finally:
-            self.fitting = False
+        with preemption_signals(self._control, self.logger, enabled=bool(checkpoint_hooks(self))):
+            try:
+                self._loop(self._run)
+            finally:
+                self.fitting = False
+        raise_if_preempted(self)
         return self.history
 
     def evaluate(
@@ -249,22 +262,7 @@ class Trainer(TrainerState):
         Example:
             >>> probs = trainer.predict(torch.randn(4, 8)).softmax(-1)
         """
-        engine, was_training = self.engine, self.engine.training
-        engine.eval()
-        try:
-            if isinstance(data, torch.Tensor):
-                return engine(_batch.to_device(data, engine.device))
-            if isinstance(data, (tuple, list)):
-                return engine(*_batch.to_device(data, engine.device))
-            if isinstance(data, Mapping):
-                return engine(**_batch.to_device(data, engine.device))
-            outputs = []
-            for batch in data:
-                args, kwargs, _ = _batch.split_batch(_batch.to_device(batch, engine.device))
-                outputs.append(engine(*args, **kwargs))
-        finally:
-            engine.train(was_training)
-        return torch.cat(outputs) if outputs and all(isinstance(o, torch.Tensor) for o in outputs) else outputs
+        return _batch.predict(self.engine, data)
 
     def train_step(self, batch: Any) -> dict[str, Any]:
         """Forward one training batch and compute its loss (override for custom losses).
@@ -302,11 +300,16 @@ class Trainer(TrainerState):
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self, run: Run) -> None:
         ctl, completed = self._control, False
+        rng = resume_checkpoint(self, run.resume)  # before before_train: hooks see their state there
         try:
             ctl.call("before_train")
-            while not ctl.agree() and not run.done(self):
+            if rng is not None:  # as late as possible: nothing may draw from it before the first batch
+                set_rng_state(rng)
+            while not ctl.preempted and not ctl.agree() and not run.done(self):
                 self._train_epoch(run)
-            completed = self._finished = True
+            self._finished = not ctl.preempted
+            save_final(self)  # a preemption's checkpoint, or save_last's, before after_train
+            completed = True
         finally:
             self._after_train(completed)
 
@@ -321,6 +324,8 @@ class Trainer(TrainerState):
             self._train_iter(batch, last, run.return_output_label)
             if engine.sync_gradients and (ctl.agree() or run.steps_done(self)):
                 break
+        if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
+            return
         if not ctl.stopping and run.test_due(self):
             self._test_epoch(run.test_dataloader)
         self._closing_epoch = True
@@ -335,7 +340,7 @@ class Trainer(TrainerState):
         self.samples_seen += int(result["batch_size"]) * data_parallel_rank_and_size()[1]
         self.cur_step += int(self.step_applied)
         self.storage.step, self.step_result = self.cur_step, result
-        self._control.call("after_train_iter", *_hook_args(result, keep_outputs))
+        self._control.call("after_train_iter", *_batch.hook_args(result, keep_outputs))
 
     def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
         ctl, engine = self._control, self.engine
@@ -358,7 +363,7 @@ class Trainer(TrainerState):
                     ctl.call("before_test_iter")
                     result = self.schedule.forward(self, batch if keep == size else _batch.trim(batch, keep, size))
                     self.step_result = result
-                    ctl.call("after_test_iter", *_hook_args(result, keep_outputs))
+                    ctl.call("after_test_iter", *_batch.hook_args(result, keep_outputs))
             ctl.call("after_test_epoch")
             ctl.call("after_test")
         finally:
@@ -396,9 +401,3 @@ class Trainer(TrainerState):
         if keep:
             self._user_hooks = given
         self._apply_pending_hook_states()
-
-
-def _hook_args(result: Mapping[str, Any], keep_outputs: bool) -> tuple[Any, Any, Any]:
-    if keep_outputs:
-        return result["output"], result["label"], result["loss"]
-    return None, None, result["loss"]

@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 from ember.trainer.hooks.base import EVENTS, BaseHook, Priority, StopTraining
+from ember.trainer.hooks.checkpoint import CheckpointHook
 from ember.trainer.hooks.ema import EMAHook
 from ember.trainer.hooks.logger import LogMetricByEpochHook, LogMetricByStepHook
 from ember.trainer.hooks.lr_scheduler import LRSchedulerHook
@@ -27,6 +28,7 @@ __all__ = [
     "EVENTS",
     "AccuracyHook",
     "BaseHook",
+    "CheckpointHook",
     "EMAHook",
     "EarlyStoppingHook",
     "LRSchedulerHook",

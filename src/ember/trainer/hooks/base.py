@@ -154,6 +154,10 @@ class BaseHook:
     """
 
     priority: int = Priority.NORMAL
+    state_per_rank: bool = False
+    """True when each rank's :meth:`state_dict` differs (e.g. running sums over its own shard):
+    checkpoints then keep every rank's state and give each rank its own back. False (the
+    default): rank 0's state is saved and every rank loads it."""
     _explicit_name: str | None = None
     _resolved_name: str | None = None
     _trainer_ref: Any = None

@@ -29,6 +29,7 @@ class _AveragedMetric(BaseHook):
 
     metric_name = "metric"
     mode: Mode = "max"
+    state_per_rank = True  # each rank sums its own shard's batches
 
     def __init__(self, on: str | Iterable[str], priority: int | str, name: str | None) -> None:
         super().__init__(priority, name)

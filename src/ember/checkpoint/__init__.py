@@ -1,0 +1,229 @@
+"""Checkpoints of the whole training state: atomic files that resume a run exactly.
+
+The Trainer's :class:`~ember.trainer.hooks.CheckpointHook` and ``trainer.fit(resume=...)`` use
+these functions; call them yourself for a hand-written schedule. Every function that takes a
+trainer or an engine is a collective under several processes: call it on every rank. Rank 0
+writes; every rank reads (the directory must be visible to all ranks). See ``docs/checkpoint.md``.
+
+Example:
+    >>> from ember import checkpoint
+    >>> checkpoint.save("ckpt/manual.ckpt", trainer)          # everything, on every rank
+    >>> checkpoint.load("ckpt/manual.ckpt", trainer)          # before trainer.fit(...): it continues
+    >>> checkpoint.save_model("model.pt", trainer.engine)     # bare weights for model.load_state_dict
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ember import distributed
+from ember.checkpoint.io import (
+    POINTER,
+    SUFFIX,
+    AsyncWriter,
+    CheckpointFile,
+    checkpoint_name,
+    find_checkpoints,
+    load_file,
+    read_pointer,
+    save_file,
+)
+from ember.checkpoint.snapshot import capture, check_format, restore
+from ember.checkpoint.state import set_rng_state
+from ember.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from ember.engine import Engine
+    from ember.logging import DistributedLogger
+    from ember.trainer import Trainer
+
+__all__ = [
+    "POINTER",
+    "SUFFIX",
+    "AsyncWriter",
+    "CheckpointError",
+    "CheckpointFile",
+    "checkpoint_name",
+    "find_checkpoints",
+    "latest",
+    "load",
+    "model_state",
+    "read",
+    "save",
+    "save_model",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+def save(path: PathLike, trainer: Trainer) -> Path | None:
+    """Write ``trainer``'s whole state to the file ``path`` (atomically); a collective.
+
+    Saved: the Engine (model with unwrapped keys, optimizer, precision/scaler, accumulation
+    counters and, mid-cycle, every rank's partial gradients), the trainer's counters and
+    history, every hook's state under its name, every rank's random generators, the sampler's
+    epoch and position, and metadata. Under FSDP2/tensor parallelism save at an accumulation
+    boundary (the Engine raises otherwise).
+
+    Args:
+        path: the file to write (its directory is created).
+        trainer: the Trainer; call from outside ``fit``, or from a hook.
+
+    Returns:
+        ``path`` on rank 0, None on the other ranks.
+
+    Raises:
+        CheckpointError: on every rank, when rank 0 could not write the file.
+
+    Example:
+        >>> checkpoint.save("ckpt/before-surgery.ckpt", trainer)
+    """
+    state = capture(trainer, reason="manual")
+    error: Exception | None = None
+    if state is not None:
+        try:
+            save_file(state, path)
+        except OSError as exc:
+            error = CheckpointError(f"cannot write checkpoint {str(path)!r}: {exc}")
+    agree_on_error(error, f"rank 0 could not write checkpoint {str(path)!r}")
+    return Path(path) if state is not None else None
+
+
+def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any]:
+    """Restore a checkpoint into ``trainer`` so that the next ``fit`` continues it; a collective.
+
+    Loads the Engine, the trainer's counters and history, the hooks' states (applied when
+    ``fit`` registers hooks with those names, if it has not yet) and this rank's random
+    generators. Prefer ``trainer.fit(..., resume=path)``, which also keeps the random state
+    untouched until the first batch.
+
+    Args:
+        path: a checkpoint file, or a directory (its newest loadable checkpoint).
+        trainer: the Trainer to restore into.
+        strict: refuse a saved hook state whose hook is not registered.
+
+    Returns:
+        The checkpoint's metadata (``step``, ``epoch``, ``metrics``...), plus ``path``.
+
+    Raises:
+        CheckpointError: the file is missing, truncated, corrupt or not a checkpoint.
+
+    Example:
+        >>> meta = checkpoint.load("ckpt", trainer); meta["step"]
+    """
+    found = open_checkpoint(path, trainer.logger)
+    if found is None:
+        raise CheckpointError(f"no checkpoint in {str(path)!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
+    chosen, state = found
+    set_rng_state(restore(state, trainer, strict=strict, where=str(chosen)))
+    return {**state["meta"], "path": str(chosen)}
+
+
+def save_model(path: PathLike, engine: Engine) -> Path | None:
+    """Write the model's full weights alone, for ``model.load_state_dict(torch.load(path))``; a collective.
+
+    ``.safetensors`` paths are written with the ``safetensors`` package (when installed), other
+    paths with ``torch.save``. Under FSDP2/tensor parallelism the shards are gathered first.
+
+    Returns:
+        ``path`` on rank 0, None on the other ranks.
+
+    Example:
+        >>> checkpoint.save_model("digits.pt", engine)
+        >>> plain = Net(); plain.load_state_dict(torch.load("digits.pt"), strict=True)
+    """
+    from ember.checkpoint.export import full_model_state, write_weights
+
+    weights = full_model_state(engine)
+    error: Exception | None = None
+    if distributed.rank() == 0:
+        try:
+            write_weights(weights, path)
+        except (OSError, CheckpointError) as exc:
+            error = exc if isinstance(exc, CheckpointError) else CheckpointError(f"cannot write {str(path)!r}: {exc}")
+    agree_on_error(error, f"rank 0 could not write {str(path)!r}")
+    return Path(path) if distributed.rank() == 0 else None
+
+
+def read(path: PathLike) -> dict[str, Any]:
+    """Read a checkpoint file into a dict (tensors on the CPU), checking that it is one.
+
+    Raises:
+        CheckpointError: naming the file when it is missing, truncated, corrupt or not a checkpoint.
+    """
+    state = load_file(path)
+    check_format(state, f"checkpoint {str(path)!r}")
+    return state
+
+
+def model_state(path: PathLike) -> dict[str, Any]:
+    """The bare model weights inside a checkpoint file (keys as in the plain model)."""
+    return dict(read(path)["engine"]["model"])
+
+
+def latest(directory: PathLike) -> Path | None:
+    """The newest complete checkpoint file in ``directory`` by step (not checked for damage), or None."""
+    found = find_checkpoints(directory)
+    return found[-1].path if found else None
+
+
+def open_checkpoint(
+    path: PathLike, logger: DistributedLogger, missing_ok: bool = False
+) -> tuple[Path, dict[str, Any]] | None:
+    """Read the checkpoint to resume from, on every rank; a collective.
+
+    Rank 0 decides what to read and tells the others (so that ranks never disagree, e.g. while
+    rank 0 creates the directory): for a directory, its newest readable checkpoint (a damaged
+    one is skipped with a warning); for a file, the file. None: the directory holds no readable
+    checkpoint, or (with ``missing_ok``) ``path`` does not exist.
+
+    Raises:
+        CheckpointError: on every rank, when the file (or the one chosen) cannot be read on some rank.
+    """
+    path = Path(path)
+    state: dict[str, Any] | None = None
+    decision: str | None = ""  # "": read `path` itself; a name: read path/name; None: nothing
+    if distributed.rank() == 0:
+        if path.is_dir():
+            chosen, state = _newest_readable(path, logger)
+            decision = None if chosen is None else chosen.name
+        elif missing_ok and not path.exists():
+            decision = None
+    decision = distributed.broadcast_object(decision)
+    if decision is None:
+        return None
+    target = path / decision if decision else path
+    error: Exception | None = None
+    if state is None:
+        try:
+            state = read(target)
+        except CheckpointError as exc:
+            error = exc
+    agree_on_error(error, f"another rank could not read checkpoint {str(target)!r}")
+    assert state is not None
+    return target, state
+
+
+def _newest_readable(directory: Path, logger: DistributedLogger) -> tuple[Path | None, dict[str, Any] | None]:
+    for candidate in reversed(find_checkpoints(directory)):
+        try:
+            return candidate.path, read(candidate.path)
+        except CheckpointError as exc:
+            logger.warning(f"{exc}; falling back to the checkpoint before it", ranks=[0])
+    pointer = read_pointer(directory)
+    if pointer is not None and not (directory / pointer).is_file():
+        logger.warning(f"{directory / POINTER} names {pointer!r}, which does not exist", ranks=[0])
+    return None, None
+
+
+def agree_on_error(error: Exception | None, other: str) -> None:
+    """Raise ``error`` here, and a CheckpointError saying ``other`` on the ranks without one; a collective.
+
+    With one process this simply raises ``error`` when there is one.
+    """
+    if distributed.is_active() and distributed.any_true(error is not None) and error is None:
+        raise CheckpointError(other)
+    if error is not None:
+        raise error

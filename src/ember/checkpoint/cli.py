@@ -1,0 +1,104 @@
+"""``ember checkpoint inspect|export``: look inside a checkpoint, take the model weights out.
+
+``ember.cli`` calls :func:`add_commands`. Each handler returns the exit code; bad input raises
+:class:`~ember.errors.CheckpointError`, which ``ember.cli.main`` prints and turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+from pathlib import Path
+from typing import Any
+
+from ember.errors import CheckpointError
+
+
+def _resolve(path: str) -> Path:
+    """A checkpoint file, or the newest one in a directory."""
+    from ember.checkpoint import latest
+
+    p = Path(path)
+    if p.is_dir():
+        found = latest(p)
+        if found is None:
+            raise CheckpointError(f"no checkpoint in {path!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
+        return found
+    return p
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The checkpoint's metadata, reading no tensor data (the file is memory-mapped)."""
+    from ember.checkpoint.io import load_file
+    from ember.checkpoint.snapshot import check_format
+
+    state = load_file(path, mmap=True)
+    check_format(state, f"checkpoint {str(path)!r}")
+    return dict(state["meta"])
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print a checkpoint's step, epoch, metrics, where it came from and its sections' sizes."""
+    path = _resolve(args.path)
+    meta = _read_meta(path)
+    when = datetime.datetime.fromtimestamp(meta["time"]).isoformat(sep=" ", timespec="seconds")
+    where = f"{meta['epoch_iter']} batches into epoch {meta['epoch']}" if meta["epoch_iter"] else "at its start"
+    rows = [
+        ("file", f"{path} ({_size(path.stat().st_size)})"),
+        ("saved", f"{when} ({meta['reason']})"),
+        ("epoch", f"{meta['epoch']} ({where})"),
+        ("step", f"{meta['step']} optimizer updates, {meta['micro_step']} batches, {meta['samples_seen']} samples"),
+        ("accumulation", f"{meta['accumulation_micro_step']} micro-step(s) into a cycle"),
+        ("fit", "in progress (resume continues it)" if meta["fit_active"] else "finished"),
+        ("processes", f"{meta['world_size']} ({meta['parallel']}, data parallel {meta['data_parallel_size']})"),
+        ("versions", f"ember {meta['ember_version']}, torch {meta['torch_version']}"),
+    ]
+    for name, value in sorted(meta["metrics"].items()):
+        rows.append((name, f"{value:.6g}"))
+    for section, size in meta["sizes"].items():
+        rows.append((f"size of {section}", _size(size)))
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the bare model weights of a checkpoint (``.pt``, or ``.safetensors``)."""
+    from ember.checkpoint import model_state
+    from ember.checkpoint.export import write_weights
+
+    path = _resolve(args.path)
+    out = write_weights(model_state(path), args.out)
+    print(f"wrote the model weights of {path} to {out} ({_size(out.stat().st_size)})")
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``checkpoint inspect`` and ``checkpoint export`` on the ``ember`` command's subparsers.
+
+    Args:
+        subparsers: what ``parser.add_subparsers()`` returned; each command sets ``handler``.
+
+    Example:
+        >>> parser = argparse.ArgumentParser(prog="ember")
+        >>> add_commands(parser.add_subparsers(dest="command", required=True))
+        >>> args = parser.parse_args(["checkpoint", "inspect", "ckpt"]); args.handler(args)
+    """
+    ckpt = subparsers.add_parser("checkpoint", help="inspect checkpoints and export their model weights")
+    sub = ckpt.add_subparsers(dest="checkpoint_command", required=True, metavar="COMMAND")
+    what = "a checkpoint file, or a directory (its newest checkpoint)"
+    p = sub.add_parser("inspect", help="step, epoch, metrics and sizes, without loading the tensors")
+    p.add_argument("path", metavar="PATH", help=what)
+    p.set_defaults(handler=cmd_inspect)
+    p = sub.add_parser("export", help="write the bare model weights (.pt, or .safetensors)")
+    p.add_argument("path", metavar="PATH", help=what)
+    p.add_argument("out", metavar="OUT", help="the file to write: NAME.pt, or NAME.safetensors")
+    p.set_defaults(handler=cmd_export)

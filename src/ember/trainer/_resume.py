@@ -1,0 +1,101 @@
+"""``fit(resume=...)`` and the checkpoints ``fit`` saves as it ends (finished, stopped, preempted)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ember.checkpoint import open_checkpoint
+from ember.checkpoint.snapshot import restore
+from ember.errors import CheckpointError, TrainerError
+from ember.trainer._preempt import Preempted
+from ember.trainer.hooks.checkpoint import CheckpointHook
+
+if TYPE_CHECKING:
+    from ember.trainer.trainer import Trainer
+
+RESUME_ENV = "EMBER_RESUME"
+"""When ``fit(resume=None)``, this variable's value is used instead (``ember run --max-restarts``
+sets it to ``auto`` so that restarted workers resume)."""
+
+
+def check_resume(resume: Any) -> None:
+    """Validate ``fit(resume=...)`` before anything changes."""
+    if resume is not None and not isinstance(resume, str | os.PathLike):
+        raise TrainerError(f"fit(resume=...) takes None, 'auto' or a checkpoint path, got {type(resume).__name__}")
+    if isinstance(resume, str) and not resume:
+        raise TrainerError("fit(resume='') is empty: pass None, 'auto' or a checkpoint path")
+
+
+def checkpoint_hooks(trainer: Trainer) -> list[CheckpointHook]:
+    """The registered CheckpointHooks."""
+    return [h for h in trainer.hooks if isinstance(h, CheckpointHook)]
+
+
+def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
+    """Load the checkpoint ``resume`` names into ``trainer`` (a collective); return the RNG state to apply.
+
+    ``"auto"``: the newest readable checkpoint in the CheckpointHook's directory (a damaged one
+    is skipped with a warning); none there: say so and return None (start fresh). A path: that
+    file, or the newest in that directory; missing or damaged: CheckpointError.
+    """
+    logger = trainer.logger
+    from_env = resume is None
+    if from_env:
+        resume = os.environ.get(RESUME_ENV, "").strip() or None
+        if resume is None:
+            return None
+    hooks = checkpoint_hooks(trainer)
+    auto = resume == "auto"
+    if auto:
+        dirs = list(dict.fromkeys(h.dir for h in hooks))
+        if len(dirs) != 1:
+            if not dirs and from_env:
+                logger.warning(f"{RESUME_ENV}=auto, but no CheckpointHook is registered: starting fresh", ranks=[0])
+                return None
+            found = f"CheckpointHooks on {[str(d) for d in dirs]}" if dirs else "no CheckpointHook"
+            raise TrainerError(
+                f"resume='auto' looks in the directory of the one CheckpointHook, but fit has {found}: "
+                "pass resume=PATH to choose"
+            )
+        target = dirs[0]
+    else:
+        target = Path(resume)
+    found_ckpt = open_checkpoint(target, logger, missing_ok=auto)
+    if found_ckpt is None:
+        if auto:
+            logger.info(f"resume='auto': no checkpoint in {str(target)!r} yet: starting fresh", ranks=[0])
+            return None
+        raise CheckpointError(f"no checkpoint in {str(target)!r} to resume from")
+    path, state = found_ckpt
+    rng = restore(state, trainer, where=f"checkpoint {str(path)!r}")
+    for hook in hooks:
+        hook.resumed_from = path
+    meta = state["meta"]
+    logger.info(
+        f"resumed from {str(path)!r}: epoch {meta['epoch']}, {meta['epoch_iter']} batches into it, step {meta['step']}",
+        ranks=[0],
+    )
+    return rng
+
+
+def save_final(trainer: Trainer) -> None:
+    """Let every CheckpointHook save the state ``fit`` ends with (a collective; errors agreed on later)."""
+    control = trainer._control
+    for hook in checkpoint_hooks(trainer):
+        try:
+            path = hook.save_final(preempted=control.preempted)
+        except Exception as exc:  # noqa: BLE001 - raised on every rank at the next agreement
+            control.fail(exc, f"{hook.name}.save_final")
+            continue
+        if path is not None and control.preempted:
+            trainer.logger.warning(f"{control.stop_reason}: saved {str(path)!r}", ranks=[0])
+
+
+def raise_if_preempted(trainer: Trainer) -> None:
+    """After ``fit``'s loop: leave with :class:`Preempted` when the ranks agreed on a preemption."""
+    control = trainer._control
+    if control.preempted:
+        hooks = checkpoint_hooks(trainer)
+        raise Preempted(control.stop_reason or "preempted", hooks[0].last_path if hooks else None)

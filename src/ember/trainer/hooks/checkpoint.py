@@ -1,0 +1,220 @@
+"""Checkpoints during ``fit``: periodic, best, last and on preemption, with retention."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from ember import distributed
+from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
+from ember.checkpoint.io import BEST_POINTER, remove_stale_temporaries, save_file, write_pointer
+from ember.checkpoint.snapshot import capture
+from ember.errors import HookError
+from ember.trainer._setup import batches_per_epoch
+from ember.trainer.hooks._util import epoch_value
+from ember.trainer.hooks.base import BaseHook, Priority
+
+__all__ = ["CheckpointHook"]
+
+_Key = tuple[int, int, int, int]
+
+
+class CheckpointHook(BaseHook):
+    """Save the whole training state to ``dir`` so that ``fit(resume="auto")`` continues exactly.
+
+    What is saved, and the files' layout, are in ``docs/checkpoint.md``. Files are named
+    ``ckpt-e<epoch>-s<step>.ckpt`` (epochs completed, optimizer updates) and written atomically
+    by rank 0; ``last_checkpoint`` names the newest, ``best_checkpoint`` the best. Runs at
+    ``Priority.LOWEST`` so every other hook has finished the event it saves in. One
+    CheckpointHook per directory.
+
+    When it saves:
+
+    * every ``every_n_steps`` optimizer updates (at the end of the update's batch);
+    * every ``every_n_epochs`` epochs, at the epoch's end (after its test pass and every other
+      hook's ``after_train_epoch``): the state then describes the next epoch's start;
+    * with ``save_best``, at the end of an epoch where that history metric improved;
+    * with ``save_last``, when ``fit`` ends (finished or stopped), before ``after_train``;
+    * on preemption (SIGTERM/SIGINT, see ``docs/checkpoint.md``), always.
+
+    Args:
+        dir: the directory (created on rank 0; shared by all ranks for resuming).
+        every_n_steps: optimizer updates between saves (None: not by steps).
+        every_n_epochs: epochs between saves (None: not by epochs).
+        keep_last: how many of the newest checkpoints to keep (None: all). The best one and the
+            one this fit resumed from are never deleted.
+        save_best: a history metric (``"test/accuracy"``) whose best epoch is kept as well.
+        mode: ``"max"`` or ``"min"``: which way ``save_best`` is better.
+        save_last: save the final state when ``fit`` ends.
+        async_save: copy the state to CPU memory in the training thread and write it in a
+            background thread; the next save, and the end of ``fit``, wait for the write.
+        priority: default ``LOWEST`` (after every other hook).
+        name: the hook's name (its own state, the best value, is saved under it).
+
+    Attributes:
+        last_path: the newest checkpoint this hook wrote (or is writing), or None.
+        best_path: the best checkpoint by ``save_best``, or None.
+        resumed_from: the checkpoint ``fit(resume=...)`` continued from, or None.
+
+    Example:
+        >>> ckpt = hooks.CheckpointHook("ckpt", every_n_epochs=1, keep_last=3, save_best="test/accuracy")
+        >>> trainer.fit(train_dl, epochs=10, test_dataloader=test_dl, hooks=[hooks.AccuracyHook(), ckpt],
+        ...             resume="auto")
+    """
+
+    priority = Priority.LOWEST
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        every_n_steps: int | None = None,
+        every_n_epochs: int | None = 1,
+        keep_last: int | None = 3,
+        save_best: str | None = None,
+        mode: Literal["max", "min"] = "max",
+        save_last: bool = True,
+        async_save: bool = False,
+        priority: int | str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(priority, name)
+        if not isinstance(dir, str | os.PathLike) or not str(dir):
+            raise HookError(f"CheckpointHook(dir=...) must be a directory path, got {dir!r}")
+        for arg, value in (("every_n_steps", every_n_steps), ("every_n_epochs", every_n_epochs),
+                           ("keep_last", keep_last)):  # fmt: skip
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise HookError(f"CheckpointHook({arg}=...) must be a positive int or None, got {value!r}")
+        if save_best is not None and (not isinstance(save_best, str) or "/" not in save_best):
+            raise HookError(f"CheckpointHook(save_best=...) must be a history name like 'test/loss', got {save_best!r}")
+        if mode not in ("max", "min"):
+            raise HookError(f"CheckpointHook(mode=...) must be 'max' or 'min', got {mode!r}")
+        self.dir = Path(dir)
+        self.every_n_steps, self.every_n_epochs, self.keep_last = every_n_steps, every_n_epochs, keep_last
+        self.save_best, self.mode, self.save_last, self.async_save = save_best, mode, bool(save_last), bool(async_save)
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.best_path: Path | None = None
+        self.last_path: Path | None = None
+        self.resumed_from: Path | None = None
+        self._writer = AsyncWriter()
+        self._saved: _Key | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def after_hook_is_attached(self) -> None:
+        """Refuse a second CheckpointHook on the same directory (they would delete each other's files)."""
+        for hook in self.trainer.hooks:
+            if hook is not self and isinstance(hook, CheckpointHook) and hook.dir.resolve() == self.dir.resolve():
+                raise HookError(f"hooks {hook.name!r} and {self.name!r} both save to {str(self.dir)!r}: use one each")
+
+    def before_train(self) -> None:
+        """Create the directory and remove temporaries of writes a crash interrupted (rank 0)."""
+        if distributed.rank() == 0:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.dir)
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Save every ``every_n_steps`` optimizer updates."""
+        t, n = self.trainer, self.every_n_steps
+        if n is None or not t.step_applied or t.cur_step % n:
+            return
+        if self._epoch_save_due() and t.epoch_iter == batches_per_epoch(t.train_dataloader):
+            return  # the epoch ends with this batch and saves then
+        self._save(t.cur_epoch, t.epoch_iter, "step")
+
+    def after_train_epoch(self) -> None:
+        """Save every ``every_n_epochs`` epochs, and when ``save_best`` improved."""
+        t = self.trainer
+        improved = False
+        if self.save_best is not None:
+            value = epoch_value(t, self.save_best, "CheckpointHook(save_best=...)")
+            if value is not None and self._better(value):
+                improved = True
+                self.best, self.best_epoch = value, t.cur_epoch
+                self.best_path = self.dir / checkpoint_name(t.cur_epoch + 1, t.cur_step)  # in the state it saves
+        if improved or self._epoch_save_due():
+            self._save(t.cur_epoch + 1, 0, "best" if improved and not self._epoch_save_due() else "epoch", improved)
+
+    def after_train(self) -> None:
+        """Wait for a background write to finish (raising its error, if any)."""
+        self.wait()
+
+    # -- called by the Trainer ----------------------------------------------------------------
+    def save_final(self, preempted: bool) -> Path | None:
+        """Save the state ``fit`` ends with (with ``save_last``, or on preemption) and wait for it.
+
+        The Trainer calls this on every rank when its loop ends without an error, before
+        ``after_train``; it is a collective. Returns the checkpoint's path.
+        """
+        if not (preempted or self.save_last):
+            return None
+        t = self.trainer
+        path = self._save(t.cur_epoch, t.epoch_iter, "preempt" if preempted else "final")
+        self.wait()
+        return path
+
+    def wait(self) -> None:
+        """Block until the background write (if any) is done; raise CheckpointError if it failed."""
+        self._writer.wait()
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The best value so far, its epoch, and its file's name."""
+        best = None if self.best_path is None else self.best_path.name
+        return {"best": self.best, "best_epoch": self.best_epoch, "best_path": best}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (the best file is looked for in ``dir``)."""
+        missing = {"best", "best_epoch", "best_path"} - set(state)
+        if missing:
+            raise HookError(f"hook {self.name!r}: state lacks {sorted(missing)}; pass what state_dict() returned")
+        self.best, self.best_epoch = state["best"], state["best_epoch"]
+        self.best_path = None if state["best_path"] is None else self.dir / state["best_path"]
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _epoch_save_due(self) -> bool:
+        n = self.every_n_epochs
+        return n is not None and (self.trainer.cur_epoch + 1) % n == 0
+
+    def _better(self, value: float) -> bool:
+        if math.isnan(value):
+            return False
+        if self.best is None:
+            return True
+        return value > self.best if self.mode == "max" else value < self.best
+
+    def _save(self, epoch: int, epoch_iter: int, reason: str, best: bool = False) -> Path:
+        """Capture the state (a collective) and write it on rank 0, unless this very state was just saved."""
+        t = self.trainer
+        path = self.dir / checkpoint_name(epoch, t.cur_step)
+        key = (epoch, epoch_iter, t.cur_step, t.micro_step)
+        if key == self._saved:
+            return path
+        self._writer.wait()  # one write at a time; its error surfaces here
+        state = capture(t, reason=reason, copy=self.async_save)
+        self._saved, self.last_path = key, path
+        if state is not None:
+            keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path) if p is not None)
+            then = functools.partial(self._after_write, path.name, best, keep)
+            if self.async_save:
+                self._writer.submit(state, path, then)
+            else:
+                save_file(state, path)
+                then()
+        return path
+
+    def _after_write(self, name: str, best: bool, keep: frozenset[str]) -> None:
+        """Point at the new file and apply retention (rank 0; in the writer thread when async)."""
+        write_pointer(self.dir, name)
+        if best:
+            write_pointer(self.dir, name, BEST_POINTER)
+        if self.keep_last is None:
+            return
+        found = find_checkpoints(self.dir)
+        newest = {f.path.name for f in found[-self.keep_last :]}
+        for f in found:
+            if f.path.name not in newest and f.path.name not in keep:
+                f.path.unlink(missing_ok=True)

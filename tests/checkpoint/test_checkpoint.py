@@ -1,0 +1,304 @@
+"""Checkpoints in one process: resume rules, damaged files, retention, preemption, async, export, inspect."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ember import checkpoint
+from ember.checkpoint.io import BEST_POINTER, POINTER, find_checkpoints, read_pointer
+from ember.cli import main as ember_main
+from ember.errors import CheckpointError, HookError, TrainerError
+from ember.trainer import PREEMPTED_EXIT_CODE, Preempted, hooks
+from tests.checkpoint import common
+from tests.checkpoint.common import params
+from tests.models import tiny_mlp
+from tests.trainer.helpers import RecordingLogger
+
+STEP8 = "ckpt-e0001-s000000008.ckpt"  # update 8: batch 15, in the second epoch
+EPOCH2 = "ckpt-e0002-s000000010.ckpt"  # the end of the second epoch
+
+
+class Crash(hooks.BaseHook):
+    """Raises at batch ``at``: a process dying there (its checkpoints stay as they were)."""
+
+    priority = hooks.Priority.HIGHEST
+
+    def __init__(self, at: int) -> None:
+        super().__init__(name="Crash")
+        self.at = at
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        if self.trainer.micro_step == self.at:
+            raise RuntimeError("crashed")
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[list[torch.Tensor], dict[str, Any]]:
+    trainer = common.run(None)
+    recorder = trainer.get_hook("Recorder")
+    return params(trainer), {"losses": recorder.losses, "history": trainer.history.state_dict()}  # type: ignore[attr-defined]
+
+
+def crashed_run(directory: Path, at: int = 20, **ckpt_kwargs: Any) -> None:
+    with pytest.raises(RuntimeError, match="crashed"):
+        common.run(directory, extra=[Crash(at)], **ckpt_kwargs)
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def assert_matches(trainer: Any, reference: tuple[list[torch.Tensor], dict[str, Any]]) -> None:
+    ref_params, ref = reference
+    assert all(torch.equal(a, b) for a, b in zip(params(trainer), ref_params, strict=True))
+    losses = trainer.get_hook("Recorder").losses
+    assert losses == {b: ref["losses"][b] for b in losses}
+    assert trainer.history.state_dict() == ref["history"]
+
+
+# -- resume rules ---------------------------------------------------------------------------------
+def test_auto_resumes_from_the_newest_checkpoint_bit_identically(tmp_path: Path, reference: Any) -> None:
+    crashed_run(tmp_path)  # newest: update 10, the end of epoch 2 (batch 18)
+    trainer = common.run(tmp_path)
+    assert trainer.get_hook("CheckpointHook").resumed_from == tmp_path / EPOCH2  # type: ignore[attr-defined]
+    assert trainer.get_hook("Recorder").resumed_at == 18  # type: ignore[attr-defined]
+    assert_matches(trainer, reference)
+
+
+def test_a_truncated_checkpoint_is_a_clear_error_when_loaded_explicitly(tmp_path: Path) -> None:
+    crashed_run(tmp_path)
+    truncate(tmp_path / EPOCH2)
+    trainer, _, _ = common.build()
+    with pytest.raises(CheckpointError, match=rf"checkpoint '.*{EPOCH2}' is truncated or corrupt"):
+        checkpoint.load(tmp_path / EPOCH2, trainer)
+    with pytest.raises(CheckpointError, match=EPOCH2):
+        common.run(tmp_path, resume=tmp_path / EPOCH2)
+
+
+def test_auto_falls_back_past_a_truncated_checkpoint_and_says_so(tmp_path: Path, reference: Any) -> None:
+    crashed_run(tmp_path)
+    truncate(tmp_path / EPOCH2)
+    logger = RecordingLogger()
+    trainer = common.run(tmp_path, logger=logger)
+    warning = logger.lines("falling back")
+    assert len(warning) == 1 and EPOCH2 in warning[0] and "truncated or corrupt" in warning[0]
+    assert trainer.get_hook("CheckpointHook").resumed_from == tmp_path / STEP8  # type: ignore[attr-defined]
+    assert_matches(trainer, reference)
+
+
+def test_auto_with_no_checkpoint_says_so_and_starts_fresh(tmp_path: Path, reference: Any) -> None:
+    logger = RecordingLogger()
+    trainer = common.run(tmp_path / "new", logger=logger)
+    assert logger.lines("no checkpoint in") and trainer.get_hook("Recorder").resumed_at == 0  # type: ignore[attr-defined]
+    assert_matches(trainer, reference)
+
+
+def test_a_directory_path_resumes_from_its_newest_and_a_missing_path_is_an_error(tmp_path: Path) -> None:
+    crashed_run(tmp_path / "a")
+    trainer = common.run(tmp_path / "b", resume=tmp_path / "a")
+    assert trainer.get_hook("CheckpointHook").resumed_from == tmp_path / "a" / EPOCH2  # type: ignore[attr-defined]
+    with pytest.raises(CheckpointError, match="does not exist"):
+        common.run(tmp_path / "c", resume=tmp_path / "nothing.ckpt")
+    (tmp_path / "c").mkdir()
+    with pytest.raises(CheckpointError, match="no checkpoint in"):
+        common.run(tmp_path / "c", resume=tmp_path / "c")
+
+
+def test_ember_resume_auto_in_the_environment_resumes_fit_with_resume_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crashed_run(tmp_path)
+    monkeypatch.setenv("EMBER_RESUME", "auto")
+    trainer = common.run(tmp_path, resume=None)
+    assert trainer.get_hook("Recorder").resumed_at == 18  # type: ignore[attr-defined]
+    logger = RecordingLogger()
+    common.run(None, logger=logger, resume=None)  # no CheckpointHook: say so, train from scratch
+    assert logger.lines("EMBER_RESUME=auto, but no CheckpointHook")
+
+
+@pytest.mark.parametrize(("resume", "fragment"), [("auto", "no CheckpointHook"), (3, "takes None, 'auto' or a")])
+def test_bad_resume_arguments_are_trainer_errors(resume: Any, fragment: str) -> None:
+    with pytest.raises(TrainerError, match=fragment):
+        common.run(None, resume=resume)
+
+
+def test_functional_save_mid_cycle_and_load_before_fit_continue_bit_identically(tmp_path: Path, reference: Any) -> None:
+    class SaveThenCrash(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if self.trainer.micro_step == 12:  # the first half of an accumulation cycle
+                checkpoint.save(tmp_path / "manual.ckpt", self.trainer)
+                raise RuntimeError("crashed")
+
+    with pytest.raises(RuntimeError, match="crashed"):
+        common.run(None, extra=[SaveThenCrash()])
+    trainer, train, test = common.build()
+    meta = checkpoint.load(tmp_path / "manual.ckpt", trainer)
+    assert (meta["micro_step"], meta["accumulation_micro_step"], meta["step"]) == (12, 1, 6)
+    trainer.fit(train, epochs=3, test_dataloader=test, hooks=common.hook_list(trainer, None, [SaveThenCrash(name="x")]))
+    assert_matches(trainer, reference)
+
+
+def test_a_checkpoint_of_another_kind_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    torch.save(tiny_mlp(0).state_dict(), tmp_path / "weights.pt")
+    trainer, _, _ = common.build()
+    with pytest.raises(CheckpointError, match="not an ember checkpoint"):
+        checkpoint.load(tmp_path / "weights.pt", trainer)
+
+
+def test_hook_state_that_would_not_load_safely_is_refused_when_saving(tmp_path: Path) -> None:
+    class Pathy(hooks.BaseHook):
+        def state_dict(self) -> dict[str, Any]:
+            return {"where": tmp_path}
+
+        def load_state_dict(self, state: Any) -> None:
+            pass
+
+    with pytest.raises(CheckpointError, match=r"hooks\['Pathy'\]\['where'\] is a pathlib\.\w*Path"):
+        common.run(tmp_path, extra=[Pathy()])
+
+
+# -- retention ------------------------------------------------------------------------------------
+def names(directory: Path) -> list[str]:
+    return [f.path.name for f in find_checkpoints(directory)]
+
+
+def test_keep_last_keeps_the_newest_and_the_best_and_points_at_both(tmp_path: Path) -> None:
+    # train/loss falls, so with mode="max" the first epoch stays the best
+    trainer = common.run(tmp_path, every_n_steps=1, keep_last=2, save_best="train/loss", mode="max")
+    hook = trainer.get_hook("CheckpointHook")
+    best = "ckpt-e0001-s000000005.ckpt"
+    assert names(tmp_path) == [best, "ckpt-e0002-s000000014.ckpt", "ckpt-e0003-s000000015.ckpt"]
+    assert hook.best_path == tmp_path / best and hook.best_epoch == 0  # type: ignore[attr-defined]
+    assert read_pointer(tmp_path, BEST_POINTER) == best
+    assert read_pointer(tmp_path, POINTER) == "ckpt-e0003-s000000015.ckpt"
+
+
+def test_save_best_follows_an_improving_metric_and_deletes_the_old_best(tmp_path: Path) -> None:
+    trainer = common.run(tmp_path, every_n_steps=None, every_n_epochs=None, keep_last=1, save_best="train/loss",
+                         mode="min")  # fmt: skip
+    assert names(tmp_path) == ["ckpt-e0003-s000000015.ckpt"]  # the best is also the newest
+    assert trainer.get_hook("CheckpointHook").best == min(trainer.history.values("train/loss"))  # type: ignore[attr-defined]
+
+
+def test_the_checkpoint_resumed_from_is_never_deleted(tmp_path: Path) -> None:
+    crashed_run(tmp_path, at=10)  # newest: update 5 at the end of epoch 1
+    common.run(tmp_path, every_n_steps=1, keep_last=1)
+    assert names(tmp_path) == ["ckpt-e0001-s000000005.ckpt", "ckpt-e0003-s000000015.ckpt"]
+
+
+def test_save_last_saves_where_fit_ends_and_can_be_turned_off(tmp_path: Path) -> None:
+    common.run(tmp_path / "on", every_n_steps=None, every_n_epochs=None, max_steps=7)
+    # update 7 is batch 13, in the second epoch, which max_steps closes: the state is epoch 2's start
+    assert names(tmp_path / "on") == ["ckpt-e0002-s000000007.ckpt"]
+    meta = checkpoint.read(tmp_path / "on" / "ckpt-e0002-s000000007.ckpt")["meta"]
+    assert (meta["reason"], meta["fit_active"], meta["micro_step"]) == ("final", False, 13)
+    common.run(tmp_path / "off", every_n_steps=None, every_n_epochs=None, max_steps=7, save_last=False)
+    assert names(tmp_path / "off") == []
+
+
+def test_a_finished_run_resumed_with_auto_trains_no_further(tmp_path: Path) -> None:
+    common.run(tmp_path, every_n_steps=None, every_n_epochs=None)
+    trainer = common.run(tmp_path)
+    assert trainer.get_hook("Recorder").losses == {} and (trainer.cur_epoch, trainer.cur_step) == (3, 15)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"every_n_steps": 0}, "every_n_steps"),
+        ({"keep_last": 1.5}, "keep_last"),
+        ({"save_best": "accuracy"}, "history name like"),
+        ({"mode": "best"}, "'max' or 'min'"),
+        ({"dir": None}, "directory path"),
+    ],
+)
+def test_bad_checkpoint_hook_arguments_are_refused(kwargs: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(HookError, match=fragment):
+        hooks.CheckpointHook(**{"dir": "ckpt", **kwargs})
+
+
+def test_two_checkpoint_hooks_on_one_directory_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(HookError, match="both save to"):
+        common.run(tmp_path, extra=[hooks.CheckpointHook(tmp_path, name="other")])
+
+
+# -- preemption and background writes -------------------------------------------------------------
+def test_sigterm_saves_at_the_next_update_runs_after_train_and_exits_with_the_code(
+    tmp_path: Path, reference: Any
+) -> None:
+    ended: list[bool] = []
+
+    class AfterTrain(hooks.BaseHook):
+        def after_train(self) -> None:
+            ended.append((tmp_path / "ckpt-e0001-s000000007.ckpt").is_file())
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Preempted) as info:
+        common.run(tmp_path, kill_at=12, sig=signal.SIGTERM, extra=[AfterTrain()])
+    assert info.value.code == PREEMPTED_EXIT_CODE == 75 and "SIGTERM" in info.value.reason
+    assert info.value.path == tmp_path / "ckpt-e0001-s000000007.ckpt"  # batch 13 closed the cycle
+    assert ended == [True]  # saved before after_train
+    assert signal.getsignal(signal.SIGTERM) is before
+    meta = checkpoint.read(info.value.path)["meta"]
+    assert (meta["reason"], meta["fit_active"], meta["micro_step"]) == ("preempt", True, 13)
+    trainer = common.run(tmp_path)
+    assert trainer.get_hook("Recorder").resumed_at == 13  # type: ignore[attr-defined]
+    assert_matches(trainer, reference)
+
+
+def test_sigint_is_preemption_too(tmp_path: Path) -> None:
+    with pytest.raises(Preempted, match="SIGINT"):
+        common.run(tmp_path, kill_at=3, sig=signal.SIGINT)
+    assert names(tmp_path) == ["ckpt-e0000-s000000002.ckpt"]  # batch 4 closes update 2: saved once
+
+
+def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path: Path) -> None:
+    common.run(tmp_path / "sync")
+    trainer = common.run(tmp_path / "async", async_save=True)
+    assert trainer.get_hook("CheckpointHook")._writer._thread is None  # type: ignore[attr-defined]
+    assert names(tmp_path / "async") == names(tmp_path / "sync")
+    assert not [p for p in (tmp_path / "async").iterdir() if p.name.startswith(".")]
+    for name in names(tmp_path / "sync"):
+        a, b = checkpoint.read(tmp_path / "sync" / name), checkpoint.read(tmp_path / "async" / name)
+        assert all(torch.equal(a["engine"]["model"][k], v) for k, v in b["engine"]["model"].items())
+        assert a["trainer"] == b["trainer"] and a["ranks"][0]["rng"]["python"] == b["ranks"][0]["rng"]["python"]
+
+
+# -- the command line and bare weights ------------------------------------------------------------
+def test_export_writes_weights_that_load_strictly_into_the_plain_model(tmp_path: Path) -> None:
+    trainer = common.run(tmp_path)
+    assert ember_main(["checkpoint", "export", str(tmp_path), str(tmp_path / "model.pt")]) == 0
+    plain = tiny_mlp(0, dropout=0.3)
+    plain.load_state_dict(torch.load(tmp_path / "model.pt", weights_only=True), strict=True)
+    assert all(torch.equal(a, b) for a, b in zip(plain.parameters(), params(trainer), strict=True))
+    checkpoint.save_model(tmp_path / "direct.pt", trainer.engine)
+    tiny_mlp(0, dropout=0.3).load_state_dict(torch.load(tmp_path / "direct.pt", weights_only=True), strict=True)
+
+
+def test_export_to_safetensors_loads_strictly(tmp_path: Path) -> None:
+    safetensors = pytest.importorskip("safetensors.torch")
+    common.run(tmp_path)
+    assert ember_main(["checkpoint", "export", str(tmp_path), str(tmp_path / "model.safetensors")]) == 0
+    tiny_mlp(0, dropout=0.3).load_state_dict(safetensors.load_file(tmp_path / "model.safetensors"), strict=True)
+
+
+def test_inspect_prints_step_epoch_metrics_and_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common.run(tmp_path)
+    assert ember_main(["checkpoint", "inspect", str(tmp_path / EPOCH2)]) == 0
+    out = capsys.readouterr().out
+    assert "step             10 optimizer updates, 18 batches, 144 samples" in out
+    assert "epoch            2 (at its start)" in out
+    for line in ("train/loss", "test/accuracy", "size of engine", "processes        1"):
+        assert line in out
+
+
+def test_the_command_line_names_a_damaged_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ckpt-e0000-s000000001.ckpt").write_bytes(b"not a checkpoint")
+    assert ember_main(["checkpoint", "inspect", str(tmp_path)]) == 2
+    assert "ckpt-e0000-s000000001.ckpt' is truncated or corrupt" in capsys.readouterr().err

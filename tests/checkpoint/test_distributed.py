@@ -1,0 +1,127 @@
+"""Checkpoints with 2 gloo processes: kill/preempt-and-resume, mid-cycle saves, 2 -> 1 and 1 -> 2 processes.
+
+Two torchruns (see ``scripts/dist.py``): the uninterrupted reference (which also continues a
+one-process checkpoint on two processes and checks a functional mid-cycle save), and a job that
+torchrun restarts twice: killed while writing a checkpoint, then preempted by SIGTERM to one rank.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ember import checkpoint
+from ember.data import ResumableSampler
+from ember.trainer import PREEMPTED_EXIT_CODE, hooks
+from tests.checkpoint import common
+from tests.checkpoint.common import params, read_result
+from tests.dist import torchrun
+from tests.models import tiny_dataset
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = Path(__file__).parent / "scripts" / "dist.py"
+RESTARTS = {"EMBER_RESUME": "auto", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ONE_PROC_CKPT = "ckpt-e0000-s000000006.ckpt"  # 1 process, batch 4: 12 of 18 batches into epoch 0
+
+
+def epoch_order(epoch: int) -> list[int]:
+    sampler = ResumableSampler(tiny_dataset(common.N, 1), num_replicas=1, rank=0, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return sampler.indices()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist-ref")
+    common.run(out / "one", bs=4)  # the one-process checkpoints that two processes continue
+    torchrun(SCRIPT, nproc=2, args=["reference", str(out), str(out / "one" / ONE_PROC_CKPT)], timeout=200)
+    return out
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("dist-chain")
+    # --standalone (a c10d rendezvous) as `ember run` uses: restarts under the static one can hang
+    run = torchrun(SCRIPT, nproc=2, args=["chain", str(out)], env=RESTARTS, timeout=240,
+                   torchrun_args=("--standalone", "--max-restarts=2"))  # fmt: skip
+    return out, run.stdout + run.stderr
+
+
+def attempt(out: Path, a: int, rank: int) -> dict[str, Any]:
+    return json.loads((out / f"attempt{a}-rank{rank}.json").read_text())
+
+
+def assert_like_reference(reference: Path, out: Path) -> None:
+    for rank in (0, 1):
+        ref_params, ref = read_result(reference / "ref", rank)
+        got_params, got = read_result(out, rank)
+        assert all(torch.equal(a, b) for a, b in zip(got_params, ref_params, strict=True)), f"rank {rank}"
+        assert got["losses"] == {b: ref["losses"][b] for b in got["losses"]}
+        assert sorted(got["losses"]) == list(range(got["resumed_at"] + 1, 28))
+        assert got["history"] == ref["history"] and got["counters"] == ref["counters"]
+
+
+def test_two_ranks_killed_while_writing_a_checkpoint_resume_bit_identically(
+    reference: Path, chain: tuple[Path, str]
+) -> None:
+    out, log = chain
+    assert attempt(out, 0, 1)["finished"] is False and not (out / "attempt0-rank0.json").exists()  # SIGKILLed
+    # rank 0 died before renaming update 8's checkpoint: attempt 1 resumed from update 6's
+    assert "resumed from" in log and "ckpt-e0001-s000000006.ckpt': epoch 1, 2 batches into it" in log
+    assert_like_reference(reference, out / "res")
+
+
+def test_sigterm_to_one_rank_of_two_saves_on_both_and_both_exit_with_the_preemption_code(
+    reference: Path, chain: tuple[Path, str]
+) -> None:
+    out, _ = chain
+    ended = [attempt(out, 1, r) for r in (0, 1)]
+    assert [e["exit"] for e in ended] == [PREEMPTED_EXIT_CODE] * 2
+    assert all(e["reason"] == "preempted: rank 1 received SIGTERM" for e in ended)
+    assert ended[0]["path"] == str(out / "ckpt" / "ckpt-e0002-s000000013.ckpt")  # batch 24 closed the cycle
+    assert read_result(out / "res")[1]["resumed_at"] == 24  # the last attempt continued from it
+    assert_like_reference(reference, out / "res")
+
+
+def test_a_save_mid_cycle_keeps_each_ranks_partial_gradients(reference: Path) -> None:
+    meta = json.loads((reference / "functional" / "meta.json").read_text())
+    assert meta["accumulation_micro_step"] == 1
+    assert_like_reference(reference, reference / "functional")
+
+
+def test_a_one_process_checkpoint_continues_on_two_from_the_same_sample(reference: Path) -> None:
+    ranks = [json.loads((reference / f"from-one-rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["saved_epoch_iter"] == 12 and ranks[0]["epoch"] == 0
+    seen = ranks[0]["seen"] + ranks[1]["seen"]
+    assert sorted(seen) == sorted(epoch_order(0)[48:])  # 12 batches of 4 were consumed: the rest, once
+    assert ranks[0]["counters"] == ranks[1]["counters"] == [3, 18]  # 2 updates left in epoch 0, then 5 + 5
+
+
+def test_a_two_process_checkpoint_loads_into_one_process_and_continues(reference: Path, tmp_path: Path) -> None:
+    path = reference / "ref" / "ckpt" / "ckpt-e0001-s000000006.ckpt"  # 2 batches of 4 per rank into epoch 1
+    saved = checkpoint.read(path)
+    assert saved["meta"]["world_size"] == 2
+    trainer, train, test = common.build(bs=8)
+    checkpoint.load(path, trainer)
+    assert all(torch.equal(p, saved["engine"]["model"][k]) for k, p in trainer.engine.model.state_dict().items())
+    assert (trainer.cur_epoch, trainer.epoch_iter, trainer.cur_step) == (1, 2, 6)  # 16 samples = 2 batches of 8
+
+    seen: list[int] = []
+    rows = {tuple(r.tolist()): i for i, r in enumerate(tiny_dataset(common.N, 1).tensors[0])}
+
+    def record(module: Any, args: Any) -> None:
+        if module.training and trainer.cur_epoch == 1:
+            seen.extend(rows[tuple(r.tolist())] for r in args[0])
+
+    trainer.engine.model.register_forward_pre_hook(record)
+    ckpt = hooks.CheckpointHook(tmp_path, every_n_epochs=None, save_last=False)
+    trainer.fit(train, epochs=3, test_dataloader=test, hooks=common.hook_list(trainer, ckpt))
+    assert seen == epoch_order(1)[16:]
+    assert (trainer.cur_epoch, trainer.cur_step) == (3, 15)
+    assert len(trainer.history.values("train/loss")) == 3
+    assert all(torch.isfinite(p).all() for p in params(trainer))
