@@ -18,7 +18,7 @@ FSDP2 and tensor parallelism (gradient sync, clipping over shards, gathering sta
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from ember.errors import EngineError
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
 Criterion = Callable[..., torch.Tensor]
+T = TypeVar("T")
 
 
 class Engine:
@@ -52,6 +53,8 @@ class Engine:
         precision: the AMP policy; by default the one for ``config.amp``.
         parallel: the parallel policy; by default DDP's when ``train_module`` is a DDP
             wrapper, else the single-process one.
+        schedule: the Trainer schedule this Engine must be run with (pipeline parallelism:
+            :class:`~ember.parallel.pipeline_schedule.PipelineSchedule`), or None.
 
     Example:
         >>> engine, train_dl, _, _ = ember.initialize(model, optimizer, nn.CrossEntropyLoss(), train_dl)
@@ -71,6 +74,7 @@ class Engine:
         eval_module: nn.Module | None = None,
         precision: Precision | None = None,
         parallel: ParallelPolicy | None = None,
+        schedule: Any = None,
     ) -> None:
         self._model = model
         self._train_module = train_module if train_module is not None else model
@@ -89,6 +93,9 @@ class Engine:
             parallel = DataParallelPolicy(ddp) if ddp is not None else ParallelPolicy()
         self.parallel = parallel
         """How gradients synchronise, clipping reduces and state is gathered (DDP, ZeRO, FSDP2, TP)."""
+        self.schedule = schedule
+        """The Trainer schedule this Engine needs (``Trainer(engine, schedule=engine.schedule)``), or
+        None for the default forward-loss-backward. Set under pipeline parallelism."""
         self.micro_step = 0
         """Backward calls made in the open accumulation cycle."""
         self.sync_gradients = False
@@ -188,6 +195,25 @@ class Engine:
             loss = loss / self.gradient_accumulation
         with self.parallel.gradient_sync(self.sync_gradients):
             self.precision.scale(loss).backward()
+
+    def run_backward(self, run: Callable[[float], T], *, boundary: bool | None = None) -> T:
+        """Count one micro-step whose backward pass happens inside ``run`` (a pipeline schedule).
+
+        The counterpart of :meth:`backward` for schedules that interleave forward and backward
+        themselves: the accumulation bookkeeping and gradient synchronisation are the same.
+
+        Args:
+            run: called as ``run(loss_factor)``; it must back-propagate its loss multiplied by
+                ``loss_factor`` (``1 / gradient_accumulation``).
+            boundary: as for :meth:`backward`.
+
+        Returns:
+            What ``run`` returned.
+        """
+        self.micro_step += 1
+        self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
+        with self.parallel.gradient_sync(self.sync_gradients):
+            return run(1.0 / self.gradient_accumulation)
 
     def step(self) -> bool:
         """Update the parameters if the accumulation cycle is complete.

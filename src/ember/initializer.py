@@ -15,6 +15,7 @@ from ember.config import Config, load_config, merge_configs
 from ember.data import make_resumable
 from ember.engine import Criterion, Engine
 from ember.errors import EngineError, LaunchError
+from ember.parallel.pipeline import check_microbatches
 from ember.parallel.strategy import check_parallel, parallelize
 
 
@@ -35,6 +36,10 @@ def initialize(
     resumable sampler, sharded by the *data-parallel* rank and size (ranks of one
     tensor-parallel group see the same batches).
 
+    Under pipeline parallelism (``parallel.pipeline``) each rank keeps one stage of the model
+    (``engine.model``), and ``engine.schedule`` is the Trainer schedule that runs the pipeline:
+    train with ``Trainer(engine, schedule=engine.schedule)``.
+
     Under ZeRO and FSDP2/tensor parallelism the optimizer that steps is a new one built from
     ``optimizer``'s class, defaults and param groups (``engine.optimizer``); ``lr_scheduler`` is
     moved over to it, so build schedulers before calling this and pass them in.
@@ -53,8 +58,9 @@ def initialize(
         ``(engine, train_dataloader, test_dataloader, lr_scheduler)``.
 
     Raises:
-        ConfigError: bad ``parallel``/``zero`` settings, a missing tensor-parallel plan, sizes
-            that do not fit the world (all raised before any collective).
+        ConfigError: bad ``parallel``/``zero`` settings, a missing tensor-parallel plan, a
+            pipeline split point that is not a layer, microbatches that do not divide the batch
+            size, sizes that do not fit the world (all raised before any collective).
         EngineError: unusable model, optimizer, criterion, scheduler or dataloader.
 
     Example:
@@ -72,6 +78,7 @@ def initialize(
     cfg = merge_configs(base, config) if config is not None else base
     _check_objects(model, optimizer, criterion, lr_scheduler)
     plan = check_parallel(cfg, model, optimizer, ctx.world_size)
+    check_microbatches(train_dataloader, cfg)
     if cfg.deterministic and not _context.is_launched():
         torch.use_deterministic_algorithms(True)
 
@@ -80,7 +87,7 @@ def initialize(
         criterion.to(ctx.device)
     built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
     engine = Engine(
-        model,
+        built.model if built.model is not None else model,
         built.optimizer,
         criterion,
         cfg,
@@ -88,6 +95,7 @@ def initialize(
         train_module=built.train_module,
         eval_module=built.eval_module,
         parallel=built.policy,
+        schedule=built.schedule,
     )
     shard = (plan.layout.coords(ctx.rank)["data"], plan.layout.data)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)

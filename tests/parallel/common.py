@@ -68,6 +68,35 @@ class TinyGPT(nn.Module):
         return self.head(x.mean(dim=1))
 
 
+class MeanPool(nn.Module):
+    """Average over the token dimension (as a module, so a pipeline split can place it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=1)
+
+
+class StackGPT(nn.Module):
+    """A GPT-style stack whose forward is its children in order, as pipeline parallelism needs:
+    ``embed``, ``blocks.0`` … ``blocks.3``, ``pool``, ``head``."""
+
+    def __init__(self, dim: int = 8, heads: int = 2, layers: int = 4, classes: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.pool, self.head = MeanPool(), nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.pool(x))
+
+
+def stack_gpt(seed: int = 0) -> StackGPT:
+    torch.manual_seed(seed)
+    return StackGPT()
+
+
 def tiny_gpt(seed: int = 0) -> TinyGPT:
     torch.manual_seed(seed)
     return TinyGPT()

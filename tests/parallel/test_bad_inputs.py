@@ -13,9 +13,10 @@ import ember
 from ember.config import load_config
 from ember.errors import ConfigError, EmberError, EngineError
 from ember.parallel.optim import rebuild_optimizer
+from ember.parallel.pipeline import check_microbatches
 from ember.parallel.policy import ShardedPolicy, require_boundary
 from ember.parallel.strategy import check_parallel
-from tests.parallel.common import mlp, tiny_gpt
+from tests.parallel.common import dataset, mlp, stack_gpt, tiny_gpt
 
 
 class ConvNet(nn.Module):
@@ -58,6 +59,37 @@ def _tp(plan: Any, model: nn.Module | None = None, size: int = 2) -> Any:
     return _check({"parallel": {"tensor": {"size": size, "plan": plan}}}, size, model)
 
 
+def _pipe(pipeline: Any, model: nn.Module | None = None, world: int = 2, **more: Any) -> Any:
+    """check_parallel for pipeline settings on ``world`` processes (no process group is needed);
+    ``parallel_data=``/``parallel_tensor=`` set the other sizes (``parallel_data=None``: data=2)."""
+    parallel: dict[str, Any] = {"pipeline": pipeline}
+    if "parallel_data" in more:
+        more.pop("parallel_data")
+        parallel["data"] = 2
+    if "parallel_tensor" in more:
+        parallel["tensor"] = more.pop("parallel_tensor")
+    return _check({"parallel": parallel, **more}, world, model or stack_gpt())
+
+
+class RootParameter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+        self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+        self.b.weight = self.a.weight
+
+
+def _microbatches(batch: int, microbatches: int) -> None:
+    loader = torch.utils.data.DataLoader(dataset(40), batch_size=batch)
+    check_microbatches(loader, load_config({"parallel": {"pipeline": {"size": 2, "microbatches": microbatches}}}))
+
+
 def _stepped_optimizer() -> Any:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -95,7 +127,27 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         lambda: _init({"parallel": {"tensor": {"size": 2, "mode": "2.5d"}}}),
         "parallel.tensor.mode",
     ),
-    ("pipeline parallel (not in this version)", lambda: _init({"parallel": {"pipeline": 2}}), "parallel.pipeline"),
+    ("pipeline size that does not fit one process", lambda: _init({"parallel": {"pipeline": 2}}), "parallel.pipeline"),
+    ("pipeline x data x tensor is not the world", lambda: _pipe(2, mlp(), parallel_data=None), "parallel.data=2"),
+    (
+        "pipeline split point that does not exist",
+        lambda: _pipe({"size": 2, "split_points": ["blocks.9"]}),
+        "'blocks.9'",
+    ),
+    ("pipeline split points, too many", lambda: _pipe({"size": 2, "split_points": ["blocks.1", "head"]}), "give 1"),
+    ("pipeline split points out of order", lambda: _pipe({"size": 3, "split_points": ["head", "blocks.1"]}), "order"),
+    ("microbatches that do not divide the batch", lambda: _microbatches(10, 4), "microbatches=4"),
+    (
+        "1f1b with fewer microbatches than stages",
+        lambda: _pipe({"size": 2, "microbatches": 1, "schedule": "1f1b"}),
+        "1f1b",
+    ),
+    ("pipeline with zero", lambda: _pipe(2, zero={"stage": 3}), "zero="),
+    ("pipeline with tensor parallel", lambda: _pipe(2, world=4, parallel_tensor=2), "parallel.tensor.size=2"),
+    ("pipeline with fp16", lambda: _pipe(2, amp="fp16"), "amp='fp16'"),
+    ("pipeline with more stages than layers", lambda: _pipe(4, mlp(), world=4), "only 3 layers"),
+    ("pipeline with a parameter on the root module", lambda: _pipe(2, RootParameter()), "['scale']"),
+    ("pipeline stages sharing a parameter", lambda: _pipe(2, Tied()), "tied weights"),
     ("zero stage 3 with LBFGS", _lbfgs, "LBFGS"),
     ("zero with an optimizer whose step needs a closure", _closure_only, "closure"),
     ("zero with an optimizer that already stepped", _stepped_optimizer, "already has state"),
@@ -131,6 +183,19 @@ def test_missing_plan_error_says_what_to_add() -> None:
         _tp(None, ConvNet())
     message = str(info.value)
     assert "parallel.tensor.plan=" in message and "plans.mlp" in message and "out" in message  # lists its Linears
+
+
+def test_missing_split_point_error_lists_the_top_level_children() -> None:
+    with pytest.raises(ConfigError) as info:
+        _pipe({"size": 2, "split_points": ["blocks.9"]})
+    assert "['embed', 'blocks', 'pool', 'head']" in str(info.value)
+
+
+def test_pipeline_split_is_checked_in_one_process() -> None:
+    plan = _pipe({"size": 2, "split_points": ["blocks.3"]})
+    assert plan.pipeline_stages == (("embed", "blocks.0", "blocks.1", "blocks.2"), ("blocks.3", "pool", "head"))
+    assert _pipe(3, world=3).pipeline_stages == (("embed", "blocks.0", "blocks.1"), ("blocks.2", "blocks.3"),
+                                                  ("pool", "head"))  # fmt: skip
 
 
 def test_optimizer_errors_are_engine_errors_and_wrong_sizes_config_errors() -> None:

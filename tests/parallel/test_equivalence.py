@@ -109,3 +109,14 @@ def test_engine_loads_a_full_state_from_rank_0_or_every_rank(
 def test_fsdp_bf16_mixed_precision_trains_close_to_fp32(two: dict[int, dict[str, Any]]) -> None:
     assert two[0]["bf16.loss_diff"] < 5e-2 and two[0]["bf16.param_diff"] < 5e-3
     assert two[0]["bf16.dtypes"] == ["torch.float32"]  # sharded parameters stay fp32
+
+
+def test_pipeline_2_times_data_2_trainer_matches_one_process(four: dict[int, dict[str, Any]]) -> None:
+    """Per-Engine layout pipeline 2 × data 2 (ranks 0, 1: stage 0; 2, 3: stage 1), 1F1B, clip 0.6."""
+    assert four[0]["pp_dp.param_diff"] <= TOL and four[0]["pp_dp.optim_diff"] <= TOL
+    for r in four.values():
+        assert r["pp_dp.steps"] == 5 and r["pp_dp.loss_diff"] <= TOL and r["pp_dp.norm_diff"] <= TOL
+        assert r["pp_dp.test_loss_diff"] <= TOL and r["pp_dp.load_diff"] == 0.0
+    assert four[0]["pp_dp.labels"] == four[2]["pp_dp.labels"]  # the stages of one replica: same batches
+    assert four[1]["pp_dp.labels"] == four[3]["pp_dp.labels"]
+    assert four[0]["pp_dp.labels"] != four[1]["pp_dp.labels"]  # the replicas: different shards

@@ -13,6 +13,8 @@ world > 1                                      DDP over the ``"data"`` dim
 ``zero=dict(stage=2 | 3)``                     FSDP2 ``fully_shard`` on the ``"data"`` dim
 ``parallel=dict(tensor=T)``                    ``parallelize_module`` on the ``"tensor"`` dim
 ``tensor=T`` with data > 1, ``zero`` 2 | 3     TP, then FSDP2 on the data dim (2-D)
+``parallel=dict(pipeline=P)``                  this rank's stage (``ember.parallel.pipeline``),
+                                               run by the Trainer's ``PipelineSchedule``
 =============================================  ================================================
 """
 
@@ -46,39 +48,41 @@ class Parallelized:
         optimizer: the optimizer that steps (the user's, a ZeroRedundancyOptimizer, or the
             user's class rebuilt over DTensor parameters).
         policy: the Engine's parallel policy.
+        model: the module the Engine owns when it is not the user's model (pipeline: this
+            rank's stage), else None.
+        schedule: the Trainer schedule the Engine needs (pipeline parallelism), else None.
     """
 
     train_module: nn.Module
     eval_module: nn.Module
     optimizer: torch.optim.Optimizer
     policy: ParallelPolicy
+    model: nn.Module | None = None
+    schedule: Any = None
 
 
 @dataclass(frozen=True)
 class ParallelPlan:
-    """The checked result of :func:`check_parallel`: the layout, the ZeRO stage, the TP plan."""
+    """The checked result of :func:`check_parallel`: the layout, the ZeRO stage, the TP plan, and
+    the layer names of each pipeline stage (None without pipeline parallelism)."""
 
     layout: ParallelLayout
     zero_stage: int
     tensor_plan: dict[str, Any] | None
+    pipeline_stages: tuple[tuple[str, ...], ...] | None = None
 
 
 def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer, world_size: int) -> ParallelPlan:
     """Check the ``parallel`` and ``zero`` settings against the model, optimizer and world.
 
     Raises:
-        ConfigError: pipeline parallelism (not in this version); ZeRO-1 options or ZeRO-1 with
-            tensor parallelism; a missing or bad tensor-parallel plan; sizes that do not fit
+        ConfigError: pipeline parallelism combined with ZeRO, tensor parallelism, fp16 or compile,
+            or with a split the model does not allow; ZeRO-1 options or ZeRO-1 with tensor
+            parallelism; a missing or bad tensor-parallel plan; sizes that do not fit
             the world; data × tensor parallelism without ``zero`` stage 2 or 3.
         EngineError: an optimizer that ember cannot rebuild over sharded parameters.
     """
-    pipeline = cfg.parallel.pipeline.size
-    if pipeline > 1:
-        raise ConfigError(
-            f"config parallel.pipeline.size={pipeline}: pipeline parallelism runs through the Trainer's "
-            "pipeline schedule, which this ember version does not have yet; leave parallel.pipeline unset "
-            "(data, ZeRO/FSDP and tensor parallelism are available)"
-        )
+    stages = _check_pipeline(cfg, model, optimizer) if cfg.parallel.pipeline.size > 1 else None
     zero = cfg.zero
     stage = int(zero.stage) if zero else 0
     tensor = cfg.parallel.tensor
@@ -106,7 +110,36 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
     plan = resolve_plan(model, tensor.plan, tensor.size) if tensor.size > 1 else None
     if stage or plan is not None:
         check_rebuildable(optimizer, f"zero stage {stage}" if stage else "tensor parallelism")
-    return ParallelPlan(layout, stage, plan)
+    return ParallelPlan(layout, stage, plan, stages)
+
+
+def _check_pipeline(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[tuple[str, ...], ...]:
+    """Pipeline settings that ember cannot run, and the split into stages (see :mod:`ember.parallel.pipeline`)."""
+    from ember.parallel.pipeline import split_model
+
+    pipe = cfg.parallel.pipeline
+    unsupported = {
+        "zero": f"zero={dict(cfg.zero)!r}" if cfg.zero else None,
+        "tensor": f"parallel.tensor.size={cfg.parallel.tensor.size}" if cfg.parallel.tensor.size > 1 else None,
+        "fp16": "amp='fp16' (its loss scaler would need an overflow check across stages; use amp='bf16')"
+        if cfg.amp == "fp16"
+        else None,
+        "compile": "compile=True" if cfg.compile else None,
+    }
+    clash = [text for text in unsupported.values() if text is not None]
+    if clash:
+        raise ConfigError(
+            f"config parallel.pipeline.size={pipe.size} cannot be combined with {', '.join(clash)} in this ember "
+            "version: pipeline parallelism runs with data parallelism (parallel.data) only"
+        )
+    micro = pipe.microbatches or pipe.size
+    if pipe.schedule == "1f1b" and micro < pipe.size:
+        raise ConfigError(
+            f"config parallel.pipeline.schedule='1f1b' needs microbatches >= size ({pipe.size}), got {micro}: "
+            f"raise parallel.pipeline.microbatches or use schedule='gpipe'"
+        )
+    check_rebuildable(optimizer, "pipeline parallelism")
+    return tuple(tuple(s) for s in split_model(model, pipe.size, pipe.split_points))
 
 
 def parallelize(
@@ -130,6 +163,13 @@ def parallelize(
     mesh = _context.get_mesh(layout)
     if mesh is None:  # unreachable: world > 1 always has a mesh
         raise RuntimeError(f"no device mesh for {layout}")
+    if plan.pipeline_stages is not None:
+        from ember.parallel.pipeline_schedule import build_pipeline
+
+        stages = [list(s) for s in plan.pipeline_stages]
+        stage, guard, stepping, policy, schedule = build_pipeline(model, optimizer, cfg, ctx, mesh, stages)
+        retarget_scheduler(lr_scheduler, optimizer, stepping)
+        return Parallelized(guard, guard, stepping, policy, model=stage, schedule=schedule)
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager

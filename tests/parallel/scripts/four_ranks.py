@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tests.dist import report
 from tests.parallel.common import dataset, max_diff, mlp, optimizer_state_diff, reference, run_engine, sgd, tiny_gpt
+from tests.parallel.scripts.pipeline_ranks import pipeline
 from torch import nn
 
 import ember
@@ -69,6 +70,8 @@ def main() -> None:
     }
     out.update(two_by_two(gpt=True))
     out.update(two_by_two(gpt=False))
+    # Pipeline 2 × data 2 (DDP inside each stage), a per-Engine layout: batches of 16 per replica.
+    out.update(pipeline("pp_dp", {"size": 2, "microbatches": 2, "schedule": "1f1b"}, 16, 1, 0.6, data=2))
     report(out)
 
 

@@ -1,0 +1,210 @@
+"""The Trainer's schedule for pipeline parallelism, on ``torch.distributed.pipelining``.
+
+:class:`PipelineSchedule` implements the Trainer's ``Schedule`` protocol
+(:mod:`ember.trainer.schedule`): each training batch runs through torch's ``ScheduleGPipe`` or
+``Schedule1F1B`` (the first stage ``step(x)``, the last ``step(target=y, losses=...)``, the
+others ``step()``), split into ``parallel.pipeline.microbatches`` micro-batches; evaluation
+runs the same schedule forward-only (``schedule.eval``). The last stage's loss (and output) is
+broadcast over the pipeline group so that every rank's hooks see them.
+
+:func:`build_pipeline` builds this rank's stage, its optimizer, policy and schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ember.config import Config
+from ember.errors import EngineError
+from ember.parallel.pipeline import PipelineOnly, PipelinePolicy, StageModule, iter_stage_tensors, stage_optimizer
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    from ember.context import Context
+
+__all__ = ["PipelineSchedule", "build_pipeline"]
+
+
+class _Loss:
+    """The loss torch's schedule calls per micro-batch: the Engine's criterion, scaled, recorded."""
+
+    def __init__(self) -> None:
+        self.engine: Any = None
+        self.factor = 1.0
+        self.recorded: list[torch.Tensor] = []
+
+    def __call__(self, output: Any, target: Any) -> torch.Tensor:
+        loss = self.engine.criterion(output, target)
+        self.recorded.append(loss.detach())
+        return loss * self.factor
+
+
+class PipelineSchedule:
+    """Runs each batch through the pipeline; every pipeline rank of a data replica gets the same batch.
+
+    Gradients: each micro-batch's loss is multiplied by ``1 / (microbatches × accumulation)``
+    (torch's own ``scale_grads`` is off, as it would also rescale the gradients of earlier
+    accumulation micro-steps), so an update equals the one-process update on the whole batch.
+    A batch that ``microbatches`` does not divide (an epoch's last) runs in ``gcd(batch,
+    microbatches)`` micro-batches with GPipe: the same gradients.
+
+    Attributes:
+        broadcast_output: send the last stage's output to the other stages each batch, so that
+            hooks such as ``AccuracyHook`` work on every rank (set False for large outputs, e.g. a
+            language model's logits: other stages then see ``output=None``).
+
+    Example:
+        >>> engine, train_dl, test_dl, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train_dl, test_dl)
+        >>> Trainer(engine, schedule=engine.schedule).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])
+    """
+
+    def __init__(
+        self, submod: nn.Module, stage: StageModule, stage_index: int, num_stages: int, microbatches: int,
+        schedule: str, group: dist.ProcessGroup, device: torch.device,
+    ) -> None:  # fmt: skip
+        self.submod, self.stage = submod, stage
+        self.stage_index, self.num_stages = stage_index, num_stages
+        self.microbatches, self.schedule_name = microbatches, schedule
+        self.group, self.device = group, device
+        self.last_rank = dist.get_global_rank(group, num_stages - 1)
+        self.broadcast_output = True
+        self._runners: dict[tuple[Any, ...], tuple[PipelineScheduleSingle, _Loss]] = {}
+
+    @property
+    def is_first(self) -> bool:
+        """True on the stage that takes the model's inputs."""
+        return self.stage_index == 0
+
+    @property
+    def is_last(self) -> bool:
+        """True on the stage that computes the output and the loss."""
+        return self.stage_index == self.num_stages - 1
+
+    def forward_backward(self, trainer: Any, batch: Any, boundary: bool) -> dict[str, Any]:
+        """Forward and backward of one batch over all stages (see the Trainer's ``Schedule``)."""
+        engine = trainer.engine
+        engine.zero_grad()
+        args, kwargs, label, size = self._inputs(engine, batch)
+        micro = math.gcd(size, self.microbatches)
+        runner, loss = self._runner(engine, args, kwargs, label, micro, training=True)
+
+        def run(factor: float) -> Any:
+            loss.factor = factor / micro
+            return self._step(runner, args, kwargs, label, training=True)
+
+        output = engine.run_backward(run, boundary=True if boundary else None)
+        return self._result(output, loss, micro, label, size)
+
+    def forward(self, trainer: Any, batch: Any) -> dict[str, Any]:
+        """Forward-only pass of one evaluation batch (the Trainer calls it under ``no_grad``)."""
+        engine = trainer.engine
+        args, kwargs, label, size = self._inputs(engine, batch)
+        micro = math.gcd(size, self.microbatches)
+        runner, loss = self._runner(engine, args, kwargs, label, micro, training=False)
+        loss.factor = 1.0
+        output = self._step(runner, args, kwargs, label, training=False)
+        return self._result(output, loss, micro, label, size)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _inputs(self, engine: Any, batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any, int]:
+        from ember.trainer import _batch  # the Trainer's batch conventions, shared with its default schedule
+
+        batch = _batch.to_device(batch, engine.device)
+        args, kwargs, label = _batch.split_batch(batch)
+        if label is None:
+            raise EngineError(
+                "pipeline parallelism computes the loss on the last stage from the batch's label: batches must "
+                "be (inputs..., label) tuples or dicts with a 'label'/'target' key"
+            )
+        return args, kwargs, label, _batch.batch_size(batch)
+
+    def _runner(
+        self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, micro: int, training: bool
+    ) -> tuple[PipelineScheduleSingle, _Loss]:
+        """A torch schedule for these input shapes (a stage's buffers are sized at its first step)."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+        shapes = tuple((tuple(t.shape), t.dtype) for t in iter_stage_tensors(args, kwargs))
+        target = (tuple(label.shape), label.dtype) if isinstance(label, torch.Tensor) else None
+        use_1f1b = self.schedule_name == "1f1b" and micro >= self.num_stages
+        key = (training, micro, use_1f1b, shapes, target)
+        if key not in self._runners:
+            stage = PipelineStage(self.submod, self.stage_index, self.num_stages, self.device, group=self.group)
+            loss = _Loss()
+            cls = Schedule1F1B if use_1f1b else ScheduleGPipe
+            self._runners[key] = (cls(stage, micro, loss_fn=loss, scale_grads=False), loss)
+        runner, loss = self._runners[key]
+        loss.engine, loss.recorded = engine, []
+        self.stage.autocast = engine.precision.autocast
+        return runner, loss
+
+    def _step(
+        self, runner: PipelineScheduleSingle, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any,
+        training: bool,
+    ) -> Any:  # fmt: skip
+        call = runner.step if training else runner.eval
+        if self.is_first:
+            return call(*args, **kwargs)
+        if self.is_last:
+            return call(target=label, losses=[])
+        return call()
+
+    def _result(self, output: Any, loss: _Loss, micro: int, label: Any, size: int) -> dict[str, Any]:
+        """Broadcast the last stage's mean loss (and output) over the pipeline group."""
+        payload: list[Any] = [None, None]
+        if self.is_last:
+            # The last micro-batches' losses: a stage's first step also calls the loss on
+            # placeholder data while torch infers the shapes it sends.
+            payload[0] = torch.stack(loss.recorded[-micro:]).mean().float().cpu()
+            if self.broadcast_output and isinstance(output, torch.Tensor):
+                payload[1] = output.detach().cpu()
+        dist.broadcast_object_list(payload, src=self.last_rank, group=self.group)
+        value = payload[0].to(self.device)
+        if not self.is_last:
+            output = payload[1].to(self.device) if payload[1] is not None else None
+        elif isinstance(output, torch.Tensor):
+            output = output.detach()
+        return {"loss": value, "output": output, "label": label, "batch_size": size}
+
+
+def build_pipeline(
+    model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, ctx: Context, mesh: DeviceMesh,
+    stages: list[list[str]],
+) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy, PipelineSchedule]:  # fmt: skip
+    """This rank's stage of ``model`` and what the Engine needs to train it.
+
+    Returns:
+        ``(stage, guard, optimizer, policy, schedule)``: the :class:`StageModule` (the Engine's
+        ``model``), the module ``engine(x)`` runs through (it raises, pointing at the Trainer),
+        the user's optimizer class over the stage's parameters, the :class:`PipelinePolicy` and
+        the :class:`PipelineSchedule`.
+    """
+    pipe = cfg.parallel.pipeline
+    coordinate = mesh.get_coordinate()
+    if coordinate is None:  # unreachable: every rank is in the mesh
+        raise RuntimeError("this rank is not in the device mesh")
+    index = coordinate[0]
+    stage = StageModule(model, stages[index]).to(ctx.device)
+    layout = f"pipeline ×{pipe.size} ({pipe.schedule}, stage {index}: {stages[index][0]}…{stages[index][-1]})"
+    data_group = None
+    if mesh["data"].size() > 1:
+        # Not DDP: torch's PipelineStage drives DDP's reducer by hand, which fails on gloo (the
+        # reducer asserts on its first bucket rebuild); the policy averages gradients instead.
+        data_group = mesh["data"].get_group()
+        for tensor in [*stage.parameters(), *stage.buffers()]:
+            dist.broadcast(tensor.data, src=dist.get_global_rank(data_group, 0), group=data_group)
+        layout += f" × data {mesh['data'].size()}"
+    stepping, positions = stage_optimizer(optimizer, stage)
+    group = mesh["pipeline"].get_group()
+    policy = PipelinePolicy(group, positions, layout, data_group)
+    policy.module = stage
+    micro = pipe.microbatches or pipe.size
+    schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
+    return stage, PipelineOnly(stage), stepping, policy, schedule
