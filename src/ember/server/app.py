@@ -8,11 +8,14 @@ Example:
 
 from __future__ import annotations
 
+import importlib.util
+
 from fastapi import APIRouter, FastAPI
 
 from ember.server import API_PREFIX, errors
 from ember.server.blobs import BlobStore
 from ember.server.db import check_database, make_engine, migrate, session_factory
+from ember.server.series import SeriesCache
 from ember.server.settings import Settings
 
 API_VERSION = "1"
@@ -50,12 +53,18 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
     app.state.sessions = session_factory(engine)
     app.state.blobs = BlobStore(settings.data_dir)
     app.state.blobs.clean_tmp()
+    app.state.series = SeriesCache(app.state.sessions)
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(routes_folders.router)
     api.include_router(routes_runs.router)
+    api.include_router(routes_runs.search)
     api.include_router(routes_artifacts.blobs)
     api.include_router(routes_artifacts.router)
     app.include_router(api)
+    if all(importlib.util.find_spec(m) for m in ("jinja2", "python_multipart")):  # pip install 'ember[console]'
+        from ember.server.console import mount
+
+        mount(app)
     errors.install(app)
     app.add_middleware(
         errors.BodyLimit,

@@ -107,8 +107,14 @@ def cmd_upload(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    from ember.server.console.local import serve
+
+    return serve(args.store, args.port, args.data)
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``server``, ``login``, ``logout`` and ``upload`` on the ``ember`` command.
+    """Register ``server``, ``login``, ``logout``, ``upload`` and ``ui`` on the ``ember`` command.
 
     Example:
         >>> parser = argparse.ArgumentParser(prog="ember")
@@ -157,6 +163,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--make-folder", action="store_true", help="create the folder when missing")
     p.add_argument("--conflict", default="new", choices=("new", "skip", "error", "replace"))
     p.set_defaults(handler=cmd_upload)
+    p = subparsers.add_parser("ui", help="browse a local store's runs in the web console (loopback, no login)")
+    p.add_argument("--store", metavar="DIR", help="store root (default: $EMBER_HOME or ./.ember)")
+    p.add_argument("--port", type=int, default=8766, help="loopback port (default 8766)")
+    p.add_argument("--data", metavar="DIR", help="keep the console's database here (default: a temporary folder)")
+    p.set_defaults(handler=cmd_ui)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, naming
+from ember.server import ingest, listing, naming
 from ember.server.auth import CurrentUser, DbSession, now
 from ember.server.models import Cursor, Folder, MetricPoint, Run, User
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
-from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, Placement, RunIn
+from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, Placement, RunIn, RunPageOut
 
 router = APIRouter(prefix="/runs", tags=["runs"])
+search = APIRouter(prefix="/search", tags=["runs"])  # not GET /runs: '/runs/' must stay a bad run id
 STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIEW) -> Run:
@@ -99,6 +105,80 @@ def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
     return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, run_id)}
 
 
+@search.get("/runs", summary="The runs you may view: filtered, sorted, one page at a time", response_model=RunPageOut)
+def search_runs(
+    user: CurrentUser,
+    session: DbSession,
+    folder: Annotated[str | None, Query(max_length=1024, description="only under this folder")] = None,
+    q: Annotated[str, Query(max_length=200, description="part of the name")] = "",
+    label: Annotated[str, Query(max_length=200)] = "",
+    status: Annotated[str, Query(max_length=16)] = "",
+    where: Annotated[list[str] | None, Query(max_length=20, description="hp:K OP V or m:TYPE/NAME OP V")] = None,
+    sort: Annotated[str, Query(max_length=300, description="name|status|start|duration|folder|hp:K|m:T/N")] = "-start",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
+):
+    """Paginated on the server; only runs the caller has view rights on are ever considered."""
+    path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
+    found = listing.list_runs(
+        session,
+        user,
+        folder=path,
+        q=q,
+        label=label,
+        status=status,
+        filters=where,
+        sort=sort,
+        page=page,
+        per_page=per_page,
+    )
+    return RunPageOut(**found.__dict__)
+
+
+@router.get("/{run_id}/series", summary="Every metric of a type, downsampled (min and max per bucket) for charts")
+def read_series(
+    run_id: str,
+    type: MetricType,
+    request: Request,
+    user: CurrentUser,
+    session: DbSession,
+    buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
+):
+    run = get_run(session, user, run_id)
+    cache = request.app.state.series
+    return {"id": run.id, "status": run.status, **cache.series(session, run.pk, run.id, type, buckets)}
+
+
+@router.get("/{run_id}/metrics.csv", summary="Every point of one metric type as CSV (step, epoch, time, name, value)")
+def read_metrics_csv(run_id: str, type: MetricType, user: CurrentUser, session: DbSession) -> StreamingResponse:
+    run = get_run(session, user, run_id)
+    return StreamingResponse(
+        csv_lines(session, run.pk, type),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{run.id}-{type}.csv"'},
+    )
+
+
+def csv_lines(session: Session, run_pk: int, type_: str) -> Iterator[str]:
+    """A metric type's points as CSV text, read in one query and formatted as they stream."""
+    rows = session.execute(
+        select(MetricPoint.step, MetricPoint.epoch, MetricPoint.time, MetricPoint.name, MetricPoint.value)
+        .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_)
+        .order_by(MetricPoint.step, MetricPoint.name)
+    ).all()
+
+    def lines() -> Iterator[str]:
+        yield "step,epoch,time,name,value\n"
+        for i in range(0, len(rows), 10_000):
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            for step, epoch, time, name, value in rows[i : i + 10_000]:
+                writer.writerow((step, "" if epoch is None else epoch, time, name, ingest.encode_value(value)))
+            yield out.getvalue()
+
+    return lines()
+
+
 @router.get("/{run_id}", summary="A run: metadata, hparams, platform, metric summary, lineage")
 def read_run(run_id: str, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id)
@@ -130,7 +210,7 @@ def read_run(run_id: str, user: CurrentUser, session: DbSession):
 @router.get("/{run_id}/metrics", summary="Every point of one metric type, as the local store writes them")
 def read_metrics(
     run_id: str,
-    type: Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")],
+    type: MetricType,
     user: CurrentUser,
     session: DbSession,
 ):
@@ -158,7 +238,9 @@ def post_metrics(
 ):
     run = get_run(session, user, run_id, Level.EDIT)
     limit = request.app.state.settings.max_batch_points
-    return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, limit)}
+    cursor = ingest.store_metrics(session, run.pk, run.id, batch, limit)
+    request.app.state.series.touch(run.pk, run.id, batch.type)  # keeps chart summaries warm
+    return {"cursor": cursor}
 
 
 @router.post("/{run_id}/log", summary="Append text of stdout.log from a byte offset (idempotent)")
@@ -185,8 +267,9 @@ def post_lineage(run_id: str, batch: LineageBatch, user: CurrentUser, session: D
 
 
 @router.delete("/{run_id}", summary="Delete a run and its points")
-def delete_run(run_id: str, user: CurrentUser, session: DbSession):
+def delete_run(run_id: str, request: Request, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id, Level.EDIT)
+    request.app.state.series.forget(run.id)
     session.execute(delete(Cursor).where(Cursor.node_id == run.id))
     drop_shares(session, "run", run.pk)
     session.delete(run)

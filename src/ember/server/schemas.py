@@ -149,3 +149,29 @@ class UserIn(_Strict):
 
     name: str
     admin: bool = False
+
+
+class RunRow(BaseModel):
+    """One row of the runs table; ``metrics`` maps ``type/name`` to its last and best value."""
+
+    id: str
+    name: str
+    folder: str
+    status: str
+    start_time: str | None
+    end_time: str | None
+    duration: float | None
+    labels: list[str]
+    hparams: dict[str, Any]
+    metrics: dict[str, dict[str, float | None]]
+
+
+class RunPageOut(BaseModel):
+    """A page of ``GET /api/v1/runs``: ``total`` runs match; the keys are the page's columns."""
+
+    total: int
+    page: int
+    per_page: int
+    runs: list[RunRow]
+    hparam_keys: list[str]
+    metric_keys: list[str]

@@ -1,0 +1,53 @@
+"""The web console: server-rendered pages (Jinja2) over the tracking server, charts by plotly.js.
+
+``mount(app)`` adds the pages under ``/ui``. Nothing is built with Node: the templates, the CSS
+and the small ``console.js`` ship in this package, and plotly.js is served from the installed
+``plotly`` wheel (``/ui/vendor/plotly.min.js``), so the console works offline. See
+``docs/console.md``.
+
+Example:
+    >>> from ember.server.app import create_app
+    >>> from ember.server.console import mount
+    >>> app = create_app(settings)
+    >>> mount(app)                      # or mount(app, local_user="local") for `ember ui`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from ember.server.console.session import PREFIX, load_secret
+
+HERE = Path(__file__).parent
+
+
+def mount(app: FastAPI, local_user: str | None = None, sync: Callable[[], None] | None = None) -> None:
+    """Serve the console on ``app`` under ``/ui``.
+
+    Args:
+        app: the server app from :func:`ember.server.app.create_app`.
+        local_user: ``ember ui`` mode: every loopback request is this user, no login.
+        sync: called (in a worker thread) before each page and data request, to bring the
+            database up to date with a local store (``ember ui``).
+    """
+    from ember.server.console import data, pages, run_pages
+
+    app.state.console_local_user = local_user
+    app.state.console_sync = sync
+    if getattr(app.state, "console_mounted", False):  # create_app mounted it; `ember ui` sets the mode
+        return
+    app.state.console_mounted = True
+    app.state.console_secret = load_secret(app.state.settings.data_dir)
+    app.include_router(pages.router)
+    app.include_router(run_pages.router)
+    app.include_router(data.router)
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse(f"{PREFIX}/", status_code=307)

@@ -1,0 +1,91 @@
+"""What the console's pages fetch or download: chart series, full metrics, files, plotly.js."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from sqlalchemy import select
+
+from ember.server import naming
+from ember.server.auth import DbSession
+from ember.server.console.session import PREFIX, require_viewer
+from ember.server.console.views import DataRoute, secure
+from ember.server.models import ArtifactFile
+from ember.server.routes_artifacts import get_artifact
+from ember.server.routes_runs import csv_lines, get_run, read_metrics
+
+router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
+MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+def plotly_js() -> Path | None:
+    """plotly.min.js inside the installed ``plotly`` package, or None without it."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+    return path if path.is_file() else None
+
+
+@router.get("/vendor/plotly.min.js")
+def vendor_plotly() -> Response:
+    path = plotly_js()
+    if path is None:
+        raise HTTPException(404, "charts need the plotly package: pip install 'ember[console]'")
+    response = FileResponse(path, media_type="text/javascript")
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+@router.get("/runs/{run_id}/series")
+def series(
+    run_id: str,
+    type: MetricType,
+    request: Request,
+    session: DbSession,
+    buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
+) -> Response:
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    found = request.app.state.series.series(session, run.pk, run.id, type, buckets)
+    response = JSONResponse({"id": run.id, "status": run.status, **found})
+    secure(response)
+    return response
+
+
+@router.get("/runs/{run_id}/metrics.csv")
+def metrics_csv(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    return StreamingResponse(
+        csv_lines(session, run.pk, type),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{run.name}-{type}.csv"'},
+    )
+
+
+@router.get("/runs/{run_id}/metrics.json")
+def metrics_json(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
+    user = require_viewer(request, session)
+    found: dict[str, Any] = read_metrics(run_id, type, user, session)
+    name = get_run(session, user, run_id).name
+    return JSONResponse(found, headers={"Content-Disposition": f'attachment; filename="{name}-{type}.json"'})
+
+
+@router.get("/artifacts/{artifact_id}/files/{path:path}")
+def download(artifact_id: str, path: str, request: Request, session: DbSession) -> Response:
+    user = require_viewer(request, session)
+    art = get_artifact(session, user, artifact_id)
+    row = session.scalar(
+        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk, ArtifactFile.path == naming.rel_path(path))
+    )
+    if row is None:
+        raise HTTPException(404, f"artifact {artifact_id} has no file {path!r}")
+    blob = request.app.state.blobs.path(row.sha256)
+    if not blob.is_file():
+        raise HTTPException(410, f"the stored bytes of {path!r} are missing from the server's data folder")
+    return FileResponse(blob, filename=row.path.rsplit("/", 1)[-1], media_type="application/octet-stream")

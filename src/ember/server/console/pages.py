@@ -1,0 +1,196 @@
+"""Console pages: login and logout, the folder browser (with sharing), the runs table, compare."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, HTTPException, Query, Request
+from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import select
+
+from ember.server import listing, naming
+from ember.server.auth import DbSession
+from ember.server.console.session import (
+    PREFIX,
+    check_csrf,
+    end_session,
+    require_viewer,
+    safe_next,
+    start_session,
+    viewer,
+)
+from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.models import Folder
+from ember.server.perms import Level, get_folder, level
+from ember.server.routes_folders import read_folder, share
+from ember.server.routes_runs import get_run
+from ember.server.schemas import ShareIn
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+
+
+def crumbs(path: str) -> list[tuple[str, str]]:
+    """'/alice/a/b' -> [('alice', '/alice'), ('a', '/alice/a'), ('b', '/alice/a/b')]."""
+    parts = path.strip("/").split("/") if path.strip("/") else []
+    return [(p, "/" + "/".join(parts[: i + 1])) for i, p in enumerate(parts)]
+
+
+@router.get("/login")
+def login_page(request: Request, session: DbSession, next: str | None = None) -> Response:
+    if request.app.state.console_local_user is not None or viewer(request, session) is not None:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return render(request, "login.html", next=safe_next(next), error=None)
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    session: DbSession,
+    api_key: Annotated[str, Form(max_length=200)],
+    csrf: Annotated[str, Form(max_length=200)] = "",
+    next: Annotated[str, Form(max_length=2000)] = "",
+) -> Response:
+    check_csrf(request, csrf)
+    response = RedirectResponse(safe_next(next), status_code=303)
+    if start_session(request, response, session, api_key) is None:
+        error = "That API key is unknown, revoked or expired."
+        return render(request, "login.html", status_code=401, next=safe_next(next), error=error)
+    secure(response)
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+    check_csrf(request, csrf)
+    response = RedirectResponse(f"{PREFIX}/login", status_code=303)
+    end_session(response)
+    secure(response)
+    return response
+
+
+@router.get("/")
+def home(request: Request, session: DbSession) -> Response:
+    user = require_viewer(request, session)
+    return RedirectResponse(f"{PREFIX}/folders?path=/{user.name}", status_code=303)
+
+
+@router.get("/folders")
+def folder_page(
+    request: Request, session: DbSession, path: Annotated[str | None, Query(max_length=1024)] = None
+) -> Response:
+    user = require_viewer(request, session)
+    if not path or path == "/":
+        return _roots(request, session, user)
+    found = read_folder(path, user, session)
+    runs = listing.list_runs(session, user, folder=found["path"], sort="-start", per_page=20)
+    return render(
+        request,
+        "folder.html",
+        user=user,
+        folder=found,
+        crumbs=crumbs(found["path"]),
+        runs=runs,
+        found=runs,
+        sortable=False,
+        params={},
+        sort="-start",
+        children=[(p.rsplit("/", 1)[-1], p) for p in found["folders"]],
+        own=found["access"] == "own",
+    )
+
+
+def _roots(request: Request, session: Any, user: Any) -> Response:
+    """'/': your home, and the highest folders shared with you."""
+    visible = listing.visible_folder_ids(session, user)
+    rows = session.execute(select(Folder.id, Folder.path, Folder.parent_id).where(Folder.id.in_(visible))).all()
+    tops = sorted(p for _, p, parent in rows if parent not in visible)
+    return render(request, "roots.html", user=user, tops=tops, crumbs=[])
+
+
+@router.post("/shares")
+def share_form(
+    request: Request,
+    session: DbSession,
+    path: Annotated[str, Form(max_length=1024)],
+    grantee: Annotated[str, Form(max_length=64)],
+    access: Annotated[str, Form(pattern="^(view|edit|none)$")],
+    csrf: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    check_csrf(request, csrf)
+    user = require_viewer(request, session)
+    folder = get_folder(session, user, path)
+    share(ShareIn(kind="folder", target=folder.path, grantee=grantee.strip(), level=access), user, session)  # type: ignore[arg-type]
+    return RedirectResponse(f"{PREFIX}/folders?path={folder.path}", status_code=303)
+
+
+@router.get("/runs")
+def runs_page(
+    request: Request,
+    session: DbSession,
+    folder: Annotated[str, Query(max_length=1024)] = "",
+    q: Annotated[str, Query(max_length=200)] = "",
+    label: Annotated[str, Query(max_length=200)] = "",
+    status: Annotated[str, Query(max_length=16)] = "",
+    where: Annotated[str, Query(max_length=2000)] = "",
+    sort: Annotated[str, Query(max_length=300)] = "-start",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> Response:
+    user = require_viewer(request, session)
+    path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
+    filters = [f for f in where.split(";") if f.strip()]
+    found = listing.list_runs(
+        session,
+        user,
+        folder=path,
+        q=q,
+        label=label,
+        status=status,
+        filters=filters,
+        sort=sort,
+        page=page,
+        per_page=per_page,
+    )
+    params = {"folder": folder, "q": q, "label": label, "status": status, "where": where, "per_page": per_page}
+    params = {k: v for k, v in params.items() if v and v != 50}
+    pages = max(1, -(-found.total // found.per_page))
+    return render(
+        request,
+        "runs.html",
+        user=user,
+        found=found,
+        params=params,
+        sort=sort,
+        pages=pages,
+        statuses=STATUSES,
+        sortable=True,
+        crumbs=crumbs(path) if path else [],
+    )
+
+
+@router.get("/compare")
+def compare_page(
+    request: Request, session: DbSession, ids: Annotated[list[str] | None, Query(max_length=20)] = None
+) -> Response:
+    user = require_viewer(request, session)
+    wanted = list(dict.fromkeys(ids or []))
+    if len(wanted) < 2:
+        raise HTTPException(422, "pick at least two runs to compare (tick them in the runs table)")
+    runs = [get_run(session, user, run_id) for run_id in wanted]
+    summary = listing.metric_summary(session, [r.pk for r in runs])
+    keys = sorted({k for r in runs for k in r.hparams})
+    differing = [k for k in keys if len({repr(r.hparams.get(k)) for r in runs}) > 1]
+    same = [k for k in keys if k not in differing]
+    metrics = sorted({k for r in runs for k in summary[r.pk]}, key=lambda k: (k.split("/")[0] != "train", k))
+    return render(
+        request,
+        "compare.html",
+        user=user,
+        runs=runs,
+        summary=summary,
+        differing=differing,
+        same=same,
+        metrics=metrics,
+        levels={r.id: level(session, user, r) >= Level.VIEW for r in runs},
+    )

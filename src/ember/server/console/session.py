@@ -1,0 +1,147 @@
+"""Browser sessions: a signed cookie after logging in with an API key, CSRF tokens for forms.
+
+The session cookie reads ``<key id>.<issued>.<signature>``: the API key itself never leaves
+the login form. Each request checks the signature (HMAC-SHA256 with a secret kept in the data
+folder, so every server process shares it), the age (:data:`MAX_AGE_S`) and that the key is
+still valid, so revoking a key ends its browser sessions too. The cookie is HttpOnly,
+SameSite=Strict, scoped to ``/ui`` and Secure behind HTTPS.
+
+Forms carry a CSRF token derived from a random per-browser cookie (signed double submit), and
+a POST whose ``Origin`` names another host is refused.
+
+In ``ember ui`` mode (``local_user`` set) every request on loopback is that user, without login.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from fastapi import HTTPException, Request, Response
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ember.server.auth import _aware, key_id_of, now, verify
+from ember.server.models import ApiKey, User
+
+SESSION_COOKIE = "ember_session"
+CSRF_COOKIE = "ember_csrf"
+MAX_AGE_S = 12 * 3600
+PREFIX = "/ui"
+LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
+
+
+class NeedLogin(Exception):
+    """Raised by a page that needs a signed-in user; the console answers with the login page."""
+
+
+def load_secret(data_dir: Path) -> bytes:
+    """The signing secret in ``<data>/console.secret``, created (mode 0600) on first use."""
+    path = data_dir / "console.secret"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return bytes.fromhex(path.read_text().strip())
+    secret = secrets.token_bytes(32)
+    with os.fdopen(fd, "w") as out:
+        out.write(secret.hex())
+    return secret
+
+
+def _sign(secret: bytes, message: str) -> str:
+    return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
+
+
+def start_session(request: Request, response: Response, session: Session, api_key: str) -> User | None:
+    """Check a key typed into the login form; on success set the session cookie and return the user."""
+    user = verify(session, api_key.strip())
+    key_id = key_id_of(api_key.strip())
+    if user is None or key_id is None:
+        return None
+    issued = str(int(time.time()))
+    value = f"{key_id}.{issued}.{_sign(_secret(request), f'session|{key_id}|{issued}')}"
+    response.set_cookie(
+        SESSION_COOKIE,
+        value,
+        max_age=MAX_AGE_S,
+        path=PREFIX,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return user
+
+
+def end_session(response: Response) -> None:
+    """Forget the session cookie (logout)."""
+    response.delete_cookie(SESSION_COOKIE, path=PREFIX, httponly=True, samesite="strict")
+
+
+def _secret(request: Request) -> bytes:
+    return request.app.state.console_secret
+
+
+def viewer(request: Request, session: Session) -> User | None:
+    """The signed-in user (or the local user of ``ember ui``), None when nobody is."""
+    local = request.app.state.console_local_user
+    if local is not None:
+        host = request.client.host if request.client else ""
+        if host not in LOOPBACK:
+            raise HTTPException(403, "`ember ui` answers only on loopback")
+        return session.scalar(select(User).where(User.name == local))
+    raw = request.cookies.get(SESSION_COOKIE, "")
+    parts = raw.split(".")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    key_id, issued, signature = parts
+    if not hmac.compare_digest(signature, _sign(_secret(request), f"session|{key_id}|{issued}")):
+        return None
+    if time.time() - int(issued) > MAX_AGE_S:
+        return None
+    key = session.scalar(select(ApiKey).where(ApiKey.key_id == key_id))
+    if key is None or key.revoked is not None or (key.expires is not None and _aware(key.expires) <= now()):
+        return None
+    return session.get(User, key.user_id)
+
+
+def require_viewer(request: Request, session: Session) -> User:
+    """The signed-in user; :class:`NeedLogin` (the login page) otherwise."""
+    user = viewer(request, session)
+    if user is None:
+        raise NeedLogin()
+    return user
+
+
+def csrf_token(request: Request, response: Response | None = None) -> str:
+    """The token forms must carry; sets the per-browser CSRF cookie on ``response`` when missing."""
+    seed = request.cookies.get(CSRF_COOKIE) or request.state.__dict__.get("csrf_seed")
+    if not seed:
+        seed = secrets.token_urlsafe(24)
+        request.state.csrf_seed = seed
+    if response is not None and CSRF_COOKIE not in request.cookies:
+        response.set_cookie(
+            CSRF_COOKIE, seed, path=PREFIX, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+        )
+    return _sign(_secret(request), f"csrf|{seed}")
+
+
+def check_csrf(request: Request, token: str) -> None:
+    """403 unless ``token`` matches this browser's CSRF cookie and the request comes from this site."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise HTTPException(403, "this form was sent from another site: reload the page and try again")
+    seed = request.cookies.get(CSRF_COOKIE, "")
+    if not seed or not hmac.compare_digest(token, _sign(_secret(request), f"csrf|{seed}")):
+        raise HTTPException(403, "the form's security token is missing or stale: reload the page and try again")
+
+
+def safe_next(target: str | None) -> str:
+    """A post-login redirect inside the console only (no open redirect)."""
+    if target and target.startswith(PREFIX + "/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return PREFIX + "/"

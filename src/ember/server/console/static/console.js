@@ -1,0 +1,132 @@
+// ember console charts: fetch downsampled series from the server, draw them with plotly.js.
+// No build step; plotly.js is served from the installed plotly package.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const state = { x: "step", smoothing: 0, log: false };
+  const cache = {};  // key -> series JSON
+
+  // Exponential moving average with the start-up bias removed (as TensorBoard smooths).
+  function ema(values, weight) {
+    if (!weight) return values;
+    let acc = 0, n = 0;
+    return values.map((v) => {
+      if (v === null) return null;
+      n += 1;
+      acc = acc * weight + (1 - weight) * v;
+      return acc / (1 - Math.pow(weight, n));
+    });
+  }
+
+  function traces(label, s, color) {
+    const x = state.x === "epoch" ? s.epoch : s.step;
+    const raw = { x: x, y: s.value, name: label, type: "scatter", mode: s.value.length < 60 ? "lines+markers" : "lines",
+                  line: { width: 1.5, color: color }, connectgaps: false };
+    if (!state.smoothing) return [raw];
+    raw.opacity = 0.3; raw.showlegend = false; raw.hoverinfo = "skip";
+    return [raw, { x: x, y: ema(s.value, state.smoothing), name: label + " (smoothed)", type: "scatter", mode: "lines",
+                   line: { width: 2, color: color } }];
+  }
+
+  function layout(title) {
+    return {
+      title: { text: title, font: { size: 14 } }, margin: { l: 50, r: 12, t: 34, b: 38 }, hovermode: "x unified",
+      xaxis: { title: { text: state.x }, zeroline: false }, yaxis: { type: state.log ? "log" : "linear", zeroline: false },
+      legend: { orientation: "h", y: -0.25 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
+    };
+  }
+  const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+
+  function chartDiv(grid, id) {
+    let div = $(id);
+    if (!div) { div = document.createElement("div"); div.id = id; div.className = "chart"; grid.appendChild(div); }
+    return div;
+  }
+
+  async function getJSON(url) {
+    const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.statusText);
+    return r.json();
+  }
+
+  // ---- run page ----
+  const charts = $("charts");
+  async function loadRun() {
+    const types = JSON.parse(charts.dataset.types);
+    let status = null, notes = [];
+    for (const t of types) {
+      const data = await getJSON(charts.dataset.series + "?type=" + encodeURIComponent(t));
+      cache[t] = data; status = data.status;
+    }
+    drawRun();
+    for (const t of types) for (const [name, s] of Object.entries(cache[t].metrics))
+      if (s.downsampled) notes.push(t + "/" + name + ": " + s.count.toLocaleString() + " points shown as min/max of " + (s.value.length / 2) + " buckets");
+    $("chart-note").textContent = notes.join(" · ");
+    return status;
+  }
+  function drawRun() {
+    for (const [t, data] of Object.entries(cache)) {
+      const grid = charts.querySelector('.chart-grid[data-type="' + CSS.escape(t) + '"]');
+      for (const [name, s] of Object.entries(data.metrics)) {
+        const div = chartDiv(grid, "chart-" + t + "-" + name);
+        div.dataset.points = String(s.value.length); div.dataset.count = String(s.count); div.dataset.metric = t + "/" + name;
+        Plotly.react(div, traces(name, s, "#1f5fbf"), layout(t + "/" + name), config);
+      }
+    }
+  }
+
+  // ---- compare page ----
+  const compare = $("compare-chart");
+  const palette = ["#1f5fbf", "#c2410c", "#067647", "#7a2ea0", "#b42318", "#0e7490", "#a16207", "#4b5563"];
+  async function loadCompare() {
+    const metric = $("compare-metric").value, cut = metric.indexOf("/");
+    const type = metric.slice(0, cut), name = metric.slice(cut + 1);
+    const ids = JSON.parse(compare.dataset.runs), names = JSON.parse(compare.dataset.names);
+    for (const id of ids) {
+      const key = id + "|" + type;
+      if (!cache[key]) cache[key] = await getJSON(compare.dataset.prefix + "/runs/" + id + "/series?type=" + encodeURIComponent(type));
+    }
+    drawCompare(ids, names, type, name);
+  }
+  function drawCompare(ids, names, type, name) {
+    let all = [], drawn = 0;
+    ids.forEach((id, i) => {
+      const s = (cache[id + "|" + type] || { metrics: {} }).metrics[name];
+      if (s) { all = all.concat(traces(names[i], s, palette[i % palette.length])); drawn += 1; }
+    });
+    compare.dataset.traces = String(drawn);
+    Plotly.react(compare, all, layout(type + "/" + name), config);
+  }
+
+  function redraw() {
+    if (charts) drawRun();
+    if (compare) loadCompare().catch(showError);
+  }
+  function showError(e) {
+    const note = $("chart-note");
+    if (note) note.textContent = "charts could not load: " + e.message;
+  }
+  function wire() {
+    if ($("x-axis")) $("x-axis").addEventListener("change", (e) => { state.x = e.target.value; redraw(); });
+    if ($("log-scale")) $("log-scale").addEventListener("change", (e) => { state.log = e.target.checked; redraw(); });
+    if ($("smoothing")) $("smoothing").addEventListener("input", (e) => {
+      state.smoothing = Number(e.target.value); $("smoothing-value").textContent = e.target.value; redraw();
+    });
+    if ($("compare-metric")) $("compare-metric").addEventListener("change", redraw);
+  }
+
+  wire();
+  if (charts) {
+    loadRun().then((status) => {
+      if (charts.dataset.live !== "1") return;
+      const timer = setInterval(async () => {
+        try {
+          const now = await loadRun();
+          $("run-status").textContent = now;
+          if (now !== "Running") { clearInterval(timer); const live = $("live"); if (live) live.textContent = "finished"; }
+        } catch (e) { showError(e); }
+      }, 5000);
+    }).catch(showError);
+  }
+  if (compare) loadCompare().catch(showError);
+})();

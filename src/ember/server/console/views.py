@@ -1,0 +1,155 @@
+"""Rendering: the Jinja2 environment (autoescaped), the HTML error pages, the page route class."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import anyio
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ember.server.console.session import PREFIX, NeedLogin, csrf_token
+
+_HERE = __import__("pathlib").Path(__file__).parent
+env = Environment(
+    loader=FileSystemLoader(_HERE / "templates"),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+
+
+def fmt_time(value: str | None) -> str:
+    """An ISO time as 'YYYY-MM-DD HH:MM:SS' (the stored text when it does not parse)."""
+    if not value:
+        return "—"
+    try:
+        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return value
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds as '1h 02m', '3m 05s' or '4.2s'."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"
+
+
+def fmt_value(value: Any) -> str:
+    """A metric or hparam value, short."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_size(size: int) -> str:
+    """Bytes as B, KiB, MiB or GiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+env.filters.update(time=fmt_time, duration=fmt_duration, value=fmt_value, size=fmt_size, urlpath=quote)
+env.globals.update(PREFIX=PREFIX, urlencode=urlencode)
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Render a page with the viewer, the CSRF token and the mode in its context."""
+    response = HTMLResponse("", status_code=status_code)
+    context.setdefault("user", None)
+    context.update(
+        request=request,
+        csrf=csrf_token(request, response),
+        local=request.app.state.console_local_user is not None,
+    )
+    response.body = env.get_template(template).render(**context).encode()
+    response.headers["content-length"] = str(len(response.body))
+    secure(response)
+    return response
+
+
+def secure(response: Response) -> None:
+    """Headers every console answer carries."""
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers.setdefault("Cache-Control", "no-store")
+
+
+_TITLES = {
+    401: "Please log in",
+    403: "You may not do this",
+    404: "Not found, or not shared with you",
+    413: "Too large",
+    422: "That request is not understood",
+}
+
+
+class ConsoleRoute(APIRoute):
+    """Page routes: errors become readable HTML pages, a missing login the login page.
+
+    With ``json_errors`` (data routes used by the page scripts) errors stay JSON.
+    """
+
+    json_errors = False
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        json_errors = self.json_errors
+
+        async def route(request: Request) -> Response:
+            sync = request.app.state.console_sync
+            if sync is not None:
+                await anyio.to_thread.run_sync(sync)
+            try:
+                return await handler(request)
+            except NeedLogin:
+                if json_errors:
+                    return JSONResponse({"detail": "log in first"}, status_code=401)
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"{PREFIX}/login?{urlencode({'next': target})}", status_code=303)
+            except (StarletteHTTPException, RequestValidationError) as e:
+                code = e.status_code if isinstance(e, StarletteHTTPException) else 422
+                detail = str(e.detail) if isinstance(e, StarletteHTTPException) else _validation(e)
+                if json_errors:
+                    return JSONResponse({"detail": detail}, status_code=code)
+                title = _TITLES.get(code, "Something went wrong")
+                return render(request, "error.html", status_code=code, title=title, detail=detail, code=code)
+
+        return route
+
+
+class DataRoute(ConsoleRoute):
+    """Routes the page scripts call: JSON errors."""
+
+    json_errors = True
+
+
+def _validation(e: RequestValidationError) -> str:
+    first = e.errors()[0] if e.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "body"))
+    return f"{where or 'request'}: {first.get('msg', 'invalid')}"

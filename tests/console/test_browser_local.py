@@ -1,0 +1,96 @@
+"""`ember ui`: the console over a local store, on loopback, without login (issue 9, items 1 and 4)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ember import track
+from tests.console._data import make_store
+from tests.console.conftest import new_page
+from tests.server.conftest import free_port
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`ember ui --store DIR` in its own process, over two finished runs."""
+    tmp = tmp_path_factory.mktemp("ui")
+    runs = make_store(tmp / "store")
+    port = free_port()
+    log = tmp / "ui.log"
+    argv = [sys.executable, "-m", "ember.server.cli", "ui", "--store", str(tmp / "store"), "--port", str(port)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            httpx.get(f"{url}/ui/login", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    try:
+        yield {"url": url, "runs": runs, "store": tmp / "store"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dict[str, Any]) -> None:
+    p = new_page(browser, ui["url"])
+    p.goto("/ui/")
+    assert "/ui/folders" in p.page.url and p.page.locator("#logout").count() == 0
+    p.check("local-folders")
+    p.goto("/ui/runs")
+    assert sorted(p.page.locator("a.run-link").all_inner_texts()) == ["tiny-0", "tiny-1"]
+    p.page.fill("input[name=where]", "hp:lr>0.08")
+    p.page.click("#filters button[type=submit]")
+    p.page.wait_for_load_state("networkidle")
+    assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-0"]
+    p.check("local-runs")
+    p.page.click("a.run-link")
+    p.page.wait_for_selector("#chart-train-loss .main-svg")
+    p.page.wait_for_load_state("networkidle")
+    assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
+    p.check("local-run")
+    p.page.click("#lineage a.node-link[data-kind=artifact]")
+    p.page.wait_for_load_state("networkidle")
+    assert "/ui/artifacts/" in p.page.url and "model.pt" in p.page.inner_text("#files")
+    p.check("local-artifact")
+    p.goto("/ui/runs")
+    for box in p.page.locator("input[name=ids]").all():
+        box.check()
+    p.page.click("#compare")
+    p.page.wait_for_selector("#compare-chart .main-svg")
+    assert p.page.get_attribute("#compare-chart", "data-traces") == "2"
+    p.check("local-compare")
+    p.page.context.close()
+
+
+def test_a_running_run_appears_and_its_chart_follows_it(browser: Any, ui: dict[str, Any]) -> None:
+    run = track.create_run(name="live", home=ui["store"])
+    for step in range(5):
+        run.log("train", {"loss": 1.0 / (step + 1)}, step=step)
+    run.flush()
+    p = new_page(browser, ui["url"])
+    p.goto("/ui/runs?q=live")
+    p.page.click("a.run-link")
+    p.page.wait_for_selector("#chart-train-loss .main-svg")
+    assert p.page.get_attribute("#chart-train-loss", "data-points") == "5" and p.page.locator("#live").count() == 1
+    for step in range(5, 12):
+        run.log("train", {"loss": 1.0 / (step + 1)}, step=step)
+    run.finish()
+    deadline = time.monotonic() + 20  # the page polls every 5 s while the run is Running
+    while time.monotonic() < deadline and p.page.inner_text("#run-status") != "Complete":
+        p.page.wait_for_timeout(250)
+    assert p.page.inner_text("#run-status") == "Complete"
+    assert p.page.get_attribute("#chart-train-loss", "data-points") == "12"
+    p.check()
+    p.page.context.close()
