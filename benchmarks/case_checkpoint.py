@@ -1,0 +1,197 @@
+"""Case 3, checkpoints: a ~100 MB training state (model + Adam) saved and loaded.
+
+The model is a wide MLP (784 → 1850 → 1850 → 1850 → 10, 8.3M parameters) after one Adam step,
+so the state is parameters plus two Adam moments: ~100 MB. Throughput is that state's tensor
+bytes over the wall time of the call.
+
+* save: ``torch.save({"model", "optimizer"})`` (page cache only, as torch does by default),
+  the same followed by ``fsync`` (the durability ember's atomic writer buys), and
+  ``ember.checkpoint.save(path, trainer)`` (temp file, fsync, rename; plus counters, history,
+  RNG states).
+* load: ``torch.load`` + ``load_state_dict`` on model and optimizer, vs
+  ``ember.checkpoint.load(path, trainer)``. The file was just written, so it is read from the
+  page cache (dropping caches would disturb the other users of this machine).
+* stall: the same model trained 30 steps with a ``CheckpointHook`` saving every 10 steps
+  (about 1 s apart, longer than a write takes), synchronously or with ``async_save=True``, vs no
+  checkpoints. The stall per save is the time the loop spends inside the hook's
+  ``after_train_iter`` (where it saves), per save; the wait for the last background write at
+  the end of ``fit`` is reported apart as the drain.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from benchmarks.harness import Contender, Group, Outcome, Skipped, Timer
+from benchmarks.workloads import make_batches, wide_mlp
+
+M = "benchmarks.case_checkpoint"
+MB = 1e6
+
+
+class _Setup:
+    """The model, Adam, a Trainer and the batches, after ``warm`` optimizer steps."""
+
+    def __init__(self, params: Mapping[str, Any], warm: int = 1) -> None:
+        import ember
+        from ember.trainer import Trainer
+
+        torch.manual_seed(int(params.get("seed", 0)))
+        self.model = wide_mlp(int(params["hidden"]))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.batches = make_batches((1, 28, 28), int(params.get("batches", 4)), 64, 10, 0)
+        engine, _, _, _ = ember.initialize(self.model, self.optimizer, nn.CrossEntropyLoss())
+        self.trainer = Trainer(engine=engine, logger=ember.get_dist_logger())
+        if warm:
+            self.trainer.fit(self.batches[:warm], epochs=1, hooks=[])
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def state_bytes(self) -> int:
+        n = sum(t.numel() * t.element_size() for t in self.model.state_dict().values())
+        for s in self.optimizer.state.values():
+            n += sum(t.numel() * t.element_size() for t in s.values() if isinstance(t, torch.Tensor))
+        return n
+
+    @torch.no_grad()
+    def fingerprint(self) -> float:
+        """A number that changes with every parameter and Adam moment (proves what was loaded)."""
+        total = sum(float(p.double().sum()) for p in self.model.parameters())
+        for s in self.optimizer.state.values():
+            total += float(s["exp_avg_sq"].double().sum()) * 1e3
+        return total
+
+
+def _checkpoint_module() -> Any:
+    try:
+        from ember import checkpoint
+    except ImportError as exc:
+        raise Skipped(f"ember.checkpoint is not available yet ({exc})") from exc
+    if not hasattr(checkpoint, "save"):
+        raise Skipped("ember.checkpoint has no save() yet")
+    return checkpoint
+
+
+def save(params: Mapping[str, Any], timer: Timer) -> Outcome:
+    """``params["how"]``: torch, torch+fsync or ember."""
+    how = str(params["how"])
+    ckpt = _checkpoint_module() if how == "ember" else None
+    s = _Setup(params)
+    path = Path.cwd() / "state.ckpt"
+    with timer:
+        if ckpt is not None:
+            ckpt.save(path, s.trainer)
+        else:
+            torch.save(s.state(), path)
+            if how == "torch+fsync":
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    mb = s.state_bytes() / MB
+    return Outcome(work=round(mb, 1), extra={"MB_per_s": mb / timer.wall_s, "file_MB": path.stat().st_size / MB})
+
+
+def load(params: Mapping[str, Any], timer: Timer) -> Outcome:
+    """``params["how"]``: torch or ember; the file is written (untimed) by the same library."""
+    how = str(params["how"])
+    ckpt = _checkpoint_module() if how == "ember" else None
+    writer = _Setup(params)
+    path = Path.cwd() / "state.ckpt"
+    if ckpt is not None:
+        ckpt.save(path, writer.trainer)
+    else:
+        torch.save(writer.state(), path)
+    expected = writer.fingerprint()
+    reader = _Setup({**params, "seed": 1}, warm=1)  # other weights, Adam state of the same shape
+    with timer:
+        if ckpt is not None:
+            ckpt.load(path, reader.trainer)
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            reader.model.load_state_dict(state["model"])
+            reader.optimizer.load_state_dict(state["optimizer"])
+    mb = writer.state_bytes() / MB
+    return Outcome(work=reader.fingerprint() / expected, extra={"MB_per_s": mb / timer.wall_s})
+
+
+def stall(params: Mapping[str, Any], timer: Timer) -> Outcome:
+    """Train ``steps`` steps; ``params["how"]``: none, sync or async checkpoints every ``every``.
+
+    Besides the fit's time, the time spent inside the CheckpointHook's ``after_train_iter``
+    (where it saves: the loop is stalled there) is measured per save, and the time its
+    ``after_train`` waits for the last background write (the drain at the end of ``fit``).
+    """
+    from ember.trainer import hooks
+
+    how = str(params["how"])
+    if how != "none":
+        _checkpoint_module()
+    s = _Setup(params, warm=0)
+    directory = Path.cwd() / "ckpt"
+    chosen = []
+    spent = {"after_train_iter": 0.0, "after_train": 0.0}
+    if how != "none":
+        hook = hooks.CheckpointHook(directory, every_n_steps=int(params["every"]), every_n_epochs=None,
+                                    keep_last=None, save_last=False, async_save=how == "async")  # fmt: skip
+        for event in spent:
+            _time_method(hook, event, spent)
+        chosen.append(hook)
+    steps = int(params["steps"])
+    data = [s.batches[i % len(s.batches)] for i in range(steps)]
+    with timer:
+        s.trainer.fit(data, epochs=1, hooks=chosen)
+    saves = len(list(directory.glob("*.ckpt"))) if directory.exists() else 0
+    probe = s.batches[0]
+    with torch.no_grad():
+        loss = float(nn.functional.cross_entropy(s.model(probe[0]), probe[1]))
+    extra = {"saves": saves, "ms_per_step": timer.wall_s / steps * 1e3}
+    if saves:
+        extra["stall_ms_per_save"] = spent["after_train_iter"] / saves * 1e3
+        extra["drain_ms"] = spent["after_train"] * 1e3
+    return Outcome(work=loss, extra=extra)
+
+
+def _time_method(obj: Any, name: str, spent: dict[str, float]) -> None:
+    """Wrap ``obj.name`` so that the wall time spent in it adds up in ``spent[name]``."""
+    method = getattr(obj, name)
+
+    def timed(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return method(*args)
+        finally:
+            spent[name] += time.perf_counter() - t0
+
+    setattr(obj, name, timed)
+
+
+def groups(quick: bool = False, with_peers: bool = True) -> list[Group]:
+    """Save, load and the save stall of a ~100 MB state (a tiny one with ``quick``)."""
+    base: dict[str, Any] = {"hidden": 64 if quick else 1850, "seed": 0}
+    stall_params = {**base, "steps": 4 if quick else 30, "every": 2 if quick else 10}
+    return [
+        Group("save ~100 MB (model + Adam)", (
+            Contender("torch.save", f"{M}:save", params={"how": "torch"}),
+            Contender("torch.save + fsync", f"{M}:save", params={"how": "torch+fsync"}),
+            Contender("ember checkpoint.save", f"{M}:save", params={"how": "ember"}),
+        ), "torch.save", base, rel_tol=0.0, unit="state MB"),
+        Group("load ~100 MB (model + Adam)", (
+            Contender("torch.load + load_state_dict", f"{M}:load", params={"how": "torch"}),
+            Contender("ember checkpoint.load", f"{M}:load", params={"how": "ember"}),
+        ), "torch.load + load_state_dict", base, rel_tol=1e-9, unit="restored/expected"),
+        Group("training stall per save", (
+            Contender("no checkpoints", f"{M}:stall", params={"how": "none"}),
+            Contender("CheckpointHook (sync)", f"{M}:stall", params={"how": "sync"}),
+            Contender("CheckpointHook (async_save)", f"{M}:stall", params={"how": "async"}),
+        ), "no checkpoints", stall_params, rel_tol=1e-6),
+    ]  # fmt: skip

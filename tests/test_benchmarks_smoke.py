@@ -1,0 +1,62 @@
+"""The benchmark harness at tiny sizes, one round, without the peers: it runs and reports.
+
+Nothing here is timed against a limit (timed assertions do not belong in the test suite); the
+tests prove the harness still measures ember and the hand loop, checks the work they did,
+flags a contender that did different work, and writes its results files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from benchmarks.__main__ import main
+from benchmarks.harness import Contender, Group, Outcome, Timer, run_group
+
+
+def test_quick_run_of_the_cpu_cases_measures_ember_and_the_hand_loop(tmp_path: Path) -> None:
+    main(["step", "tracking", "checkpoint", "cuda", "--quick", "--rounds", "1", "--inline", "--no-peers",
+          "--out", str(tmp_path)])  # fmt: skip
+    [json_path] = tmp_path.glob("*-quick.json")
+    record = json.loads(json_path.read_text())
+    assert json_path.with_suffix(".md").read_text().startswith("### ember benchmarks")
+    for name in ("step", "tracking", "checkpoint"):
+        for group in record["cases"][name]["groups"]:
+            for c in group["contenders"]:
+                assert c["status"] == "ok", (name, group["name"], c["name"], c["note"])
+                assert c["summary"]["cpu_s"]["median"] > 0
+                assert c["summary"]["ratio_cpu"] > 0
+    cuda = [c["status"] for g in record["cases"]["cuda"]["groups"] for c in g["contenders"]]
+    assert set(cuda) <= {"ok", "skipped"}
+    assert {t["target"] for t in record["targets"]} >= {"Run.log values/s enqueued"}
+
+
+def same_work(params: Mapping[str, Any], timer: Timer) -> Outcome:
+    with timer:
+        pass
+    return Outcome(work=1.0)
+
+
+def other_work(params: Mapping[str, Any], timer: Timer) -> Outcome:
+    with timer:
+        pass
+    return Outcome(work=1.5)
+
+
+def test_a_contender_that_did_different_work_is_flagged_and_a_missing_peer_is_not_installed() -> None:
+    group = Group(
+        "flags",
+        (
+            Contender("base", f"{__name__}:same_work"),
+            Contender("cheat", f"{__name__}:other_work"),
+            Contender("peer", f"{__name__}:same_work", needs=("no_such_peer_library_xyz",)),
+        ),
+        "base",
+        {},
+    )
+    result = {c.name: c for c in run_group(group, rounds=1, isolate=False, log=lambda _: None).contenders}
+    assert result["base"].status == "ok"
+    assert result["cheat"].status == "different work"
+    assert result["peer"].status == "not installed"
