@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 PIN    := -c constraints.txt
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test lint typecheck bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,14 @@ demo: $(VENV)/.demo-installed
 ## the whole suite: lint, then every test
 test: $(VENV)/.dev-installed lint
 	$(PY) -m pytest
+
+$(VENV)/.bench-installed: $(PY) pyproject.toml constraints.txt
+	$(PIP) install -q $(PIN) -e ".[bench]"
+	@touch $@
+
+## side-by-side benchmarks vs the hand loop and the peers (~20 min; docs/performance.md)
+bench: $(VENV)/.bench-installed
+	$(PY) -m benchmarks
 
 lint: $(VENV)/.dev-installed
 	$(PY) -m ruff check src tests examples benchmarks
