@@ -110,7 +110,9 @@ class Trainer(TrainerState):
             raise TrainerError(f"schedule must have forward_backward() and forward(), got {type(schedule).__name__}")
         self.engine = engine
         self.logger = logger if logger is not None else get_dist_logger()
-        self.schedule: Schedule = schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
+        self.schedule: Schedule = (
+            schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
+        )
         self.history, self.storage = History(), StepStorage()
         self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
         self.fitting, self.step_applied = False, False
