@@ -10,6 +10,7 @@ import getpass
 import os
 import sys
 
+from ember._cli import run_commands
 from ember.errors import EmberError
 
 
@@ -172,14 +173,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run these commands on their own: ``python -m ember.server.cli server --port 8765``."""
-    parser = argparse.ArgumentParser(prog="ember")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except EmberError as e:
-        print(f"ember: error: {e}", file=sys.stderr)
-        return 2
+    return run_commands(add_commands, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ember.errors import EmberError, TrackingError
+from ember._cli import run_commands
+from ember.errors import TrackingError
 from ember.track import _report as rp
 from ember.track import lineage
 from ember.track._fs import read_json, resolve_home
@@ -288,14 +289,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``runs ...`` on its own: ``python -m ember.track.cli runs ls``."""
-    parser = argparse.ArgumentParser(prog="ember")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except EmberError as e:
-        print(f"ember: error: {e}", file=sys.stderr)
-        return 2
+    return run_commands(add_commands, argv)
 
 
 if __name__ == "__main__":
