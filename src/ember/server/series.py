@@ -34,6 +34,19 @@ log = logging.getLogger("ember.server")
 Block = list[Any]
 
 
+def _bucket_stats() -> tuple[Any, ...]:
+    """Per bucket: step range, epoch range, value range (min and max keep spikes), point count."""
+    return (
+        func.min(MetricPoint.step),
+        func.max(MetricPoint.step),
+        func.min(MetricPoint.epoch),
+        func.max(MetricPoint.epoch),
+        func.min(MetricPoint.value),
+        func.max(MetricPoint.value),
+        func.count(),
+    )
+
+
 @dataclass
 class _Summary:
     next_start: int = 0  # the first step of the last block: it is read again on refresh
@@ -94,13 +107,7 @@ class SeriesCache:
                 select(
                     MetricPoint.name,
                     block,
-                    func.min(MetricPoint.step),
-                    func.max(MetricPoint.step),
-                    func.min(MetricPoint.epoch),
-                    func.max(MetricPoint.epoch),
-                    func.min(MetricPoint.value),
-                    func.max(MetricPoint.value),
-                    func.count(),
+                    *_bucket_stats(),
                 )
                 .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.step >= summary.next_start)
                 .group_by(MetricPoint.name, block)
@@ -157,13 +164,7 @@ def _bucketed(
     rows = session.execute(
         select(
             bucket,
-            func.min(MetricPoint.step),
-            func.max(MetricPoint.step),
-            func.min(MetricPoint.epoch),
-            func.max(MetricPoint.epoch),
-            func.min(MetricPoint.value),
-            func.max(MetricPoint.value),
-            func.count(),
+            *_bucket_stats(),
         )
         .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.name == name)
         .group_by(bucket)
