@@ -71,3 +71,26 @@ def any_true(flag: bool) -> bool:
     t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())
+
+
+class PendingFlag:
+    """The answer of an :func:`any_true_async`, read later with :meth:`result`."""
+
+    def __init__(self, flag: bool) -> None:
+        self._tensor = torch.tensor([1 if flag else 0], dtype=torch.int32, device=collective_device())
+        self._work = dist.all_reduce(self._tensor, op=dist.ReduceOp.MAX, async_op=True) if is_active() else None
+
+    def result(self) -> bool:
+        """True on every rank when at least one rank's flag was True (waits for the exchange)."""
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return bool(self._tensor.item())
+
+
+def any_true_async(flag: bool) -> PendingFlag:
+    """Start an :func:`any_true` without waiting for it: the exchange overlaps the work that follows.
+
+    Every rank must call it at the same point (it is a collective) and read the result later.
+    """
+    return PendingFlag(flag)

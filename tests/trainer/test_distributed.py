@@ -43,10 +43,17 @@ def test_a_hook_raising_on_one_rank_stops_both_ranks_without_hanging(ranks: dict
     assert mine["cur_step"] == other["cur_step"] and mine["micro_step"] == other["micro_step"]
 
 
-def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[int, dict]) -> None:
-    r0, r1 = ranks[0]["nan_stop"], ranks[1]["nan_stop"]
-    assert r0["cur_step"] == r1["cur_step"] == 2 and r0["cur_epoch"] == r1["cur_epoch"] == 1
-    assert "non-finite loss" in r0["reason"] and r1["reason"].startswith("rank 0: non-finite loss")
+@pytest.mark.parametrize("how", ["hook_stop", "nan_stop"])
+def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[int, dict], how: str) -> None:
+    r0, r1 = ranks[0][how], ranks[1][how]
+    # Rank 0 asks in update 2; the ranks learn of it without stalling, so all stop after update 3.
+    assert r0["cur_step"] == r1["cur_step"] == 3 and r0["cur_epoch"] == r1["cur_epoch"] == 1
+    if how == "hook_stop":
+        assert r0["reason"] == "asked on rank 0 in update 2"
+        assert r1["reason"] == "rank 0: asked on rank 0 in update 2"
+    else:  # update 2 applied the NaN gradient everywhere: rank 1 sees its own NaN in update 3
+        assert r0["reason"] == "non-finite loss (nan) at step 2, epoch 1"
+        assert "non-finite loss" in r1["reason"]
 
 
 def test_an_unsharded_test_loader_is_refused_under_two_processes(ranks: dict[int, dict]) -> None:

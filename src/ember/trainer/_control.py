@@ -15,11 +15,16 @@ in the same order, so a rank must not leave the loop on its own. The rules:
   outranks a preemption, which outranks a stop). Then every rank raises (the failing one its
   own exception, the others a :class:`TrainerError` naming it) or leaves the loop (for a
   preemption, after saving a checkpoint); ``after_train`` runs on all of them.
+* At the per-update safe points the all-reduce is started without waiting and read at the next
+  one (``agree(lagged=True)``), so no rank ever stalls on it: a request made during update N
+  takes effect after update N+1 on every rank. The requests are sticky, so the blocking safe
+  points (epoch ends, ``evaluate``, ``after_train``) see every earlier one at once.
 
-Cost: one one-element all-reduce per optimizer update and per epoch with several ranks, none
-with one. An exception raised inside the forward/backward pass itself cannot be agreed on (the
-other ranks are already waiting in the gradient all-reduce): that case is left to the launcher,
-which stops the remaining workers when one exits (torchrun does).
+Cost: with several ranks, one one-element all-reduce per optimizer update that overlaps the next
+update, and a blocking one per epoch; none with one rank (a request then takes effect at once).
+An exception raised inside the forward/backward pass itself cannot be agreed on (the other ranks
+are already waiting in the gradient all-reduce): that case is left to the launcher, which stops
+the remaining workers when one exits (torchrun does).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Control:
         """Whether the ranks agreed to stop for a preemption signal (set at a safe point)."""
         self._preempt: str | None = None
         self._error: tuple[Exception, str] | None = None
+        self._pending: distributed.PendingFlag | None = None
 
     # -- hooks --------------------------------------------------------------------------------
     def register(self, hooks: Sequence[BaseHook], owner: Any) -> None:
@@ -117,7 +123,7 @@ class Control:
     def reset(self) -> None:
         """Forget stop requests and errors (at the start of ``fit``)."""
         self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
-        self.preempted, self._preempt = False, None
+        self.preempted, self._preempt, self._pending = False, None, None
 
     def request_stop(self, reason: str) -> None:
         """Ask every rank to stop at the next safe point."""
@@ -143,16 +149,36 @@ class Control:
         else:
             self.logger.error(f"{where} also raised {exc!r} (after {self._error[1]})")
 
-    def agree(self) -> bool:
-        """A safe point: True when every rank is to stop now; raises on every rank on an error."""
+    def agree(self, lagged: bool = False) -> bool:
+        """A safe point: True when every rank is to stop now; raises on every rank on an error.
+
+        ``lagged``: answer with what the ranks said at the previous lagged safe point and start
+        this one's exchange without waiting for it (see the module docstring).
+        """
         local = self.stop_requested or self._error is not None or self._preempt is not None
-        if not (distributed.any_true(local) if distributed.is_active() else local):
-            return False
-        if distributed.is_active():
+        if not distributed.is_active():
+            if not local:
+                return False
+            if self._preempt is not None:
+                self._set_preempted(self._preempt)
+        elif self._any_rank_asked(local, lagged):
             self._exchange()
-        elif self._preempt is not None:
-            self._set_preempted(self._preempt)
+        else:
+            return False
         self.stopping = True
+        return True
+
+    def _any_rank_asked(self, local: bool, lagged: bool) -> bool:
+        previous, self._pending = self._pending, None
+        if not lagged:
+            if previous is not None:
+                previous.result()  # the requests are sticky: the exchange below repeats its answer
+            return distributed.any_true(local)
+        self._pending = distributed.any_true_async(local)
+        if previous is None or not previous.result():
+            return False
+        self._pending.result()  # collected before the exchange that follows
+        self._pending = None
         return True
 
     def _set_preempted(self, reason: str) -> None:

@@ -324,7 +324,7 @@ class Trainer(TrainerState):
         engine.train()
         for batch, last in _batch.mark_last(batches, total, start):
             self._train_iter(batch, last, run.return_output_label)
-            if engine.sync_gradients and (ctl.agree() or run.steps_done(self)):
+            if engine.sync_gradients and (ctl.agree(lagged=True) or run.steps_done(self)):
                 break
         if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
             return

@@ -8,8 +8,9 @@
 ``dist.py chain OUT`` under ``--max-restarts=2`` with ``EMBER_RESUME=auto`` (so ``fit(resume=None)``
 resumes, as after ``ember run --max-restarts``): attempt 0's rank 0 is SIGKILLed between writing
 update 8's checkpoint and renaming it; attempt 1 resumes, and rank 1 alone gets SIGTERM at batch
-23, so both ranks save at the next update and exit with the preemption code; attempt 2 resumes
-and finishes, writing ``OUT/res``. ``OUT/attempt<a>-rank<r>.json``: how each attempt ended.
+23, so both ranks save one update after the next (see ember.trainer._control) and exit with
+the preemption code; attempt 2 resumes and finishes, writing ``OUT/res``.
+``OUT/attempt<a>-rank<r>.json``: how each attempt ended.
 """
 
 from __future__ import annotations

@@ -104,10 +104,18 @@ class NaNOnRank0(nn.Module):
         return loss * float("nan") if distributed.rank() == 0 and self.calls == 3 else loss
 
 
-def one_rank_stops() -> dict[str, Any]:
-    """A NaN loss on rank 0 only: every rank stops after the same update."""
-    trainer = Trainer(engine(accumulation=2, criterion=NaNOnRank0()), logger=RecordingLogger())
-    trainer.fit(ember.get_dataloader(tiny_dataset(64), batch_size=4), epochs=3, hooks=[hooks.TerminateOnNaNHook()])
+def one_rank_stops(how: str) -> dict[str, Any]:
+    """Rank 0 alone asks to stop in update 2 (``how``: "hook" or a NaN loss): every rank stops alike."""
+
+    class StopOnRank0(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if distributed.rank() == 0 and self.trainer.step_applied and self.trainer.cur_step == 2:
+                self.trainer.stop("asked on rank 0 in update 2")
+
+    criterion = NaNOnRank0() if how == "nan" else None
+    chosen = [hooks.TerminateOnNaNHook()] if how == "nan" else [StopOnRank0()]
+    trainer = Trainer(engine(accumulation=2, criterion=criterion), logger=RecordingLogger())
+    trainer.fit(ember.get_dataloader(tiny_dataset(64), batch_size=4), epochs=3, hooks=chosen)
     return {"cur_step": trainer.cur_step, "cur_epoch": trainer.cur_epoch, "reason": trainer.stop_reason}
 
 
@@ -129,7 +137,8 @@ def main() -> None:
         "eval11": evaluation(11),
         "iter_error": one_rank_raises("iter", raising_rank=1),
         "epoch_error": one_rank_raises("epoch", raising_rank=0),
-        "nan_stop": one_rank_stops(),
+        "hook_stop": one_rank_stops("hook"),
+        "nan_stop": one_rank_stops("nan"),
         "unsharded": test_loader_must_be_sharded(),
     })  # fmt: skip
 
