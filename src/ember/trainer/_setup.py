@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +35,8 @@ class Run:
     start_step: int
     return_output_label: bool
     resume: Any = None
+    replicas: int = field(default_factory=lambda: data_parallel_rank_and_size()[1])
+    """Data-parallel replicas: every batch adds ``batch_size * replicas`` samples seen."""
 
     def steps_done(self, t: Trainer) -> bool:
         """True once ``max_steps`` optimizer updates were made in this fit."""

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.checkpoint.state import set_rng_state
-from ember.data import data_parallel_rank_and_size
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
 from ember.trainer import _batch
@@ -323,7 +322,7 @@ class Trainer(TrainerState):
             ctl.call("before_train_epoch")
         engine.train()
         for batch, last in _batch.mark_last(batches, total, start):
-            self._train_iter(batch, last, run.return_output_label)
+            self._train_iter(batch, last, run)
             if engine.sync_gradients and (ctl.agree(lagged=True) or run.steps_done(self)):
                 break
         if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
@@ -334,15 +333,15 @@ class Trainer(TrainerState):
         ctl.call("after_train_epoch")
         self.cur_epoch, self.epoch_iter, self._closing_epoch = self.cur_epoch + 1, 0, False
 
-    def _train_iter(self, batch: Any, last: bool, keep_outputs: bool) -> None:
+    def _train_iter(self, batch: Any, last: bool, run: Run) -> None:
         self._control.call("before_train_iter")
         result = self.schedule.forward_backward(self, batch, last)
         self.step_applied = bool(self.engine.step())
         self.micro_step, self.epoch_iter = self.micro_step + 1, self.epoch_iter + 1
-        self.samples_seen += int(result["batch_size"]) * data_parallel_rank_and_size()[1]
+        self.samples_seen += int(result["batch_size"]) * run.replicas
         self.cur_step += int(self.step_applied)
         self.storage.step, self.step_result = self.cur_step, result
-        self._control.call("after_train_iter", *_batch.hook_args(result, keep_outputs))
+        self._control.call("after_train_iter", *_batch.hook_args(result, run.return_output_label))
 
     def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
         ctl, engine = self._control, self.engine
