@@ -3,7 +3,10 @@
 The Trainer's :class:`~ember.trainer.hooks.CheckpointHook` and ``trainer.fit(resume=...)`` use
 these functions; call them yourself for a hand-written schedule. Every function that takes a
 trainer or an engine is a collective under several processes: call it on every rank. Rank 0
-writes; every rank reads (the directory must be visible to all ranks). See ``docs/checkpoint.md``.
+writes; every rank reads (the directory must be visible to all ranks). When the Engine's state is
+sharded (FSDP2 / tensor parallelism) a checkpoint is a directory of ``torch.distributed.checkpoint``
+files that every rank writes its shards into (:mod:`ember.checkpoint.sharded`); it loads into
+any number of processes and layout. See ``docs/checkpoint.md``.
 
 Example:
     >>> from ember import checkpoint
@@ -59,20 +62,21 @@ PathLike = str | os.PathLike[str]
 
 
 def save(path: PathLike, trainer: Trainer) -> Path | None:
-    """Write ``trainer``'s whole state to the file ``path`` (atomically); a collective.
+    """Write ``trainer``'s whole state to ``path`` (atomically); a collective.
 
     Saved: the Engine (model with unwrapped keys, optimizer, precision/scaler, accumulation
     counters and, mid-cycle, every rank's partial gradients), the trainer's counters and
     history, every hook's state under its name, every rank's random generators, the sampler's
-    epoch and position, and metadata. Under FSDP2/tensor parallelism save at an accumulation
-    boundary (the Engine raises otherwise).
+    epoch and position, and metadata. Under FSDP2/tensor parallelism ``path`` becomes a sharded
+    checkpoint directory, each rank writing its shards (:mod:`ember.checkpoint.sharded`); save
+    at an accumulation boundary there (the Engine raises otherwise).
 
     Args:
-        path: the file to write (its directory is created).
+        path: the file (or, sharded, the directory) to write; its parent is created.
         trainer: the Trainer; call from outside ``fit``, or from a hook.
 
     Returns:
-        ``path`` on rank 0, None on the other ranks.
+        ``path`` on rank 0 (on every rank when sharded), None on the other ranks.
 
     Raises:
         CheckpointError: on every rank, when rank 0 could not write the file.
@@ -80,6 +84,10 @@ def save(path: PathLike, trainer: Trainer) -> Path | None:
     Example:
         >>> checkpoint.save("ckpt/before-surgery.ckpt", trainer)
     """
+    from ember.checkpoint.sharded import is_sharded, save_sharded
+
+    if is_sharded(trainer.engine):
+        return save_sharded(path, trainer, reason="manual")
     state = capture(trainer, reason="manual")
     error: Exception | None = None
     if state is not None:
@@ -100,8 +108,10 @@ def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any
     untouched until the first batch.
 
     Args:
-        path: a checkpoint file, or a directory (its newest loadable checkpoint).
-        trainer: the Trainer to restore into.
+        path: a checkpoint (file, or sharded checkpoint directory), or a directory of them (its
+            newest loadable one).
+        trainer: the Trainer to restore into (a sharded checkpoint loads into any number of
+            processes: one, DDP, FSDP2 and/or tensor parallel, resharded by DCP).
         strict: refuse a saved hook state whose hook is not registered.
 
     Returns:
@@ -117,7 +127,7 @@ def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any
     if found is None:
         raise CheckpointError(f"no checkpoint in {str(path)!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
     chosen, state = found
-    set_rng_state(restore(state, trainer, strict=strict, where=str(chosen)))
+    set_rng_state(restore(state, trainer, strict=strict, where=str(chosen), source=chosen))
     return {**state["meta"], "path": str(chosen)}
 
 
@@ -148,23 +158,36 @@ def save_model(path: PathLike, engine: Engine) -> Path | None:
 
 
 def read(path: PathLike) -> dict[str, Any]:
-    """Read a checkpoint file into a dict (tensors on the CPU), checking that it is one.
+    """Read a checkpoint into a dict (tensors on the CPU), checking that it is one.
+
+    For a sharded checkpoint directory: its state file (everything but the model and
+    optimizer, which stay in the shard files), after checking the shards are all there.
 
     Raises:
         CheckpointError: naming the file when it is missing, truncated, corrupt or not a checkpoint.
     """
+    from ember.checkpoint.sharded import is_checkpoint_dir, read_sharded
+
+    if is_checkpoint_dir(path):
+        return read_sharded(path)
     state = load_file(path)
     check_format(state, f"checkpoint {str(path)!r}")
     return state
 
 
 def model_state(path: PathLike) -> dict[str, Any]:
-    """The bare model weights inside a checkpoint file (keys as in the plain model)."""
+    """The bare model weights inside a checkpoint (keys as in the plain model); a sharded
+    checkpoint's shards are assembled into full tensors."""
+    from ember.checkpoint.sharded import full_model_state, is_checkpoint_dir
+
+    if is_checkpoint_dir(path):
+        return full_model_state(path)
     return dict(read(path)["engine"]["model"])
 
 
 def latest(directory: PathLike) -> Path | None:
-    """The newest complete checkpoint file in ``directory`` by step (not checked for damage), or None."""
+    """The newest complete checkpoint (file or sharded directory) in ``directory`` by step (not
+    checked for damage), or None."""
     found = find_checkpoints(directory)
     return found[-1].path if found else None
 
@@ -176,17 +199,19 @@ def open_checkpoint(
 
     Rank 0 decides what to read and tells the others (so that ranks never disagree, e.g. while
     rank 0 creates the directory): for a directory, its newest readable checkpoint (a damaged
-    one is skipped with a warning); for a file, the file. None: the directory holds no readable
-    checkpoint, or (with ``missing_ok``) ``path`` does not exist.
+    one is skipped with a warning); for a file or a sharded checkpoint directory, itself. None:
+    the directory holds no readable checkpoint, or (with ``missing_ok``) ``path`` does not exist.
 
     Raises:
         CheckpointError: on every rank, when the file (or the one chosen) cannot be read on some rank.
     """
+    from ember.checkpoint.sharded import is_checkpoint_dir
+
     path = Path(path)
     state: dict[str, Any] | None = None
     decision: str | None = ""  # "": read `path` itself; a name: read path/name; None: nothing
     if distributed.rank() == 0:
-        if path.is_dir():
+        if path.is_dir() and not is_checkpoint_dir(path):
             chosen, state = _newest_readable(path, logger)
             decision = None if chosen is None else chosen.name
         elif missing_ok and not path.exists():
@@ -213,7 +238,7 @@ def _newest_readable(directory: Path, logger: DistributedLogger) -> tuple[Path |
         except CheckpointError as exc:
             logger.warning(f"{exc}; falling back to the checkpoint before it", ranks=[0])
     pointer = read_pointer(directory)
-    if pointer is not None and not (directory / pointer).is_file():
+    if pointer is not None and not (directory / pointer).exists():
         logger.warning(f"{directory / POINTER} names {pointer!r}, which does not exist", ranks=[0])
     return None, None
 

@@ -15,11 +15,12 @@ from ember.errors import CheckpointError
 
 
 def _resolve(path: str) -> Path:
-    """A checkpoint file, or the newest one in a directory."""
+    """A checkpoint file or sharded checkpoint directory, or the newest one in a directory."""
     from ember.checkpoint import latest
+    from ember.checkpoint.sharded import is_checkpoint_dir
 
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and not is_checkpoint_dir(p):
         found = latest(p)
         if found is None:
             raise CheckpointError(f"no checkpoint in {path!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
@@ -36,10 +37,14 @@ def _size(n: float) -> str:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    """The checkpoint's metadata, reading no tensor data (the file is memory-mapped)."""
+    """The checkpoint's metadata, reading no tensor data (the file is memory-mapped; a sharded
+    checkpoint's shard files are checked for completeness, not read)."""
     from ember.checkpoint.io import load_file
+    from ember.checkpoint.sharded import is_checkpoint_dir, read_sharded
     from ember.checkpoint.snapshot import check_format
 
+    if is_checkpoint_dir(path):
+        return dict(read_sharded(path)["meta"])
     state = load_file(path, mmap=True)
     check_format(state, f"checkpoint {str(path)!r}")
     return dict(state["meta"])
@@ -47,12 +52,16 @@ def _read_meta(path: Path) -> dict[str, Any]:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a checkpoint's step, epoch, metrics, where it came from and its sections' sizes."""
+    from ember.checkpoint.sharded import directory_bytes
+
     path = _resolve(args.path)
     meta = _read_meta(path)
+    sharded = path.is_dir()
+    size = directory_bytes(path) if sharded else path.stat().st_size
     when = datetime.datetime.fromtimestamp(meta["time"]).isoformat(sep=" ", timespec="seconds")
     where = f"{meta['epoch_iter']} batches into epoch {meta['epoch']}" if meta["epoch_iter"] else "at its start"
     rows = [
-        ("file", f"{path} ({_size(path.stat().st_size)})"),
+        ("file", f"{path} ({_size(size)}{', sharded: torch.distributed.checkpoint' if sharded else ''})"),
         ("saved", f"{when} ({meta['reason']})"),
         ("epoch", f"{meta['epoch']} ({where})"),
         ("step", f"{meta['step']} optimizer updates, {meta['micro_step']} batches, {meta['samples_seen']} samples"),
@@ -71,7 +80,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write the bare model weights of a checkpoint (``.pt``, or ``.safetensors``)."""
+    """Write the bare model weights of a checkpoint (``.pt``, or ``.safetensors``); a sharded
+    checkpoint's shards are assembled into full tensors first."""
     from ember.checkpoint import model_state
     from ember.checkpoint.export import write_weights
 

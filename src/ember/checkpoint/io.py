@@ -12,6 +12,7 @@ import contextlib
 import os
 import pickle
 import re
+import shutil
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -129,7 +130,7 @@ def read_pointer(directory: str | os.PathLike[str], pointer: str = POINTER) -> s
 
 @dataclass(frozen=True, order=True)
 class CheckpointFile:
-    """A complete checkpoint file found in a directory."""
+    """A checkpoint found in a directory: a file, or a sharded checkpoint's directory."""
 
     step: int
     epoch: int
@@ -137,9 +138,10 @@ class CheckpointFile:
 
 
 def find_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointFile]:
-    """The complete checkpoint files in ``directory``, oldest (lowest step) first.
+    """The checkpoints in ``directory``, oldest (lowest step) first: complete files, and sharded
+    checkpoints' directories (renamed into place only when complete).
 
-    Temporary files of an interrupted write never match: they start with a dot.
+    Temporary files and directories of an interrupted write never match: they start with a dot.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -147,17 +149,26 @@ def find_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointFile]:
     found = []
     for entry in directory.iterdir():
         m = _NAME.match(entry.name)
-        if m and entry.is_file():
+        if m and (entry.is_file() or entry.is_dir()):
             found.append(CheckpointFile(int(m["step"]), int(m["epoch"]), entry))
     return sorted(found)
 
 
 def remove_stale_temporaries(directory: str | os.PathLike[str]) -> None:
-    """Delete temporary files left by writes that a crash interrupted."""
+    """Delete temporary files (and sharded checkpoints' directories) left by writes that a crash interrupted."""
     directory = Path(directory)
     if directory.is_dir():
         for entry in directory.glob(".*.tmp-*"):
-            entry.unlink(missing_ok=True)
+            remove_checkpoint(entry)
+
+
+def remove_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Delete a checkpoint file, or a sharded checkpoint's directory; nothing if it is gone."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=False)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class AsyncWriter:

@@ -15,6 +15,9 @@ The dict (see ``docs/checkpoint.md``)::
     hooks                {hook name: state} for hooks whose state is the same on every rank
     sampler              epoch, position in it, batch size, data-parallel size, seed
     ranks                [per rank: rng, hooks (per-rank ones), partial_grads (mid-cycle)]
+    shards               only in a sharded checkpoint (:mod:`ember.checkpoint.sharded`): where
+                         the model and optimizer are, in ``torch.distributed.checkpoint`` files;
+                         ``engine`` then holds the precision state and counters alone
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ from ember import distributed
 from ember.checkpoint.state import rng_state, to_cpu
 from ember.data import data_parallel_rank_and_size
 from ember.errors import CheckpointError
+from ember.parallel.policy import require_boundary
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ember.trainer import Trainer
 
 FORMAT = "ember.checkpoint"
@@ -39,7 +45,9 @@ VERSION = 1
 SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 
 
-def capture(trainer: Trainer, reason: str = "manual", copy: bool = False) -> dict[str, Any] | None:
+def capture(
+    trainer: Trainer, reason: str = "manual", copy: bool = False, shards: Mapping[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Collect ``trainer``'s full state; a collective. Rank 0 gets the dict, other ranks None.
 
     Args:
@@ -48,9 +56,20 @@ def capture(trainer: Trainer, reason: str = "manual", copy: bool = False) -> dic
             kept in the metadata.
         copy: copy every tensor to CPU memory now (for writing in the background while
             training changes the live tensors).
+        shards: for a sharded checkpoint, the description of its ``torch.distributed.checkpoint``
+            part, kept as the ``shards`` section: the model and optimizer are then left out of
+            ``engine`` (the caller saves them with DCP) and nothing is gathered.
     """
     engine = trainer.engine
-    engine_state = engine.state_dict()  # a collective under ZeRO / FSDP2 / TP: every rank calls it
+    if shards is None:
+        engine_state = engine.state_dict()  # a collective under ZeRO / FSDP2 / TP: every rank calls it
+    else:
+        require_boundary(engine.parallel, engine.micro_step)
+        engine_state = {
+            "precision": engine.precision.state_dict(),
+            "micro_step": engine.micro_step,
+            "num_updates": engine.num_updates,
+        }
     partial = engine_state.pop("partial_grads", None)
     per_rank = {h.name for h in trainer.hooks if getattr(h, "state_per_rank", False)}
     rank = distributed.rank()
@@ -75,6 +94,9 @@ def capture(trainer: Trainer, reason: str = "manual", copy: bool = False) -> dic
         "sampler": _sampler_state(trainer, trainer_state),
         "ranks": ranks,
     }
+    if shards is not None:
+        state["shards"] = dict(shards)
+        state["meta"]["sharded"] = True
     check_loadable(state["hooks"], "hooks")
     check_loadable(ranks, "ranks")
     if copy:
@@ -83,8 +105,18 @@ def capture(trainer: Trainer, reason: str = "manual", copy: bool = False) -> dic
     return state
 
 
-def restore(state: Mapping[str, Any], trainer: Trainer, strict: bool = True, where: str = "checkpoint") -> Any:
+def restore(
+    state: Mapping[str, Any],
+    trainer: Trainer,
+    strict: bool = True,
+    where: str = "checkpoint",
+    source: Path | None = None,
+) -> Any:
     """Load ``state`` (from :func:`capture`) into ``trainer`` on this rank; return this rank's RNG state.
+
+    A collective. For a sharded checkpoint, ``source`` is its directory: the model and
+    optimizer are loaded from its ``torch.distributed.checkpoint`` files, resharded into this
+    run's layout (see :mod:`ember.checkpoint.sharded`).
 
     The caller applies the returned RNG state (:func:`ember.checkpoint.state.set_rng_state`)
     as late as it can: right before the next batch. Saved by a different number of ranks,
@@ -100,6 +132,12 @@ def restore(state: Mapping[str, Any], trainer: Trainer, strict: bool = True, whe
     engine_state = dict(state["engine"])
     if int(engine_state.get("micro_step", 0)) > 0:
         engine_state["partial_grads"] = mine["partial_grads"] if saved_world == world else _mean_grads(ranks)
+    if "shards" in state:
+        from ember.checkpoint.sharded import load_shards
+
+        if source is None:
+            raise CheckpointError(f"{where} is sharded: pass its directory to restore(..., source=...)")
+        engine_state.update(load_shards(source, trainer.engine))
     trainer.engine.load_state_dict(engine_state)
     trainer.load_state_dict(state["trainer"])
     _map_position(state, trainer, where)

@@ -27,7 +27,7 @@ from torch import nn
 from ember import distributed
 from ember.config import Config
 from ember.errors import ConfigError, EngineError
-from ember.parallel.policy import ParallelPolicy
+from ember.parallel.policy import ParallelPolicy, refuse_sharded
 
 __all__ = ["PipelinePolicy", "StageModule", "check_microbatches", "sequential_layers", "split_model", "stage_optimizer"]
 
@@ -281,9 +281,16 @@ class PipelinePolicy(ParallelPolicy):
             merged_model.update(stage_model)
         return merged_model, _merge_optimizer([opt for _, opt in gathered])
 
+    def sharded_state_dicts(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        raise refuse_sharded(self)
+
     def load(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
+        if state.get("sharded"):
+            raise refuse_sharded(self)
         if distributed.any_true(not state["model"]):
             state = distributed.broadcast_object(state, src=0)
         own = model.state_dict()

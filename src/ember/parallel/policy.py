@@ -7,7 +7,10 @@ The Engine calls the same few things whatever runs underneath:
 * :meth:`ParallelPolicy.clip_grad_norm_` (a global norm, also over sharded gradients);
 * :meth:`ParallelPolicy.state_dicts` / :meth:`ParallelPolicy.load` (full, unsharded model and
   optimizer state; collectives under ZeRO and FSDP2/TP, so every rank calls them). ``load``
-  takes the full state on every rank, or on rank 0 only with ``{}`` in its place elsewhere.
+  takes the full state on every rank, or on rank 0 only with ``{}`` in its place elsewhere;
+* :meth:`ParallelPolicy.sharded_state_dicts` (``torch.distributed.checkpoint``'s format: each
+  rank's own shards, for sharded checkpoints), which ``load`` takes back when the state says
+  ``"sharded": True``. Not under ZeRO-1 or pipeline parallelism.
 
 ===================  ============================  ===========================================
 policy               built for                     state_dict on rank 0 / on other ranks
@@ -62,9 +65,49 @@ class ParallelPolicy:
             The state whose other entries (scaler, counters) the Engine restores: ``state``
             itself, or rank 0's when the tensors came from rank 0.
         """
+        if state.get("sharded"):
+            _set_sharded(model, optimizer, state, strict)
+            return state
         model.load_state_dict(state["model"], strict=strict)
         optimizer.load_state_dict(state["optimizer"])
         return state
+
+    def sharded_state_dicts(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The model's and the optimizer's state as ``torch.distributed.checkpoint`` saves and loads it.
+
+        Keyed by parameter name (the optimizer's too); under FSDP2/tensor parallelism each rank
+        holds its own shards (DTensors), otherwise whole tensors. ``dcp.save`` writes it;
+        ``dcp.load`` fills it in place, resharding into this layout, and :meth:`load` with
+        ``{"model": ..., "optimizer": ..., "sharded": True}`` applies it. A collective under
+        FSDP2/TP; fresh optimizers get their state initialised so that there is a slot to load into.
+        """
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        return get_state_dict(model, optimizer)
+
+
+def _set_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool) -> None:
+    """Apply what :meth:`ParallelPolicy.sharded_state_dicts` returned (after ``dcp.load`` filled it)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+        options=StateDictOptions(strict=strict),
+    )
+
+
+def refuse_sharded(policy: ParallelPolicy) -> EngineError:
+    """The error for a layout that cannot take ``torch.distributed.checkpoint``'s sharded state."""
+    return EngineError(
+        f"sharded (torch.distributed.checkpoint) state cannot be saved or loaded under {policy.name}: load it "
+        "with one process, DDP, FSDP2 (zero stage 2/3) or tensor parallelism, or export the model weights "
+        "with `ember checkpoint export`"
+    )
 
 
 class DataParallelPolicy(ParallelPolicy):
@@ -95,9 +138,16 @@ class ZeroPolicy(DataParallelPolicy):
         optimizer.consolidate_state_dict(to=0)  # type: ignore[attr-defined]
         return model.state_dict(), optimizer.state_dict() if distributed.rank() == 0 else {}
 
+    def sharded_state_dicts(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        raise refuse_sharded(self)
+
     def load(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
+        if state.get("sharded"):
+            raise refuse_sharded(self)
         if distributed.any_true(not state["optimizer"]):
             state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
         # ZeroRedundancyOptimizer.load_state_dict sets other ranks' entries to None in the dict
@@ -159,6 +209,9 @@ class ShardedPolicy(ParallelPolicy):
             set_optimizer_state_dict,
         )
 
+        if state.get("sharded"):
+            _set_sharded(model, optimizer, state, strict)
+            return state
         from_rank0 = distributed.any_true(not state["model"])
         if from_rank0:  # the small rest (scaler, counters) comes from rank 0 too
             rest = distributed.broadcast_object({k: v for k, v in state.items() if k not in ("model", "optimizer")})

@@ -69,7 +69,7 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
             return None
         raise CheckpointError(f"no checkpoint in {str(target)!r} to resume from")
     path, state = found_ckpt
-    rng = restore(state, trainer, where=f"checkpoint {str(path)!r}")
+    rng = restore(state, trainer, where=f"checkpoint {str(path)!r}", source=path)
     for hook in hooks:
         hook.resumed_from = path
     meta = state["meta"]

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from ember import distributed
 from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
-from ember.checkpoint.io import BEST_POINTER, remove_stale_temporaries, save_file, write_pointer
+from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
+from ember.checkpoint.sharded import is_sharded, save_sharded
 from ember.checkpoint.snapshot import capture
 from ember.errors import HookError
 from ember.trainer._setup import batches_per_epoch
@@ -28,7 +29,10 @@ class CheckpointHook(BaseHook):
 
     What is saved, and the files' layout, are in ``docs/checkpoint.md``. Files are named
     ``ckpt-e<epoch>-s<step>.ckpt`` (epochs completed, optimizer updates) and written atomically
-    by rank 0; ``last_checkpoint`` names the newest, ``best_checkpoint`` the best. Runs at
+    by rank 0; ``last_checkpoint`` names the newest, ``best_checkpoint`` the best. When the
+    Engine's state is sharded (FSDP2 / tensor parallelism), each checkpoint is instead a
+    directory of that name in which every rank writes its shards with
+    ``torch.distributed.checkpoint`` (see :mod:`ember.checkpoint.sharded`). Runs at
     ``Priority.LOWEST`` so every other hook has finished the event it saves in. One
     CheckpointHook per directory.
 
@@ -52,6 +56,8 @@ class CheckpointHook(BaseHook):
         save_last: save the final state when ``fit`` ends.
         async_save: copy the state to CPU memory in the training thread and write it in a
             background thread; the next save, and the end of ``fit``, wait for the write.
+            Single-file checkpoints only: sharded ones are written synchronously (a warning
+            says so once).
         priority: default ``LOWEST`` (after every other hook).
         name: the hook's name (its own state, the best value, is saved under it).
 
@@ -102,6 +108,7 @@ class CheckpointHook(BaseHook):
         self.resumed_from: Path | None = None
         self._writer = AsyncWriter()
         self._saved: _Key | None = None
+        self._warned_sync = False
 
     # -- lifecycle ----------------------------------------------------------------------------
     def after_hook_is_attached(self) -> None:
@@ -194,11 +201,22 @@ class CheckpointHook(BaseHook):
         if key == self._saved:
             return path
         self._writer.wait()  # one write at a time; its error surfaces here
+        keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path) if p is not None)
+        then = functools.partial(self._after_write, path.name, best, keep)
+        if is_sharded(t.engine):
+            if self.async_save and not self._warned_sync:
+                t.logger.warning(
+                    f"{self.name}: async_save applies to single-file checkpoints; the sharded checkpoints of "
+                    f"{t.engine.parallel.name} are written synchronously by every rank",
+                    ranks=[0],
+                )
+                self._warned_sync = True
+            save_sharded(path, t, reason=reason, then=then)  # a collective; rank 0 calls then()
+            self._saved, self.last_path = key, path
+            return path
         state = capture(t, reason=reason, copy=self.async_save)
         self._saved, self.last_path = key, path
         if state is not None:
-            keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path) if p is not None)
-            then = functools.partial(self._after_write, path.name, best, keep)
             if self.async_save:
                 self._writer.submit(state, path, then)
             else:
@@ -217,4 +235,4 @@ class CheckpointHook(BaseHook):
         newest = {f.path.name for f in found[-self.keep_last :]}
         for f in found:
             if f.path.name not in newest and f.path.name not in keep:
-                f.path.unlink(missing_ok=True)
+                remove_checkpoint(f.path)

@@ -1,0 +1,262 @@
+"""Sharded checkpoints: a directory of ``torch.distributed.checkpoint`` (DCP) files plus ember's state.
+
+Under FSDP2 (``zero`` stage 2/3) and tensor parallelism each rank holds shards of the
+parameters and of the optimizer state. Gathering them onto rank 0 costs the memory of the whole
+model there; a sharded checkpoint lets every rank write its own shards instead, and loads into
+any other layout or number of processes (DCP reshards on load). Its layout::
+
+    ckpt-e0001-s000000008.ckpt/      a directory, named like a single-file checkpoint
+      .metadata                      DCP: which chunks of which tensor are in which file
+      __0_0.distcp, __1_0.distcp     DCP: each rank's shards of the model and optimizer
+      ember_state.pt                 everything else, as in a single-file checkpoint (written
+                                     by rank 0 with torch.save): meta, engine counters and
+                                     precision, trainer, hooks, sampler, every rank's RNG, and
+                                     the ``shards`` section saying where the model/optimizer are
+
+The DCP state dict is ``{"model": ..., "optimizer": ...}`` from
+:func:`torch.distributed.checkpoint.state_dict.get_state_dict` (model keys of the plain model,
+optimizer state keyed by parameter name), so its entries are named ``model.<name>`` and
+``optimizer.state.<name>.<slot>``.
+
+Atomicity is the single-file checkpoint's: every rank writes into the temporary directory
+``.NAME.tmp-dcp``; once DCP has written its metadata (after every rank's files) and rank 0 its
+state file, rank 0 fsyncs and renames the directory to ``NAME``, fsyncs the parent, and only then
+updates ``last_checkpoint`` and applies retention. :func:`check_complete` refuses a directory
+whose state file, DCP metadata or shard files are missing or shorter than the metadata says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
+from ember import distributed
+from ember.checkpoint.io import _fsync_dir, load_file, save_file
+from ember.checkpoint.snapshot import capture, check_format, tensor_bytes
+from ember.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from ember.engine import Engine
+    from ember.trainer import Trainer
+
+STATE_FILE = "ember_state.pt"
+"""The file of a sharded checkpoint that holds everything but the model and optimizer."""
+DCP_FORMAT = "torch.distributed.checkpoint"
+_TMP = ".tmp-dcp"
+
+
+def is_sharded(engine: Engine) -> bool:
+    """True when ``engine``'s parameters are sharded (FSDP2 and/or tensor parallelism): its
+    checkpoints are then sharded directories."""
+    from ember.parallel.policy import ShardedPolicy
+
+    return isinstance(engine.parallel, ShardedPolicy)
+
+
+def is_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a sharded checkpoint's directory (complete or not), not a folder of checkpoints."""
+    from ember.checkpoint.io import _NAME
+
+    path = Path(path)
+    return path.is_dir() and (_NAME.match(path.name) is not None or (path / STATE_FILE).is_file())
+
+
+def save_sharded(
+    path: str | os.PathLike[str], trainer: Trainer, reason: str = "manual", then: Callable[[], None] | None = None
+) -> Path:
+    """Write ``trainer``'s state as the sharded checkpoint directory ``path``; a collective.
+
+    Every rank writes its shards of the model and optimizer with :func:`torch.distributed.checkpoint.save`
+    into a temporary directory next to ``path``; rank 0 adds the state file, renames the
+    directory to ``path`` (replacing an earlier checkpoint of that name) and calls ``then()``
+    (the hook's pointer update and retention).
+
+    Args:
+        path: the checkpoint directory to create.
+        trainer: the Trainer, whose Engine is sharded (:func:`is_sharded`).
+        reason: why it is taken, kept in the metadata.
+        then: called on rank 0 once the checkpoint is in place.
+
+    Returns:
+        ``path``, on every rank.
+
+    Raises:
+        CheckpointError: on every rank, when a rank could not write its part.
+
+    Example:
+        >>> save_sharded("ckpt/ckpt-e0001-s000000008.ckpt", trainer)
+    """
+    from ember.checkpoint import agree_on_error
+
+    final = Path(path)
+    tmp = final.with_name(f".{final.name}{_TMP}")
+    engine = trainer.engine
+    model_state, optimizer_state = engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
+    shards = {"format": DCP_FORMAT, "world_size": distributed.world_size(), "layout": engine.parallel.name}
+    state = capture(trainer, reason=reason, shards=shards)
+    error: Exception | None = None
+    if distributed.rank() == 0:
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():  # left by a crash during an earlier save of this very state
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+        except OSError as exc:
+            error = CheckpointError(f"cannot create the sharded checkpoint directory {str(tmp)!r}: {exc}")
+    agree_on_error(error, f"rank 0 could not create {str(tmp)!r}")
+    try:
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=tmp)
+    except dcp.CheckpointException as exc:  # raised on every rank: DCP gathers the ranks' failures
+        raise CheckpointError(f"cannot write the shards of checkpoint {str(final)!r}: {exc}") from exc
+    if state is not None:
+        try:
+            state["meta"]["sizes"]["engine"] += tensor_bytes({"model": model_state, "optimizer": optimizer_state})
+            save_file(state, tmp / STATE_FILE)
+            _fsync_dir(tmp)
+            _publish(tmp, final)
+            if then is not None:
+                then()
+        except OSError as exc:
+            error = CheckpointError(f"cannot write checkpoint {str(final)!r}: {exc}")
+    agree_on_error(error, f"rank 0 could not write checkpoint {str(final)!r}")
+    return final
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename the finished directory ``tmp`` to ``final``; an existing ``final`` is set aside first."""
+    old = final.with_name(f".{final.name}.tmp-old")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)  # os.replace cannot put a directory over a non-empty one
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def read_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state file of the sharded checkpoint ``path``, after checking the directory is complete.
+
+    Raises:
+        CheckpointError: naming the directory and what is missing or damaged.
+    """
+    path = Path(path)
+    state = load_file(path / STATE_FILE) if (path / STATE_FILE).is_file() else None
+    if state is None:
+        raise CheckpointError(
+            f"sharded checkpoint {str(path)!r} is incomplete: it has no {STATE_FILE} (a write was interrupted?); "
+            "use an earlier checkpoint"
+        )
+    check_format(state, f"checkpoint {str(path)!r}")
+    if "shards" not in state or state["shards"].get("format") != DCP_FORMAT:
+        raise CheckpointError(f"checkpoint {str(path)!r} has a {STATE_FILE} but no {DCP_FORMAT} shards section")
+    check_complete(path)
+    return state
+
+
+def check_complete(path: Path) -> dict[str, Any]:
+    """Check that the DCP metadata of ``path`` reads and that every file it names holds its bytes.
+
+    A structural check, like the single-file one (no checksum). Returns the metadata's tensor
+    entries: ``{name: TensorStorageMetadata or BytesStorageMetadata}``. DCP reads its metadata
+    with :mod:`pickle`: read sharded checkpoints from places you trust.
+    """
+    reader = dcp.FileSystemReader(path)
+    try:
+        metadata = reader.read_metadata()
+    except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, ValueError, AttributeError, ImportError) as exc:
+        raise CheckpointError(
+            f"sharded checkpoint {str(path)!r} has no readable {DCP_FORMAT} metadata "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); use an earlier checkpoint"
+        ) from None
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), int(info.offset) + int(info.length))
+    for name, size in sorted(needed.items()):
+        file = path / name
+        have = file.stat().st_size if file.is_file() else None
+        if have is None or have < size:
+            what = "is missing" if have is None else f"has {have} bytes, the metadata says at least {size}"
+            raise CheckpointError(
+                f"sharded checkpoint {str(path)!r} is truncated or corrupt: its shard file {name!r} {what}; "
+                "use an earlier checkpoint"
+            )
+    return dict(metadata.state_dict_metadata)
+
+
+def load_shards(path: str | os.PathLike[str], engine: Engine) -> dict[str, Any]:
+    """Read the model and optimizer of the sharded checkpoint ``path`` into ``engine``'s layout; a collective.
+
+    Returns what ``engine.load_state_dict`` takes with the rest of the engine state:
+    ``{"model": ..., "optimizer": ..., "sharded": True}``, each rank holding its own shards.
+    """
+    model_state, optimizer_state = engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
+    alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    try:
+        with _quiet_single_process():
+            dcp.load({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=Path(path), no_dist=alone)
+    except dcp.CheckpointException as exc:
+        raise CheckpointError(
+            f"cannot load the shards of checkpoint {str(path)!r} into this model and optimizer: {exc}"
+        ) from exc
+    return {"model": model_state, "optimizer": optimizer_state, "sharded": True}
+
+
+def full_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """The whole model of the sharded checkpoint ``path``, keys of the plain model; one process.
+
+    Reads only the ``model.*`` entries, assembled from every rank's shards into full CPU
+    tensors, without a process group: the result loads with ``model.load_state_dict`` into the
+    unparallelised model.
+
+    Raises:
+        CheckpointError: the directory is not a complete sharded checkpoint.
+
+    Example:
+        >>> weights = full_model_state("ckpt/ckpt-e0002-s000000012.ckpt")
+        >>> Net().load_state_dict(weights)
+    """
+    path = Path(path)
+    read_sharded(path)
+    entries = check_complete(path)
+    prefix = "model."
+    model: dict[str, Any] = {}
+    for key, info in entries.items():
+        if not key.startswith(prefix):
+            continue
+        if isinstance(info, TensorStorageMetadata):
+            model[key[len(prefix) :]] = torch.empty(info.size, dtype=info.properties.dtype)
+        elif isinstance(info, BytesStorageMetadata):
+            model[key[len(prefix) :]] = None  # DCP puts the saved object here
+    if not model:
+        raise CheckpointError(f"sharded checkpoint {str(path)!r} holds no model entries")
+    try:
+        with _quiet_single_process():
+            dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
+    except dcp.CheckpointException as exc:
+        raise CheckpointError(f"cannot read the model of sharded checkpoint {str(path)!r}: {exc}") from exc
+    return model
+
+
+@contextlib.contextmanager
+def _quiet_single_process() -> Iterator[None]:
+    """Silence DCP's warning that it loads in one process: without a process group that is the intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files in the directory ``path``."""
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
