@@ -40,7 +40,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
 from ember import distributed
-from ember.checkpoint.io import _fsync_dir, load_file, save_file
+from ember.checkpoint.io import _fsync_dir, load_file, remove_checkpoint, save_file
 from ember.checkpoint.snapshot import capture, check_format, tensor_bytes
 from ember.errors import CheckpointError
 
@@ -136,13 +136,12 @@ def save_sharded(
 def _publish(tmp: Path, final: Path) -> None:
     """Rename the finished directory ``tmp`` to ``final``; an existing ``final`` is set aside first."""
     old = final.with_name(f".{final.name}.tmp-old")
-    if final.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(final, old)  # os.replace cannot put a directory over a non-empty one
+    if final.exists():  # os.replace cannot put a directory over a non-empty one, nor over a file
+        remove_checkpoint(old)
+        os.replace(final, old)
     os.replace(tmp, final)
     _fsync_dir(final.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    remove_checkpoint(old)
 
 
 def read_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
