@@ -2,9 +2,9 @@
 
 Two torchruns (see ``scripts/sharded.py``): 2 processes train the uninterrupted reference, a run
 stopped after update 9 of 12 with a CheckpointHook, and a same-layout continuation; 4 processes
-continue the update-8 checkpoint with FSDP2 over 4 ranks (saving its own 4-rank checkpoint,
-which ``ember checkpoint export`` turns into one file) and the update-6 one with 2 × 2 FSDP ×
-tensor parallel. The one-process continuation runs here, in the test process.
+continue the update-8 checkpoint with FSDP2 over 4 ranks and the update-6 one with 2 × 2 FSDP ×
+tensor parallel, each saving its final state as a 4-rank checkpoint that ``ember checkpoint
+export`` turns into one file. The one-process continuation runs here, in the test process.
 
 Tolerance: the same layout must resume bit-identically. Another number of processes sums the
 gradients in another order (FSDP2's reduce-scatter over 2 or 4 shards, or none), which changes
@@ -52,7 +52,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dic
 @pytest.fixture(scope="module")
 def four(saved: tuple[Path, dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
     out = saved[0]
-    keep = ("ckpt", "reference.pt", "reference.json")
+    keep = ("ckpt", "reference.pt", "reference.json", "again")
     run = torchrun(SCRIPT, nproc=4, args=["resume", str(out)], timeout=240, before_retry=clear_dir(out, keep=keep))
     return results(run)
 
@@ -143,23 +143,25 @@ def test_an_incomplete_sharded_checkpoint_is_refused_naming_what_is_wrong(
     assert not (tmp_path / "model.pt").exists()
 
 
+@pytest.mark.parametrize(("folder", "layout"), [("four", "FSDP2 zero stage 3 ×4"),
+                                                ("2x2", "tensor parallel ×2 + FSDP2 zero stage 3 ×2")])  # fmt: skip
 def test_export_turns_four_ranks_shards_into_the_full_model(
     saved: tuple[Path, dict[int, Any]], four: dict[int, dict[str, Any]], tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], folder: str, layout: str,
 ) -> None:  # fmt: skip
     out = saved[0]
-    final = out / "four" / FINAL_OF_FOUR
+    final = out / folder / FINAL_OF_FOUR
     assert shard_files(final) == [".metadata", *(f"__{r}_0.distcp" for r in range(4)), STATE_FILE]
-    assert ember_main(["checkpoint", "export", str(out / "four"), str(tmp_path / "model.pt")]) == 0
+    assert ember_main(["checkpoint", "export", str(out / folder), str(tmp_path / "model.pt")]) == 0
     exported = torch.load(tmp_path / "model.pt", weights_only=True)
-    expected = torch.load(out / "four-final.pt", weights_only=True)  # gathered by the 4 ranks at the end
+    expected = torch.load(out / f"{folder}-final.pt", weights_only=True)  # gathered by the 4 ranks at the end
     assert sorted(exported) == sorted(TinyGPT().state_dict())  # the plain model's keys
     assert all(torch.equal(exported[k], expected[k]) for k in expected)
     plain = TinyGPT()
     plain.load_state_dict(exported, strict=True)
-    assert ember_main(["checkpoint", "inspect", str(out / "four")]) == 0
+    assert ember_main(["checkpoint", "inspect", str(out / folder)]) == 0
     text = capsys.readouterr().out
-    assert "sharded: torch.distributed.checkpoint" in text and "4 (FSDP2 zero stage 3 ×4" in text
+    assert "sharded: torch.distributed.checkpoint" in text and f"4 ({layout}" in text
 
 
 @pytest.mark.parametrize("earlier", ["directory", "file"])
