@@ -17,6 +17,7 @@ import numbers
 import operator
 import re
 from collections.abc import Mapping
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,11 @@ TYPE_ALIASES: dict[str, str] = {
 }
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_type_cache: dict[str, str] = {}
+# Filled by normalize_type; Run.log looks a type up here before calling it.
+TYPE_CACHE: dict[str, str] = {}
+# Ints at least this large (in magnitude) are refused: their sum with floats, and many JSON
+# readers, would overflow a float.
+INT_LIMIT = 2**1023
 _dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 Point = dict[str, Any]
@@ -49,15 +54,15 @@ def normalize_type(type_: object) -> str:
         TrackingError: when ``type_`` is not a str that can name a metrics file.
     """
     if isinstance(type_, str):
-        cached = _type_cache.get(type_)
+        cached = TYPE_CACHE.get(type_)
         if cached is not None:
             return cached
         canonical = TYPE_ALIASES.get(type_.lower())
         if canonical is None and _TYPE_RE.match(type_):
             canonical = type_
         if canonical is not None:
-            if len(_type_cache) < 4096:
-                _type_cache[type_] = canonical
+            if len(TYPE_CACHE) < 4096:
+                TYPE_CACHE[type_] = canonical
             return canonical
     raise TrackingError(
         f"metric type {type_!r} is not allowed: use train/training, val/validate/validation, "
@@ -73,12 +78,20 @@ def _bad_value(name: str, value: object, why: str = "") -> TrackingError:
     )
 
 
+def _check_int(name: str, value: int) -> int:
+    if -INT_LIMIT < value < INT_LIMIT:
+        return value
+    raise TrackingError(f"metric {name!r} = {value} is too large: log ints with -2**1023 < value < 2**1023")
+
+
 def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
     """Coerce a value that is not a plain int/float, or raise TrackingError."""
     kind = type(value)
     module = kind.__module__
     if isinstance(value, bool):
         raise _bad_value(name, value)
+    if kind is int:
+        return _check_int(name, value)
     if module == "torch" or module.startswith("torch."):
         if not hasattr(value, "numel") or value.numel() != 1:
             shape = tuple(getattr(value, "shape", ()))
@@ -88,7 +101,7 @@ def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
         if not read_tensors:
             return 0
         value = value.item()
-        return float(value) if isinstance(value, float) else int(value)
+        return float(value) if isinstance(value, float) else _check_int(name, int(value))
     if module == "numpy":
         size = getattr(value, "size", 1)
         dtype_kind = getattr(getattr(value, "dtype", None), "kind", "")
@@ -97,7 +110,7 @@ def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
         value = value.item()
         return float(value) if dtype_kind == "f" else int(value)
     if isinstance(value, numbers.Integral):
-        return int(value)
+        return _check_int(name, int(value))
     if isinstance(value, numbers.Real):
         return float(value)
     raise _bad_value(name, value)
@@ -110,10 +123,14 @@ def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int 
     shape and dtype without a device sync).
     """
     if type(metrics) is dict and metrics:
-        # Fast path: plain str -> int/float, checked in one pass and copied at C speed.
+        # Fast path: plain str -> float/int, checked in one pass and copied at C speed.
         for name, value in metrics.items():
             kind = type(value)
-            if type(name) is not str or not name or (kind is not float and kind is not int):
+            if (
+                type(name) is not str
+                or not name
+                or (kind is not float and (kind is not int or not -INT_LIMIT < value < INT_LIMIT))
+            ):
                 break
         else:
             return metrics.copy()
@@ -128,35 +145,11 @@ def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int 
         if type(name) is not str or not name:
             raise TrackingError(f"metric name {name!r} must be a non-empty str")
         kind = type(value)
-        if kind is float or kind is int:
+        if kind is float or (kind is int and -INT_LIMIT < value < INT_LIMIT):
             out[name] = value
         else:
             out[name] = _coerce_slow(name, value, read_tensors)
     return out
-
-
-_shared_keys: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-
-def split_metrics(metrics: object) -> tuple[tuple[str, ...], tuple[int | float, ...]]:
-    """:func:`coerce_metrics` as (names, values); equal name tuples are shared.
-
-    ``Run.log``'s hot path: it queues names and values inside one tuple per point, so a point
-    costs the garbage collector one new container instead of a dict and a tuple.
-    """
-    if type(metrics) is dict and metrics:
-        for name, value in metrics.items():
-            kind = type(value)
-            if type(name) is not str or not name or (kind is not float and kind is not int):
-                break
-        else:
-            keys = tuple(metrics)
-            shared = _shared_keys.get(keys)
-            if shared is None:
-                shared = _shared_keys.setdefault(keys, keys) if len(_shared_keys) < 4096 else keys
-            return shared, tuple(metrics.values())
-    checked = coerce_metrics(metrics)
-    return tuple(checked), tuple(checked.values())
 
 
 def check_step(step: object) -> int:
@@ -200,59 +193,70 @@ def encode_metrics(metrics: Mapping[str, int | float]) -> str:
 
 
 def _template(keys: tuple[str, ...]) -> str:
-    """A %-format for a whole record whose metrics have these names (values go in with %r)."""
+    """A %-format for a queued record ``record[2:]``: step, epoch, time, then the values."""
     fields = ",".join(_dumps(k).replace("%", "%%") + ":%r" for k in keys)
-    return '{"step":%d,"epoch":%s,"time":%s,"metrics":{' + fields + "}}\n"
+    return '{"step":%d,"epoch":%s,"time":%.3f,"metrics":{' + fields + "}}\n"
 
 
 _templates: dict[tuple[str, ...], str] = {}
 
+Record = tuple
+"""What ``Run.log`` queues: ``(type, names, step, epoch, time, value0, value1, ...)``.
 
-Record = tuple  # (type, step, epoch, time, names, value0, value1, ...)
+Only atoms and a tuple of str: the garbage collector stops tracking such a tuple at its first
+pass, so a long queue costs nothing in later collections (a dict inside would)."""
+
+_by_type_and_names = operator.itemgetter(0, 1)
+_format_args = operator.itemgetter(slice(2, None))
+_step = operator.itemgetter(2)
+# A value that %r wrote as nan, inf or -inf (JSON has none of them). It could also match inside
+# a metric name (as \":nan), which only sends the group to the careful encoder.
+_NONFINITE_RE = re.compile(r'":-?(?:nan|inf)')
 
 
-def encode_batch(batch: list[Record]) -> dict[str, list[str]]:
-    """Lines (with newlines) for queued points, grouped by type; ``time`` to the millisecond.
+def _encode_careful(records: list[Record]) -> str:
+    """The lines of records that may hold NaN or infinities, one JSON encoder call a point."""
+    lines = []
+    for record in records:
+        _, keys, step, epoch, t = record[:5]
+        metrics = encode_metrics(dict(zip(keys, record[5:], strict=True)))
+        ep = "null" if epoch is None else repr(epoch)
+        lines.append(f'{{"step":{step},"epoch":{ep},"time":{t:.3f},"metrics":{metrics}}}\n')
+    return "".join(lines)
 
-    This is the writer thread's hot loop: it shares the GIL with training, so it formats each
-    line with one cached %-template instead of a JSON encoder call.
+
+def encode_batch(batch: list[Record], last_steps: dict[str, int]) -> dict[str, list[str]]:
+    """Text (whole lines) for queued points, by type, in order; ``time`` to the millisecond.
+
+    ``last_steps`` (type -> highest step) is raised to the steps of the batch. This is the
+    writer thread's hot loop and it shares the GIL with training: consecutive points of one
+    type and the same metric names (the usual case) are formatted with one cached %-template
+    mapped over them, so no Python code runs per point.
     """
     out: dict[str, list[str]] = {}
     templates = _templates
-    isfinite = math.isfinite
-    last_ms = -1
-    stamp = ""
-    for record in batch:
-        type_, step, epoch, t, keys = record[:5]
-        values = record[5:]
-        ms = int(t * 1000)
-        if ms != last_ms:  # points logged within the same millisecond share the string
-            last_ms = ms
-            seconds, millis = divmod(ms, 1000)
-            stamp = f"{seconds}.{millis:03d}"
-        ep = "null" if epoch is None else repr(epoch)
-        # repr() of a finite float or an int is valid JSON; a sum that is not finite sends
-        # the point (NaN, inf, or an overflow of the sum) to the general encoder.
-        if isfinite(sum(values)):
-            template = templates.get(keys)
-            if template is None:
-                template = _template(keys)
-                if len(templates) < 1024:
-                    templates[keys] = template
-            line = template % (step, ep, stamp, *values)
-        else:
-            metrics = encode_metrics(dict(zip(keys, values, strict=True)))
-            line = f'{{"step":{step},"epoch":{ep},"time":{stamp},"metrics":{metrics}}}\n'
-        lines = out.get(type_)
-        if lines is None:
-            out[type_] = lines = []
-        lines.append(line)
+    for (type_, keys), group in groupby(batch, _by_type_and_names):
+        records = list(group)
+        template = templates.get(keys)
+        if template is None:
+            template = _template(keys)
+            if len(templates) < 1024:
+                templates[keys] = template
+        # %s writes an epoch of None as None: replaced below ('"epoch":None' cannot occur
+        # elsewhere, a metric name's quotes being escaped).
+        text = "".join(map(template.__mod__, map(_format_args, records)))
+        if _NONFINITE_RE.search(text) is not None:
+            text = _encode_careful(records)
+        out.setdefault(type_, []).append(text.replace('"epoch":None', '"epoch":null'))
+        top = max(map(_step, records))
+        if top > last_steps.get(type_, -1):
+            last_steps[type_] = top
     return out
 
 
 def encode_point(step: int, epoch: int | float | None, time: float, metrics: dict) -> str:
     """One JSON Lines record (with its newline) for a logged point."""
-    return encode_batch([("", step, epoch, time, tuple(metrics), *metrics.values())])[""][0]
+    return encode_batch([("", tuple(metrics), step, epoch, time, *metrics.values())], {})[""][0]
 
 
 def decode_point(line: bytes | str) -> Point:

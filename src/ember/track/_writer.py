@@ -1,9 +1,11 @@
 """The buffered, append-only writer behind ``Run.log`` and the stdout/stderr tee.
 
-``Run.log`` only validates and appends a tuple to a list under a lock. A daemon thread wakes
-every ``interval`` seconds (sooner when many points wait), encodes the waiting points and
-appends them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per flush, through
-file descriptors opened once. Nothing is fsynced: a crash loses at most the last interval.
+``Run.log`` only validates and appends a tuple to a :class:`collections.deque` (an atomic
+append under the GIL: no lock per call). A daemon thread wakes every ``interval`` seconds
+(sooner when many points wait), takes the points queued so far off the front of the deque,
+encodes them and appends them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per
+chunk of points, through file descriptors opened once. Nothing is fsynced: a crash loses at
+most the last interval.
 Unbuffered descriptors also mean a forked child (a DataLoader worker) holds no copy of
 unwritten bytes that it could write a second time.
 """
@@ -13,16 +15,20 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from time import time as _time
 from typing import Any, TextIO
 
 from ember.track._fs import write_all
-from ember.track._values import encode_batch
+from ember.track._values import Record, encode_batch
 
 FLUSH_INTERVAL_S = 0.5
-_WAKE_AT = 50_000
+# Queued points that wake the writer before its interval is up: bounds the memory a tight
+# logging loop holds (a queued point of one metric takes about 300 bytes).
+WAKE_AT = 50_000
+# Points encoded and written at a time: bounds the text held in memory during a flush.
+_CHUNK = 10_000
 
 
 class LogSink:
@@ -90,7 +96,12 @@ def remove_tee(out: TeeStream, err: TeeStream) -> None:
 
 
 class Writer:
-    """Buffers points and console text of one run and appends them from a daemon thread."""
+    """Buffers points and console text of one run and appends them from a daemon thread.
+
+    ``Run.log`` appends records (see :data:`ember.track._values.Record`) to :attr:`queue` itself
+    and calls :meth:`wake` when it holds :data:`WAKE_AT` of them; everything else happens
+    under the flush lock.
+    """
 
     def __init__(
         self,
@@ -103,28 +114,29 @@ class Writer:
         self._stdout_path = folder / "stdout.log"
         self._tick = tick
         self._interval = interval
-        self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
-        self._pending: list[tuple] = []
+        self.queue: deque[Record] = deque()
         self._fds: dict[str, int] = {}
         self._wake = threading.Event()
         self._closing = False
         self.error: str | None = None
-        self.last_steps: dict[str, int] = dict(last_steps or {})
+        self._last_steps: dict[str, int] = dict(last_steps or {})
         self.sink = LogSink()
         self._thread = threading.Thread(target=self._loop, name=f"ember-track-writer-{folder.name}", daemon=True)
         self._thread.start()
 
-    def add(self, type_: str, step: int, epoch: int | float | None, names: tuple[str, ...], values: tuple) -> None:
-        """Queue one point stamped with the current time (``Run.log``'s hot path)."""
-        with self._lock:
-            pending = self._pending
-            pending.append((type_, step, epoch, _time(), names, *values))
-            last = self.last_steps.get(type_)
-            if last is None or step > last:
-                self.last_steps[type_] = step
-        if len(pending) >= _WAKE_AT:
-            self._wake.set()
+    def wake(self) -> None:
+        """Flush now instead of at the end of the interval."""
+        self._wake.set()
+
+    def last_step(self, type_: str) -> int | None:
+        """The highest step of ``type_`` queued or written (or given at creation), or None."""
+        with self._flush_lock:  # never between a point leaving the queue and being counted
+            top = self._last_steps.get(type_, -1)
+            for record in list(self.queue):  # list() copies the deque in one step under the GIL
+                if record[0] == type_ and record[2] > top:
+                    top = record[2]
+        return None if top < 0 else top
 
     def _fd(self, key: str, path: Path) -> int:
         fd = self._fds.get(key)
@@ -136,20 +148,25 @@ class Writer:
     def flush(self) -> None:
         """Append everything queued so far to the files (no fsync)."""
         with self._flush_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
+            popleft = self.queue.popleft
+            left = len(self.queue)  # points queued from now on wait for the next flush
+            lost = 0
             try:
-                if batch:
-                    for type_, chunk in encode_batch(batch).items():
-                        fd = self._fd(type_, self._metrics_dir / f"{type_}.jsonl")
-                        write_all(fd, "".join(chunk).encode("utf-8"))
+                while left:
+                    n = lost = min(left, _CHUNK)
+                    chunk = [popleft() for _ in range(n)]
+                    for type_, lines in encode_batch(chunk, self._last_steps).items():
+                        write_all(self._fd(type_, self._metrics_dir / f"{type_}.jsonl"), "".join(lines).encode())
+                    left -= n
+                lost = 0
                 text = self.sink.drain()
                 if text:
                     write_all(self._fd(":stdout", self._stdout_path), text)
             except OSError as e:
+                # The points still queued stay there for the next flush to try again.
                 self.error = (
-                    f"writing to {self._metrics_dir.parent} failed ({e}); up to {len(batch)} "
-                    "points and some console output were lost"
+                    f"writing to {self._metrics_dir.parent} failed ({e}); up to {lost} points "
+                    "or some console output were lost"
                 )
 
     def _loop(self) -> None:
@@ -175,10 +192,9 @@ class Writer:
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's queued data and descriptors, never write."""
-        # Another thread may have held these locks at the fork: the child gets fresh ones.
-        self._lock = threading.Lock()
+        # Another thread may have held this lock at the fork: the child gets a fresh one.
         self._flush_lock = threading.Lock()
-        self._pending = []
+        self.queue = deque()
         self.sink.enabled = False
         self.sink._lock = threading.Lock()
         self.sink._parts = []

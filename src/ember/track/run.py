@@ -5,14 +5,23 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from time import time as _time
 from types import TracebackType
 from typing import Any
 
 from ember.errors import TrackingError
 from ember.track import _live, lineage
 from ember.track._fs import check_description, check_labels, now_iso, read_json, write_json_atomic
-from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type, split_metrics
-from ember.track._writer import FLUSH_INTERVAL_S, TeeStream, Writer, install_tee, remove_tee
+from ember.track._values import (
+    INT_LIMIT,
+    TYPE_CACHE,
+    Point,
+    check_epoch,
+    check_step,
+    coerce_metrics,
+    normalize_type,
+)
+from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, TeeStream, Writer, install_tee, remove_tee
 from ember.track.artifact import Artifact
 from ember.track.hparams import HParams
 from ember.track.store import (
@@ -204,18 +213,36 @@ class Run:
         Example:
             >>> run.log("train", {"loss": loss, "lr": 1e-3}, step=500, epoch=1)
         """
-        type_ = normalize_type(type)
-        names, values = split_metrics(metrics)
+        # The hot path, inlined: each call of a tight logging loop pays for every operation
+        # here, so plain str/float/int input is checked with identity tests only.
+        type_ = TYPE_CACHE.get(type) if type.__class__ is str else None
+        if type_ is None:
+            type_ = normalize_type(type)
+        if metrics.__class__ is dict and metrics:
+            for name, value in metrics.items():
+                kind = value.__class__
+                if (
+                    name.__class__ is not str
+                    or not name
+                    or (kind is not float and (kind is not int or not -INT_LIMIT < value < INT_LIMIT))
+                ):
+                    metrics = coerce_metrics(metrics)
+                    break
+        else:
+            metrics = coerce_metrics(metrics)
         if step.__class__ is not int or step < 0:
             step = check_step(step)
-        if epoch is not None:
+        if epoch is not None and (epoch.__class__ is not int or epoch < 0):
             epoch = check_epoch(epoch)
         writer = self._writer
         if writer is None or writer.error is not None:
             self._check_open()
             self._raise_writer_error()
             raise AssertionError("unreachable: an open run without error has a writer")
-        writer.add(type_, step, epoch, names, values)
+        queue = writer.queue
+        queue.append((type_, tuple(metrics), step, epoch, _time(), *metrics.values()))  # a _values.Record
+        if len(queue) >= WAKE_AT:
+            writer.wake()
 
     def last_step(self, type: str) -> int | None:
         """The highest step logged for a metric type (queued points included), or None.
@@ -230,7 +257,7 @@ class Run:
         """
         type_ = normalize_type(type)
         if self._writer is not None:
-            return self._writer.last_steps.get(type_)
+            return self._writer.last_step(type_)
         if self._path is None:
             return None
         steps = [int(p["step"]) for p in read_metrics(self._path, type_)]
