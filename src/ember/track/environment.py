@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,15 +36,50 @@ def _torch_info() -> dict[str, Any]:
     return info
 
 
+# ``<name>-<version>.dist-info`` (the wheel spec escapes '-' in both parts), or the egg-info
+# form ``<name>-<version>[-py<X.Y>[-<platform>]].egg-info``.
+_DIST_DIR_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._]*)-([^-]+?)(?:-py\d[^-]*(?:-.+)?)?\.(?:dist|egg)-info$")
+
+
+def _normalized(name: str) -> str:
+    """PEP 503's comparable form of a distribution name ('PyYAML' -> 'pyyaml', 'a_b' -> 'a-b')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _packages() -> dict[str, str]:
+    """Every installed distribution visible on ``sys.path``: normalized name -> version.
+
+    Read from the names of the ``*.dist-info`` / ``*.egg-info`` entries, which carry both,
+    rather than by parsing every METADATA file (0.3-0.7 s for 140 distributions); an entry
+    whose name does not carry them is read with :mod:`importlib.metadata`. As for imports,
+    the first ``sys.path`` entry holding a distribution wins.
+    """
     from importlib import metadata
 
     found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found[name] = dist.version
-    return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
+    for entry in sys.path:
+        folder = entry or "."
+        try:
+            names = os.listdir(folder)
+        except NotADirectoryError:  # a zip archive on sys.path: importlib.metadata reads it
+            for dist in metadata.distributions(path=[folder]):
+                if dist.metadata["Name"]:
+                    found.setdefault(_normalized(dist.metadata["Name"]), dist.version)
+            continue
+        except OSError:  # missing or unreadable: nothing can be imported from it either
+            continue
+        for name in names:
+            if not name.endswith(("dist-info", "egg-info")):
+                continue
+            match = _DIST_DIR_RE.match(name)
+            if match is not None and "_" not in match[2]:  # '_' may stand for an escaped '-'
+                found.setdefault(_normalized(match[1]), match[2])
+                continue
+            dist = metadata.PathDistribution(Path(folder, name))
+            dist_name = dist.metadata["Name"]  # parsed once; .version would parse it again
+            if dist_name:
+                found.setdefault(_normalized(dist_name), dist.metadata["Version"])
+    return dict(sorted(found.items()))
 
 
 def collect_platform() -> dict[str, Any]:
