@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ember import distributed
 from ember.errors import HookError
 from ember.trainer.hooks._util import current_lr
@@ -75,6 +77,7 @@ class TrackingHook(BaseHook):
         self.home = home
         self._resume_path: str | None = None
         self._skip_until: dict[str, int] = {}
+        self._skip_train = -1  # _skip_until["train"], read at every step
         self._last_system = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -86,25 +89,38 @@ class TrackingHook(BaseHook):
                 self.run = track.load_run(self._resume_path, resume=True, home=self.home)
                 self._skip_until = {t: s for t in ("train", "train_epoch", "val", "system")
                                     if (s := self.run.last_step(t)) is not None}  # fmt: skip
+                self._skip_train = self._skip_until.get("train", -1)
             else:
                 self.run = track.create_run(name=self.run_name, labels=self.labels, folder=self.folder, home=self.home)
         self.run.hparams.update(self._hparams(), override=True)
         self._last_system = time.monotonic()
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        # Runs at every step: kept to a few attribute reads and one Run.log of plain floats.
         trainer = self.trainer
-        if not trainer.step_applied or trainer.cur_step % self.log_every_n_steps:
+        if not trainer.step_applied:
+            return
+        step = trainer.cur_step
+        if step % self.log_every_n_steps or step <= self._skip_train:
             return
         metrics: dict[str, Any] = {}
         if loss is not None:
-            metrics["loss"] = loss
+            # Read here (the one device sync) so that Run.log gets a float; anything else,
+            # a tensor of many elements say, goes to Run.log as it is and is refused there.
+            metrics["loss"] = loss.item() if isinstance(loss, torch.Tensor) and loss.numel() == 1 else loss
         lr = current_lr(trainer)
         if lr is not None:
             metrics["lr"] = lr
-        self._log("train", metrics)
-        if self.system_interval_s is not None and time.monotonic() - self._last_system >= self.system_interval_s:
-            self._last_system = time.monotonic()
-            self._log("system", memory_usage(trainer.engine.device))
+        run = self.run
+        assert run is not None
+        if metrics:
+            run.log("train", metrics, step=step, epoch=trainer.cur_epoch)
+        interval = self.system_interval_s
+        if interval is not None:
+            now = time.monotonic()
+            if now - self._last_system >= interval:
+                self._last_system = now
+                self._log("system", memory_usage(trainer.engine.device))
 
     def after_train_epoch(self) -> None:
         trainer = self.trainer
@@ -143,12 +159,12 @@ class TrackingHook(BaseHook):
         self._resume_path = state.get("run_path")
 
     # -- helpers ------------------------------------------------------------------------------
-    def _log(self, type_: str, metrics: Mapping[str, Any]) -> None:
+    def _log(self, type_: str, metrics: dict[str, Any]) -> None:
         assert self.run is not None
         step = self.trainer.cur_step
         if not metrics or step <= self._skip_until.get(type_, -1):
             return
-        self.run.log(type_, dict(metrics), step=step, epoch=self.trainer.cur_epoch)
+        self.run.log(type_, metrics, step=step, epoch=self.trainer.cur_epoch)
 
     def _hparams(self) -> dict[str, Any]:
         trainer = self.trainer
