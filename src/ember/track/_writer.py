@@ -127,7 +127,9 @@ class Writer:
 
     def wake(self) -> None:
         """Flush now instead of at the end of the interval."""
-        self._wake.set()
+        # Run.log calls this at every point while WAKE_AT or more wait; Event.set takes a lock.
+        if not self._wake.is_set():
+            self._wake.set()
 
     def last_step(self, type_: str) -> int | None:
         """The highest step of ``type_`` queued or written (or given at creation), or None."""
