@@ -1,4 +1,5 @@
-"""The tables: users, API keys, folders, shares, runs, metric points, logs, artifacts, blobs, lineage.
+"""The tables: users, API keys, folders, shares, runs, metric points and their block summaries, logs,
+artifacts, blobs, lineage.
 
 The schema is created and changed only by the Alembic migrations in ``migrations/versions``;
 these classes must match them (a test compares the two).
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
@@ -101,16 +103,54 @@ class Cursor(Base):
 
 
 class MetricPoint(Base):
+    """One value of one metric at one step (NaN stored as NULL).
+
+    Keyed by (run, type, name, step), so one series is one range of the key; on SQLite the
+    table is that key's B-tree (``WITHOUT ROWID``): one tree to write per point, not two.
+    """
+
     __tablename__ = "metric_points"
-    __table_args__ = (UniqueConstraint("run_pk", "type", "step", "name", name="uq_point"),)
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    __table_args__ = (
+        PrimaryKeyConstraint("run_pk", "type", "name", "step", name="pk_metric_points"),
+        {"sqlite_with_rowid": False},
+    )
     run_pk: Mapped[int] = mapped_column(ForeignKey("runs.pk", ondelete="CASCADE"))
     type: Mapped[str] = mapped_column(String(64))
-    step: Mapped[int] = mapped_column(BigInteger)
     name: Mapped[str] = mapped_column(String(200))
+    step: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
     epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
     time: Mapped[float] = mapped_column(Float)
     value: Mapped[float | None] = mapped_column(Float, nullable=True)  # NULL is NaN
+
+
+BLOCK = 128
+"""Steps per :class:`MetricBlock` (migration 0002 fills the table with this width too)."""
+
+
+class MetricBlock(Base):
+    """One metric's points with steps in ``[block * BLOCK, (block + 1) * BLOCK)``, summarised.
+
+    Written in the same transaction as the points (``ingest.store_metrics``), so a chart of a
+    million points reads a few thousand of these rows instead of every point. ``count`` counts
+    NaN points too; ``min_value``/``max_value`` ignore them (NULL when every point is NaN).
+    """
+
+    __tablename__ = "metric_blocks"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_pk", "type", "name", "block", name="pk_metric_blocks"),
+        {"sqlite_with_rowid": False},
+    )
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.pk", ondelete="CASCADE"))
+    type: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(200))
+    block: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    min_epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_value: Mapped[float | None] = mapped_column(Float, nullable=True)
+    count: Mapped[int] = mapped_column(BigInteger)
 
 
 class LogChunk(Base):

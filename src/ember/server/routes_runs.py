@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, listing, naming
+from ember.server import ingest, listing, naming, series
 from ember.server.auth import CurrentUser, DbSession, now
 from ember.server.models import Cursor, Folder, MetricPoint, Run, User
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
@@ -182,11 +182,6 @@ def csv_lines(session: Session, run_pk: int, type_: str) -> Iterator[str]:
 @router.get("/{run_id}", summary="A run: metadata, hparams, platform, metric summary, lineage")
 def read_run(run_id: str, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id)
-    counts = session.execute(
-        select(MetricPoint.type, MetricPoint.name, func.count(), func.max(MetricPoint.step))
-        .where(MetricPoint.run_pk == run.pk)
-        .group_by(MetricPoint.type, MetricPoint.name)
-    ).all()
     return {
         "id": run.id,
         "name": run.name,
@@ -200,7 +195,7 @@ def read_run(run_id: str, user: CurrentUser, session: DbSession):
         "hparams": run.hparams,
         "platform": run.platform,
         "meta": run.meta,
-        "metrics": [{"type": t, "name": n, "count": c, "last_step": s} for t, n, c, s in counts],
+        "metrics": series.metric_counts(session, run.pk),
         "lineage": ingest.edges_of(session, run.id),
         "cursors": ingest.cursors(session, run.id),
         "shares": shares_of(session, "run", run.pk),
@@ -238,9 +233,7 @@ def post_metrics(
 ):
     run = get_run(session, user, run_id, Level.EDIT)
     limit = request.app.state.settings.max_batch_points
-    cursor = ingest.store_metrics(session, run.pk, run.id, batch, limit)
-    request.app.state.series.touch(run.pk, run.id, batch.type)  # keeps chart summaries warm
-    return {"cursor": cursor}
+    return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, limit)}
 
 
 @router.post("/{run_id}/log", summary="Append text of stdout.log from a byte offset (idempotent)")
@@ -267,9 +260,8 @@ def post_lineage(run_id: str, batch: LineageBatch, user: CurrentUser, session: D
 
 
 @router.delete("/{run_id}", summary="Delete a run and its points")
-def delete_run(run_id: str, request: Request, user: CurrentUser, session: DbSession):
+def delete_run(run_id: str, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id, Level.EDIT)
-    request.app.state.series.forget(run.id)
     session.execute(delete(Cursor).where(Cursor.node_id == run.id))
     drop_shares(session, "run", run.pk)
     session.delete(run)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
 Number = Annotated[float, Strict()]
@@ -26,13 +27,69 @@ class PointIn(_Strict):
     metrics: dict[MetricName, Value]
 
 
+@dataclass(frozen=True)
+class Columns:
+    """A batch's lines as columns: ``step``, ``epoch``, ``time`` per line; per metric, a value per line.
+
+    ``None`` in a metric's column means that line has no such metric.
+    """
+
+    step: list[int]
+    epoch: list[float | None]
+    time: list[float]
+    metrics: dict[str, list[float | str | None]]
+
+
 class MetricBatch(_Strict):
-    """Complete lines of a metrics file, from byte ``start`` to byte ``end`` of it."""
+    """Complete lines of a metrics file, from byte ``start`` to byte ``end`` of it.
+
+    The lines come in one of two forms. ``points``: one object per line, as the file holds it.
+    Columns (what ``ember.track`` sends; validated as whole arrays, many times faster): ``step``,
+    ``epoch`` and ``time`` hold one entry per line, and ``metrics`` maps each metric name to one
+    value per line, ``null`` where a line has no such metric::
+
+        {"type": "train", "start": 0, "end": 160, "step": [0, 1], "epoch": [null, null],
+         "time": [1716200000.1, 1716200000.2], "metrics": {"loss": [0.9, "NaN"], "acc": [null, 0.5]}}
+    """
 
     type: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
     start: Count
     end: Count
-    points: list[PointIn]
+    points: list[PointIn] | None = None
+    step: list[Count] | None = None
+    epoch: list[Number | None] | None = None
+    time: list[Number] | None = None
+    metrics: dict[MetricName, list[Value | None]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> MetricBatch:
+        columns = (self.step, self.epoch, self.time, self.metrics)
+        if self.points is not None:
+            if any(c is not None for c in columns):
+                raise ValueError("send either points or the columns step, epoch, time and metrics, not both")
+            return self
+        if any(c is None for c in columns):
+            raise ValueError("send either points or all of the columns step, epoch, time and metrics")
+        lines = len(self.step)  # type: ignore[arg-type]
+        lengths = {"epoch": len(self.epoch), "time": len(self.time)}  # type: ignore[arg-type]
+        lengths.update({f"metrics[{name!r}]": len(v) for name, v in self.metrics.items()})  # type: ignore[union-attr]
+        wrong = [f"{k} has {n}" for k, n in lengths.items() if n != lines]
+        if wrong:
+            raise ValueError(f"every column needs one entry per line ({lines} steps): {', '.join(wrong[:5])}")
+        return self
+
+    def columns(self) -> Columns:
+        """The lines as :class:`Columns`, whichever form they came in."""
+        if self.points is None:
+            return Columns(self.step, self.epoch, self.time, self.metrics)  # type: ignore[arg-type]
+        points = self.points
+        names = dict.fromkeys(name for p in points for name in p.metrics)
+        return Columns(
+            [p.step for p in points],
+            [p.epoch for p in points],
+            [p.time for p in points],
+            {name: [p.metrics.get(name) for p in points] for name in names},
+        )
 
 
 class LogChunkIn(_Strict):

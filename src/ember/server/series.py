@@ -4,119 +4,70 @@ A series of at most ``2 * buckets`` points is sent whole. A longer one is cut in
 ``buckets`` equal step ranges and each range gives its minimum and its maximum (placed at the
 range's first and last step): a one-point spike in a million still shows.
 
-Scanning a million points takes seconds on SQLite, so long series are summarised in blocks of
-:data:`BLOCK` steps that each server process keeps in memory (:class:`SeriesCache`). A summary
-is brought up to date incrementally: only points at or after the last block already summarised
-are read again (an index range scan), and the upload route refreshes it in the background after
-each metrics batch, so a chart of a run that was uploaded or is streaming answers from memory.
-Medium series (too long to send whole, too short for blocks) are bucketed in one SQL query.
+Long series are read from their block summaries (``metric_blocks``: min, max and count per
+:data:`~ember.server.models.BLOCK` steps), which ingest writes in the same transaction as the
+points. A chart of 3 metrics x 1,000,000 points therefore reads about 23,000 summary rows, the
+same on a cold server process as on a warm one, and every server process sees the same data.
+Medium series (too long to send whole, spanning too few blocks to fill the buckets) are
+bucketed in one SQL query over their points, at most ``buckets * BLOCK`` steps of each.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import queue
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Integer, cast, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ember.server.models import MetricPoint
+from ember.server import ingest
+from ember.server.models import BLOCK, MetricBlock, MetricPoint
 
-BLOCK = 128
-"""Steps per cached block: a series spanning fewer than ``buckets * BLOCK`` steps is bucketed in SQL."""
-log = logging.getLogger("ember.server")
-# One block per name: [first step, last step, min epoch, max epoch, min value, max value, count].
+# One block: [first step, last step, min epoch, max epoch, min value, max value, count].
 Block = list[Any]
 
 
-def _bucket_stats() -> tuple[Any, ...]:
-    """Per bucket: step range, epoch range, value range (min and max keep spikes), point count."""
-    return (
-        func.min(MetricPoint.step),
-        func.max(MetricPoint.step),
-        func.min(MetricPoint.epoch),
-        func.max(MetricPoint.epoch),
-        func.min(MetricPoint.value),
-        func.max(MetricPoint.value),
-        func.count(),
-    )
+def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
+    """Every metric of a run with its number of points and last step, from the block summaries.
 
-
-@dataclass
-class _Summary:
-    next_start: int = 0  # the first step of the last block: it is read again on refresh
-    names: dict[str, dict[int, Block]] = field(default_factory=dict)
+    Example:
+        >>> metric_counts(session, run.pk)
+        [{'type': 'train', 'name': 'loss', 'count': 1000000, 'last_step': 999999}]
+    """
+    rows = session.execute(
+        select(MetricBlock.type, MetricBlock.name, func.sum(MetricBlock.count), func.max(MetricBlock.last_step))
+        .where(MetricBlock.run_pk == run_pk)
+        .group_by(MetricBlock.type, MetricBlock.name)
+        .order_by(MetricBlock.type, MetricBlock.name)
+    ).all()
+    return [{"type": t, "name": n, "count": int(c), "last_step": int(s)} for t, n, c, s in rows]
 
 
 class SeriesCache:
-    """Per-process block summaries of long series, keyed by (run id, metric type).
+    """Chart series of runs, read from the stored block summaries (nothing is kept in memory).
+
+    The name stays from when summaries were per-process memory; :meth:`refresh` rebuilds the
+    stored ones for points written around the API (by hand, or by an older server).
 
     Example:
-        >>> cache = SeriesCache(app.state.sessions)
-        >>> cache.touch(run.pk, run.id, "train")      # after a batch: refresh in the background
-        >>> cache.series(session, run.pk, run.id, "train", buckets=1000)
+        >>> series = SeriesCache(app.state.sessions)
+        >>> series.series(session, run.pk, run.id, "train", buckets=1000)
     """
 
-    def __init__(self, sessions: Callable[[], Session], max_entries: int = 64) -> None:
+    def __init__(self, sessions: Callable[[], Session] | None = None) -> None:
         self._sessions = sessions
-        self._entries: dict[tuple[str, str], _Summary] = {}
-        self._lock = threading.Lock()
-        self._max = max_entries
-        self._pending: queue.SimpleQueue[tuple[int, str, str]] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
 
-    def touch(self, run_pk: int, run_id: str, type_: str) -> None:
-        """Schedule a background refresh of a run's summary (new points arrived)."""
-        self._pending.put((run_pk, run_id, type_))
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._drain, name="ember-series", daemon=True)
-            self._worker.start()
+    def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> None:
+        """Summarise a series' points from its last summarised block on, and commit ``session``.
 
-    def forget(self, run_id: str) -> None:
-        """Drop a deleted run's summaries."""
-        with self._lock:
-            for key in [k for k in self._entries if k[0] == run_id]:
-                del self._entries[key]
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                run_pk, run_id, type_ = self._pending.get(timeout=5)
-            except queue.Empty:
-                return
-            try:
-                with self._sessions() as session, session.begin():
-                    self.refresh(session, run_pk, run_id, type_)
-            except Exception:
-                log.exception("refreshing the chart summary of run %s failed", run_id)
-
-    def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> _Summary:
-        """Bring one summary up to date, reading only points from its last block on."""
-        with self._lock:
-            summary = self._entries.pop((run_id, type_), None) or _Summary()
-            self._entries[(run_id, type_)] = summary  # most recently used last
-            while len(self._entries) > self._max:
-                del self._entries[next(iter(self._entries))]
-            block = cast(MetricPoint.step / BLOCK, Integer).label("block")
-            rows = session.execute(
-                select(
-                    MetricPoint.name,
-                    block,
-                    *_bucket_stats(),
-                )
-                .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.step >= summary.next_start)
-                .group_by(MetricPoint.name, block)
-            ).all()
-            for name, b, *values in rows:
-                summary.names.setdefault(name, {})[int(b)] = values
-            last = max((max(blocks) for blocks in summary.names.values() if blocks), default=None)
-            summary.next_start = 0 if last is None else last * BLOCK
-            return summary
+        Ingest keeps the summaries current; this is for points inserted directly into the table.
+        """
+        last = session.scalar(
+            select(func.max(MetricBlock.block)).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
+        )
+        ingest.summarize(session, run_pk, type_, None, 0 if last is None else int(last) * BLOCK)
+        session.commit()
 
     def series(self, session: Session, run_pk: int, run_id: str, type_: str, buckets: int = 1000) -> dict[str, Any]:
         """Every metric of a type, each at most about ``2 * buckets`` points.
@@ -125,17 +76,32 @@ class SeriesCache:
             ``{"type", "metrics": {name: {"count", "downsampled", "step", "epoch", "value"}}}``;
             NaN and infinities are ``None`` (a gap in the chart).
         """
-        summary = self.refresh(session, run_pk, run_id, type_)
+        rows = session.execute(
+            select(
+                MetricBlock.name,
+                MetricBlock.block,
+                MetricBlock.first_step,
+                MetricBlock.last_step,
+                MetricBlock.min_epoch,
+                MetricBlock.max_epoch,
+                MetricBlock.min_value,
+                MetricBlock.max_value,
+                MetricBlock.count,
+            ).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
+        ).all()
+        names: dict[str, dict[int, Block]] = {}
+        for name, block, *stats in rows:
+            names.setdefault(name, {})[int(block)] = stats
         out: dict[str, Any] = {}
-        for name in sorted(summary.names):
-            blocks = summary.names[name]
+        for name in sorted(names):
+            blocks = names[name]
             count = sum(b[6] for b in blocks.values())
             if count <= 2 * buckets:
                 out[name] = _raw(session, run_pk, type_, name, count)
             elif len(blocks) >= buckets:
                 out[name] = _merge(blocks, buckets, count)
             else:
-                first = min(blocks) * BLOCK
+                first = min(b[0] for b in blocks.values())
                 last = max(b[1] for b in blocks.values())
                 out[name] = _bucketed(session, run_pk, type_, name, first, last, buckets, count)
         return {"type": type_, "metrics": out}
@@ -160,13 +126,24 @@ def _bucketed(
     session: Session, run_pk: int, type_: str, name: str, lo: int, hi: int, buckets: int, count: int
 ) -> dict[str, Any]:
     width = max(1, math.ceil((hi - lo + 1) / buckets))
-    bucket = cast((MetricPoint.step - lo) / width, Integer).label("bucket")
+    bucket = ((MetricPoint.step - lo) // width).label("bucket")
     rows = session.execute(
         select(
             bucket,
-            *_bucket_stats(),
+            func.min(MetricPoint.step),
+            func.max(MetricPoint.step),
+            func.min(MetricPoint.epoch),
+            func.max(MetricPoint.epoch),
+            func.min(MetricPoint.value),
+            func.max(MetricPoint.value),
+            func.count(),
         )
-        .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.name == name)
+        .where(
+            MetricPoint.run_pk == run_pk,
+            MetricPoint.type == type_,
+            MetricPoint.name == name,
+            MetricPoint.step.between(lo, hi),
+        )
         .group_by(bucket)
         .order_by(bucket)
     ).all()

@@ -1,0 +1,289 @@
+"""Metric storage: every value stored once and bit-identical, block summaries exact, charts from them,
+and migration 0002 upgrading a database that already holds points."""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, select, text
+
+from ember.server.app import create_app
+from ember.server.models import BLOCK, MetricBlock, MetricPoint, Run
+from ember.server.settings import Settings
+from tests.server.conftest import Server, make_server
+
+RUN = "c" * 32
+
+
+def _new_run(server: Server, run_id: str = RUN) -> None:
+    body = {"run": {"id": run_id, "name": "m", "status": "Running"}}
+    assert server.req("PUT", f"/runs/{run_id}", json=body).status_code == 200
+
+
+def _post(server: Server, body: dict[str, Any], status: int = 200) -> Any:
+    r = server.req("POST", f"/runs/{RUN}/metrics", json=body)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def _bits(value: float) -> bytes:
+    return struct.pack("<d", value)
+
+
+def _stored(server: Server) -> dict[tuple[str, int], float | None]:
+    with server.client.app.state.sessions() as session:
+        rows = session.execute(select(MetricPoint.name, MetricPoint.step, MetricPoint.value)).all()
+    return {(name, step): value for name, step, value in rows}
+
+
+def _blocks_from_points(server: Server) -> list[tuple[Any, ...]]:
+    """What the summaries must hold, computed in Python from the stored points."""
+    with server.client.app.state.sessions() as session:
+        rows = session.execute(
+            select(MetricPoint.run_pk, MetricPoint.type, MetricPoint.name, MetricPoint.step, MetricPoint.value)
+        ).all()
+    groups: dict[tuple[Any, ...], list[tuple[int, float | None]]] = {}
+    for pk, type_, name, step, value in rows:
+        groups.setdefault((pk, type_, name, step // BLOCK), []).append((step, value))
+    out = []
+    for key, points in sorted(groups.items()):
+        values = [v for _, v in points if v is not None]
+        steps = [s for s, _ in points]
+        out.append((*key, min(steps), max(steps), min(values, default=None), max(values, default=None), len(points)))
+    return out
+
+
+def _blocks(server: Server) -> list[tuple[Any, ...]]:
+    b = MetricBlock
+    with server.client.app.state.sessions() as session:
+        rows = session.execute(
+            select(b.run_pk, b.type, b.name, b.block, b.first_step, b.last_step, b.min_value, b.max_value, b.count)
+        ).all()
+    return sorted(tuple(r) for r in rows)
+
+
+def test_columns_and_points_store_every_value_once_and_bit_identical(server: Server) -> None:
+    _new_run(server)
+    rng = random.Random(0)
+    values = [rng.uniform(-1e300, 1e300) for _ in range(300)] + [5e-324, -0.0, 0.1 + 0.2, 2**53 + 1.0, 1e308]
+    steps = list(range(len(values)))
+    sparse = ["NaN" if s == 7 else "Infinity" if s == 8 else "-Infinity" if s == 9 else None for s in steps]
+    sparse[100] = 3  # an int logs as the float 3.0
+    columns = {
+        "type": "train",
+        "start": 0,
+        "end": 1000,
+        "step": steps,
+        "epoch": [None if s < 10 else s / 7 for s in steps],
+        "time": [1.7e9 + s / 3 for s in steps],
+        "metrics": {"v": values, "sparse": sparse},
+    }
+    assert _post(server, columns) == {"cursor": 1000}
+    points = [{"step": 1000 + i, "time": 1.0, "metrics": {"v": x, "w": "NaN"}} for i, x in enumerate(values[:50])]
+    _post(server, {"type": "train", "start": 1000, "end": 1500, "points": points})
+    stored = _stored(server)
+    assert len(stored) == len(values) + 4 + 100  # absent (null) cells are not points
+    sqlite = server.settings.db_url.startswith("sqlite")
+    for s, x in zip(steps, values, strict=True):
+        if sqlite and x == 0.0:  # SQLite writes a whole REAL as an integer on disk: -0.0 reads back 0.0
+            assert stored[("v", s)] == 0.0
+            continue
+        assert _bits(stored[("v", s)]) == _bits(x)  # type: ignore[arg-type]
+    for i, x in enumerate(values[:50]):
+        assert _bits(stored[("v", 1000 + i)]) == _bits(x)  # type: ignore[arg-type]
+        assert stored[("w", 1000 + i)] is None  # NaN is NULL
+    assert stored[("sparse", 7)] is None and stored[("sparse", 8)] == math.inf and stored[("sparse", 9)] == -math.inf
+    assert stored[("sparse", 100)] == 3.0 and ("sparse", 11) not in stored
+    served = server.req("GET", f"/runs/{RUN}/metrics", params={"type": "train"}).json()["points"]
+    by_step = {p["step"]: p for p in served}
+    assert by_step[7]["metrics"] == {"v": values[7], "sparse": "NaN"}
+    assert by_step[9]["metrics"]["sparse"] == "-Infinity" and by_step[20]["epoch"] == 20 / 7
+    assert _blocks(server) == _blocks_from_points(server)
+
+
+def test_a_batch_sent_again_or_overlapping_keeps_points_and_blocks_exact(server: Server) -> None:
+    _new_run(server)
+
+    def batch(start: int, lo: int, hi: int, value: float) -> dict[str, Any]:
+        steps = list(range(lo, hi))
+        return {
+            "type": "train",
+            "start": start,
+            "end": start + 10,
+            "step": steps,
+            "epoch": [None] * len(steps),
+            "time": [0.0] * len(steps),
+            "metrics": {"loss": [value] * len(steps)},
+        }
+
+    _post(server, batch(0, 0, 300, 1.0))
+    _post(server, batch(0, 0, 300, 9.0))  # the same range again (a retry): nothing changes
+    _post(server, batch(10, 250, 400, 5.0))  # overlaps stored steps and shares their block
+    stored = _stored(server)
+    assert len(stored) == 400 and stored[("loss", 299)] == 1.0 and stored[("loss", 300)] == 5.0
+    assert _blocks(server) == _blocks_from_points(server)
+    counts = server.req("GET", f"/runs/{RUN}").json()["metrics"]
+    assert counts == [{"type": "train", "name": "loss", "count": 400, "last_step": 399}]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"step": [1, 2], "epoch": [None], "time": [0.0, 0.0], "metrics": {"x": [1.0, 2.0]}}, "one entry per line"),
+        ({"step": [1], "epoch": [None], "time": [0.0], "metrics": {"x": [1.0, 2.0]}}, "one entry per line"),
+        ({"step": [1], "epoch": [None], "time": [0.0]}, "all of the columns"),
+        (
+            {"step": [1], "epoch": [None], "time": [0.0], "metrics": {}, "points": []},
+            "not both",
+        ),
+        ({"step": [-1], "epoch": [None], "time": [0.0], "metrics": {"x": [1.0]}}, ""),
+        ({"step": [1], "epoch": [None], "time": [0.0], "metrics": {"x": ["high"]}}, ""),
+        ({"step": [1], "epoch": [None], "time": [0.0], "metrics": {"x": [True]}}, ""),
+        ({"step": [1.5], "epoch": [None], "time": [0.0], "metrics": {"x": [1.0]}}, ""),
+    ],
+)
+def test_malformed_columns_are_refused_with_422(server: Server, body: dict[str, Any], message: str) -> None:
+    _new_run(server)
+    r = server.req("POST", f"/runs/{RUN}/metrics", json={"type": "train", "start": 0, "end": 1, **body})
+    assert r.status_code == 422 and message in r.json()["detail"], r.text
+    assert _stored(server) == {}
+
+
+def test_a_batch_over_the_value_limit_gets_413(tmp_path: Path, db_url: str) -> None:
+    srv = make_server(tmp_path, db_url)
+    _new_run(srv)
+    n = srv.settings.max_batch_points // 2 + 1
+    body = {"type": "t", "start": 0, "end": 1, "step": list(range(n)), "epoch": [None] * n, "time": [0.0] * n}
+    body["metrics"] = {"a": [1.0] * n, "b": [None] * n}
+    r = srv.req("POST", f"/runs/{RUN}/metrics", json=body)
+    assert r.status_code == 413 and "fewer lines" in r.json()["detail"]
+    srv.client.app.state.engine.dispose()
+
+
+def _upload_long_series(server: Server, n: int) -> dict[str, list[float]]:
+    rng = random.Random(1)
+    series = {
+        "loss": [math.sin(s / 500) + rng.random() / 10 for s in range(n)],
+        "acc": [rng.random() for s in range(n)],
+    }
+    series["loss"][n // 3] = 1e6  # a one-point spike
+    series["acc"][n // 2] = -1e6
+    for i, lo in enumerate(range(0, n, 10_000)):
+        steps = list(range(lo, min(n, lo + 10_000)))
+        body = {
+            "type": "train",
+            "start": i,
+            "end": i + 1,
+            "step": steps,
+            "epoch": [s / 1000 for s in steps],
+            "time": [0.0] * len(steps),
+            "metrics": {name: values[lo : lo + 10_000] for name, values in series.items()},
+        }
+        assert server.req("POST", f"/runs/{RUN}/metrics", json=body).status_code == 200
+    return series
+
+
+def test_long_series_are_downsampled_from_blocks_keeping_extremes(server: Server) -> None:
+    _new_run(server)
+    n = 300_000
+    series = _upload_long_series(server, n)
+    got = server.req("GET", f"/runs/{RUN}/series", params={"type": "train", "buckets": 500}).json()["metrics"]
+    for name, values in series.items():
+        chart = got[name]
+        assert chart["count"] == n and chart["downsampled"] and len(chart["value"]) <= 1000
+        assert max(chart["value"]) == max(values) and min(chart["value"]) == min(values)
+        assert chart["step"][0] == 0 and chart["step"][-1] == n - 1
+        assert chart["step"] == sorted(chart["step"])
+        # each bucket's pair is the true min and max of the points in its step range
+        for i in range(0, len(chart["step"]), 2):
+            lo, hi = chart["step"][i], chart["step"][i + 1]
+            assert chart["value"][i] == min(values[lo : hi + 1]) and chart["value"][i + 1] == max(values[lo : hi + 1])
+
+
+def test_a_short_series_beside_a_long_one_is_sent_whole(server: Server) -> None:
+    _new_run(server)
+    n = 10_000
+    steps = list(range(n))
+    rare = [float(s) if s % 1000 == 0 else None for s in steps]
+    body = {"type": "train", "start": 0, "end": 1, "step": steps, "epoch": [None] * n, "time": [0.0] * n}
+    body["metrics"] = {"loss": [1.0] * n, "rare": rare}
+    _post(server, body)
+    got = server.req("GET", f"/runs/{RUN}/series", params={"type": "train"}).json()["metrics"]
+    assert got["rare"] == {
+        "count": 10,
+        "downsampled": False,
+        "step": list(range(0, n, 1000)),
+        "epoch": [None] * 10,
+        "value": [float(s) for s in range(0, n, 1000)],
+    }
+    assert got["loss"]["count"] == n and got["loss"]["downsampled"]
+
+
+def test_deleting_a_run_deletes_its_points_and_blocks(server: Server) -> None:
+    _new_run(server)
+    _post(server, {"type": "t", "start": 0, "end": 1, "points": [{"step": 1, "time": 0.0, "metrics": {"x": 1.0}}]})
+    assert server.req("DELETE", f"/runs/{RUN}").status_code == 200
+    assert _stored(server) == {} and _blocks(server) == []
+
+
+def _alembic(url: str, revision: str, down: bool = False) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from ember.server.db import MIGRATIONS, make_engine
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
+    engine.dispose()
+
+
+def test_migration_0002_keeps_existing_points_and_summarises_them(tmp_path: Path, db_url: str) -> None:
+    _alembic(db_url, "0001")
+    engine = create_engine(db_url)
+    points = [(s, name, math.cos(s) if s != 77 else None) for s in range(1000) for name in ("a", "b")]
+    with engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO users (id, name, is_admin, created) VALUES (1, 'alice', true, :t)"), {"t": "2026-01-01"}
+        )
+        conn.execute(
+            text("INSERT INTO folders (id, path, parent_id, owner_id, created) VALUES (1, '/alice', NULL, 1, :t)"),
+            {"t": "2026-01-01"},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO runs (pk, id, folder_id, owner_id, name, status, labels, description, hparams, meta,"
+                " platform, uploaded) VALUES (1, :id, 1, 1, 'old', 'Complete', '[]', '', '{}', '{}', '{}', :t)"
+            ),
+            {"id": RUN, "t": "2026-01-01"},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO metric_points (run_pk, type, step, name, epoch, time, value)"
+                " VALUES (1, 'train', :s, :n, NULL, 0.5, :v)"
+            ),
+            [{"s": s, "n": n, "v": v} for s, n, v in points],
+        )
+    _alembic(db_url, "head")
+    srv = Server(Settings.make(data_dir=tmp_path / "data", db_url=db_url), None)  # type: ignore[arg-type]
+    srv.client = TestClient(create_app(srv.settings))
+    with srv.client.app.state.sessions() as session:
+        stored = session.execute(select(MetricPoint.step, MetricPoint.name, MetricPoint.value)).all()
+        assert session.scalar(select(Run.name)) == "old"
+    assert sorted(stored, key=lambda r: (r[0], r[1])) == points
+    assert _blocks(srv) == _blocks_from_points(srv) and len(_blocks(srv)) == 2 * math.ceil(1000 / BLOCK)
+    srv.client.app.state.engine.dispose()
+    _alembic(db_url, "0001", down=True)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar_one() == len(points)
+        assert conn.execute(text("SELECT max(id) FROM metric_points")).scalar_one() == len(points)
+    engine.dispose()
