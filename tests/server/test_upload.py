@@ -222,3 +222,22 @@ def test_bad_requests_get_a_json_error_never_a_500(tmp_path: Path, db_url: str) 
     r = srv.client.post(f"/api/v1/runs/{rid}/metrics", headers=srv.h(), content=chunks)
     assert r.status_code == 413 and "limit" in r.json()["detail"]
     srv.client.app.state.engine.dispose()
+
+
+def test_the_last_stdout_line_without_a_newline_is_uploaded(server: Server, tmp_path: Path) -> None:
+    run, _ = train_tiny(tmp_path / "store", steps=10)
+    print("done, no newline", end="")
+    run.finish()
+    log = run.path / "stdout.log"
+    assert log.read_bytes().endswith(b"done, no newline")
+    upload_run(run.path, client=_client(server))
+    assert server.req("GET", f"/runs/{run.id}/log").json()["text"] == log.read_text()
+    with open(log, "ab") as f:  # a character cut in the middle of its bytes waits for the rest
+        f.write(" caf\u00e9".encode()[:-1])
+    upload_run(run.path, client=_client(server))
+    assert server.req("GET", f"/runs/{run.id}").json()["cursors"]["stdout.log"] == log.stat().st_size - 1
+    with open(log, "ab") as f:
+        f.write(b"\xa9 ok\n")
+    upload_run(run.path, client=_client(server))
+    assert server.req("GET", f"/runs/{run.id}/log").json()["text"] == log.read_text()
+    assert log.read_text().endswith("done, no newline caf\u00e9 ok\n")
