@@ -102,8 +102,8 @@ def free_port() -> int:
 class ServerProcess:
     """``ember server`` in a real process on a loopback port; ``kill()`` and ``start()`` again."""
 
-    def __init__(self, data: Path, db_url: str, port: int | None = None) -> None:
-        self.data, self.db_url = data, db_url
+    def __init__(self, data: Path, db_url: str, port: int | None = None, workers: int = 1) -> None:
+        self.data, self.db_url, self.workers = data, db_url, workers
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -111,7 +111,7 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         argv = [sys.executable, "-m", "ember.server.cli", "server", "--db", self.db_url, "--data", str(self.data)]
-        argv += ["--port", str(self.port), "--log-level", "warning"]
+        argv += ["--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
         import httpx
@@ -131,6 +131,12 @@ class ServerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+    def stop(self) -> None:
+        """Shut down gracefully: with ``workers > 1`` a killed supervisor would orphan its workers."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
 
 
 @pytest.fixture

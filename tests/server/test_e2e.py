@@ -134,3 +134,51 @@ def test_auto_upload_catches_up_after_the_server_was_down(
     run.finish()
     assert _stored_values(proc, key, run.id) == 300
     assert _get(proc, key, f"/runs/{run.id}")["status"] == "Complete"
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_two_server_processes_on_postgresql_store_concurrent_uploads_once(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.server import admin
+    from ember.server.settings import Settings
+    from ember.track.client import Client, Credentials
+
+    settings = Settings.make(data_dir=tmp_path / "data", db_url=db_url)
+    key = admin.init(settings, "alice")
+    monkeypatch.setattr(client_mod, "BATCH_LINES", 300)  # many requests, spread over both workers
+    runs = []
+    for i in range(3):
+        run = track.create_run(name=f"w{i}", home=tmp_path / "store")
+        for step in range(3000):
+            run.log("train", {"loss": 1.0 / (step + 1), "acc": step / 3000}, step=step)
+        run.finish()
+        runs.append(run)
+    proc = ServerProcess(settings.data_dir, db_url, workers=2).start()
+    try:
+        errors: list[BaseException] = []
+
+        def upload(run: track.Run) -> None:
+            try:
+                with Client(Credentials(proc.url, key)) as client:
+                    upload_run(run.path, client=client, artifacts=False)
+            except UploadError as e:
+                errors.append(e)
+
+        with Client(Credentials(proc.url, key)) as client:  # created first: only their streams race
+            for run in runs:
+                client.call("PUT", f"/runs/{run.id}", json={"run": json.loads((run.path / "run.json").read_text())})
+        # runs[0] twice at once: the two uploads of one stream take turns on its cursor
+        threads = [threading.Thread(target=upload, args=(r,)) for r in [*runs, runs[0]]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        for run in runs:
+            assert _stored_values(proc, key, run.id) == 6000
+            got = _get(proc, key, f"/runs/{run.id}/series", type="train", buckets="10")["metrics"]
+            assert got["loss"]["count"] == 3000 and max(got["loss"]["value"]) == 1.0
+            assert min(got["acc"]["value"]) == 0.0
+    finally:
+        proc.stop()
