@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ember.amp import Precision, make_precision
 from ember.config import Config
+from ember.data import data_parallel_rank_and_size
 from ember.errors import EngineError
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
@@ -75,6 +76,7 @@ class Engine:
         precision: Precision | None = None,
         parallel: ParallelPolicy | None = None,
         schedule: Any = None,
+        data_parallel: tuple[int, int] | None = None,
     ) -> None:
         self._model = model
         self._train_module = train_module if train_module is not None else model
@@ -93,6 +95,11 @@ class Engine:
             parallel = DataParallelPolicy(ddp) if ddp is not None else ParallelPolicy()
         self.parallel = parallel
         """How gradients synchronise, clipping reduces and state is gathered (DDP, ZeRO, FSDP2, TP)."""
+        rank, size = data_parallel if data_parallel is not None else data_parallel_rank_and_size()
+        self.data_parallel_rank: int = rank
+        """This process's index among the Engine's data-parallel replicas (what its data is sharded by)."""
+        self.data_parallel_size: int = size
+        """The Engine's data-parallel replicas: the launched layout's, or its own config's ``parallel``."""
         self.schedule = schedule
         """The Trainer schedule this Engine needs (``Trainer(engine, schedule=engine.schedule)``), or
         None for the default forward-loss-backward. Set under pipeline parallelism."""

@@ -96,8 +96,9 @@ def initialize(
         eval_module=built.eval_module,
         parallel=built.policy,
         schedule=built.schedule,
+        data_parallel=(plan.layout.coords(ctx.rank)["data"], plan.layout.data),
     )
-    shard = (plan.layout.coords(ctx.rank)["data"], plan.layout.data)
+    shard = (engine.data_parallel_rank, engine.data_parallel_size)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)
     return engine, train_dataloader, _prepare_loader(test_dataloader, ctx, shard), lr_scheduler
 

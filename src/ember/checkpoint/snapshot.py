@@ -31,7 +31,6 @@ import torch.distributed as dist
 
 from ember import distributed
 from ember.checkpoint.state import rng_state, to_cpu
-from ember.data import data_parallel_rank_and_size
 from ember.errors import CheckpointError
 from ember.parallel.policy import require_boundary
 
@@ -232,7 +231,7 @@ def _meta(trainer: Trainer, ts: Mapping[str, Any], engine_state: Mapping[str, An
         "accumulation_micro_step": int(engine_state.get("micro_step", 0)),
         "metrics": latest_metrics(trainer.history),
         "world_size": distributed.world_size(),
-        "data_parallel_size": data_parallel_rank_and_size()[1],
+        "data_parallel_size": trainer.engine.data_parallel_size,
         "parallel": getattr(trainer.engine.parallel, "name", "none"),
         "ember_version": ember.__version__,
         "torch_version": str(torch.__version__),  # a str subclass the safe loader refuses
@@ -248,7 +247,7 @@ def _sampler_state(trainer: Trainer, ts: Mapping[str, Any]) -> dict[str, Any]:
         "position": None if batch_size is None else ts["epoch_iter"] * batch_size,
         "batches": ts["epoch_iter"],
         "batch_size": batch_size,
-        "data_parallel_size": data_parallel_rank_and_size()[1],
+        "data_parallel_size": trainer.engine.data_parallel_size,
         "seed": getattr(sampler, "seed", None),
         "shuffle": getattr(sampler, "shuffle", None),
     }
@@ -268,7 +267,7 @@ def _map_position(state: Mapping[str, Any], trainer: Trainer, where: str) -> Non
     saved_dp = int(sampler["data_parallel_size"])
     consumed = int(sampler["batches"]) * int(sampler["batch_size"]) * saved_dp
     trainer.resume_epoch_at_sample(consumed)
-    if saved_dp != data_parallel_rank_and_size()[1]:
+    if saved_dp != trainer.engine.data_parallel_size:
         trainer.logger.warning(
             f"{where}: the epoch resumes after the {consumed} samples that its {saved_dp} rank(s) had consumed",
             ranks=[0],

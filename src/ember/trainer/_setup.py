@@ -5,12 +5,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember.data import data_parallel_rank_and_size
 from ember.errors import TrainerError
 
 if TYPE_CHECKING:
@@ -35,8 +34,8 @@ class Run:
     start_step: int
     return_output_label: bool
     resume: Any = None
-    replicas: int = field(default_factory=lambda: data_parallel_rank_and_size()[1])
-    """Data-parallel replicas: every batch adds ``batch_size * replicas`` samples seen."""
+    replicas: int = 1
+    """The Engine's data-parallel replicas: every batch adds ``batch_size * replicas`` samples seen."""
 
     def steps_done(self, t: Trainer) -> bool:
         """True once ``max_steps`` optimizer updates were made in this fit."""
@@ -114,9 +113,8 @@ def real_num_samples(loader: Any) -> int | None:
     return None
 
 
-def check_test_loader(loader: Any) -> None:
-    """Under several ranks an evaluation loader must shard the data, or samples count twice."""
-    world = data_parallel_rank_and_size()[1]
+def check_test_loader(loader: Any, world: int) -> None:
+    """Under ``world`` data-parallel ranks an evaluation loader must shard the data, or samples count twice."""
     if loader is None or world == 1:
         return
     replicas = getattr(getattr(loader, "sampler", None), "num_replicas", None)
@@ -128,9 +126,8 @@ def check_test_loader(loader: Any) -> None:
         )
 
 
-def warn_if_unsharded(loader: Any, logger: DistributedLogger) -> None:
-    """Under several ranks, say so when every rank would train on all the data."""
-    world = data_parallel_rank_and_size()[1]
+def warn_if_unsharded(loader: Any, world: int, logger: DistributedLogger) -> None:
+    """Under ``world`` data-parallel ranks, say so when every rank would train on all the data."""
     if world > 1 and getattr(getattr(loader, "sampler", None), "num_replicas", world) != world:
         logger.warning(
             f"the training dataloader is not split across the {world} ranks: each rank trains on all of it. "

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import distributed
-from ember.data import data_parallel_rank_and_size
 from ember.errors import TrainerError
 from ember.trainer.placeholders import Placeholders
 from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
@@ -169,7 +168,7 @@ class TrainerState:
         if not batch_size:
             self.logger.warning("cannot tell this loader's batch size: the epoch resumes at the saved batch")
             return
-        self.epoch_iter = samples // (batch_size * data_parallel_rank_and_size()[1])
+        self.epoch_iter = samples // (batch_size * self.engine.data_parallel_size)
 
     def hook_states(self) -> dict[str, dict[str, Any]]:
         """``{hook name: state}`` for every registered hook that keeps state."""

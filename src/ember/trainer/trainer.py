@@ -190,9 +190,9 @@ class Trainer(TrainerState):
         test_dl = pick_loader("test", test_dataloader, test_dataset, batch_size, False, dataloader_kwargs)
         if train_dl is None:
             raise TrainerError("fit needs train_dataloader=... or train_dataset=... with batch_size=...")
-        check_test_loader(test_dl)
+        check_test_loader(test_dl, self.engine.data_parallel_size)
         check_resume(resume)
-        warn_if_unsharded(train_dl, self.logger)
+        warn_if_unsharded(train_dl, self.engine.data_parallel_size, self.logger)
         batches = batches_per_epoch(train_dl)
         if batches == 0:
             raise TrainerError(
@@ -206,7 +206,7 @@ class Trainer(TrainerState):
         self.train_dataloader, self.test_dataloader = train_dl, test_dl
         self._apply_resume_samples()  # a position loaded before fit, in this loader's batches
         self._run = Run(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
-                        return_output_label, resume)  # fmt: skip
+                        return_output_label, resume, self.engine.data_parallel_size)  # fmt: skip
         self.logger.info(self._control.describe(), ranks=[0])
         self._control.reset()
         self.fitting, self._finished = True, False
@@ -233,7 +233,7 @@ class Trainer(TrainerState):
             The metrics recorded by metric hooks during this pass (recorded in the history
             too when called from inside ``fit``).
         """
-        check_test_loader(test_dataloader)
+        check_test_loader(test_dataloader, self.engine.data_parallel_size)
         if self.fitting and (hooks is not None or display_progress):
             raise TrainerError("evaluate(hooks=...) cannot change the hooks while fit is running")
         saved = self._control.snapshot()

@@ -6,10 +6,9 @@ into ``OUT/ckpt``; and a continuation of its update-8 checkpoint on the same 2 p
 
 ``sharded.py resume OUT`` (4 processes, FSDP2 zero stage 3): continue ``OUT/ckpt``'s update-8
 checkpoint (mid-epoch) to the end, saving the final state (4 ranks' shards) into ``OUT/four`` and
-its full weights to ``OUT/four-final.pt``; then continue its update-6 checkpoint (an epoch's
-start) with 2 × 2 FSDP × tensor parallel, into ``OUT/2x2`` and ``OUT/2x2-final.pt``. (A
-per-Engine layout other than the launched one resumes mid-epoch at the wrong sample: the
-Trainer maps the position through the launched data-parallel size; hence the epoch start there.)
+its full weights to ``OUT/four-final.pt``; then continue the same checkpoint with a per-Engine
+2 × 2 FSDP × tensor parallel layout (2 data-parallel replicas, not the launched 4), into ``OUT/2x2``
+and ``OUT/2x2-final.pt``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from ember.trainer import hooks
 
 torch.set_num_threads(1)
 RESUME_FROM = "ckpt-e0001-s000000008.ckpt"  # 2 updates into epoch 1
-EPOCH_START = "ckpt-e0001-s000000006.ckpt"
 
 
 def save(out: Path) -> None:
@@ -59,7 +57,7 @@ def resume(out: Path) -> None:
         result["param_diff"] = max_diff(weights, ref_weights)
         torch.save(weights, out / "four-final.pt")
     two_d = hooks.CheckpointHook(out / "2x2", every_n_steps=None, every_n_epochs=None, save_last=True)
-    trainer, weights, losses = fit(FSDP_TP, two_d, resume=out / "ckpt" / EPOCH_START)
+    trainer, weights, losses = fit(FSDP_TP, two_d, resume=out / "ckpt" / RESUME_FROM)
     result.update({"2x2.policy": trainer.engine.parallel.name, "2x2.loss_diff": loss_diff(losses, ref_losses)})
     result["2x2.resumed_steps"] = sorted(losses)
     if weights is not None:
