@@ -270,6 +270,25 @@ def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path:
         assert a["trainer"] == b["trainer"] and a["ranks"][0]["rng"]["python"] == b["ranks"][0]["rng"]["python"]
 
 
+def test_staging_buffers_are_reused_from_save_to_save_and_hold_exact_copies() -> None:
+    from ember.checkpoint.state import StagingBuffers, to_cpu
+
+    staging = StagingBuffers()
+    live = {"w": torch.randn(3, 4), "opt": [torch.arange(5), (torch.tensor(2.0),)], "step": 7}
+    first = to_cpu(live, staging)
+    assert torch.equal(first["w"], live["w"]) and first["w"].data_ptr() != live["w"].data_ptr()
+    kept = first["w"].data_ptr()
+    live["w"].add_(1.0)  # training goes on: the copy does not change
+    assert not torch.equal(first["w"], live["w"])
+    second = to_cpu(live, staging)  # the same shapes: copied into the same memory
+    assert second["w"].data_ptr() == kept and torch.equal(second["w"], live["w"])
+    assert second["opt"][1][0].item() == 2.0 and second["step"] == 7
+    live["w"] = torch.randn(2, 2)  # another shape: a new buffer; a shorter state drops the rest
+    third = to_cpu({"w": live["w"]}, staging)
+    assert third["w"].data_ptr() != kept and torch.equal(third["w"], live["w"])
+    assert len(staging._buffers) == 1
+
+
 # -- the command line and bare weights ------------------------------------------------------------
 def test_export_writes_weights_that_load_strictly_into_the_plain_model(tmp_path: Path) -> None:
     trainer = common.run(tmp_path)

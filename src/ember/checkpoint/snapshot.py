@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ember import distributed
-from ember.checkpoint.state import rng_state, to_cpu
+from ember.checkpoint.state import StagingBuffers, rng_state, to_cpu
 from ember.errors import CheckpointError
 from ember.parallel.policy import require_boundary
 
@@ -45,8 +45,9 @@ SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 
 
 def capture(
-    trainer: Trainer, reason: str = "manual", copy: bool = False, shards: Mapping[str, Any] | None = None
-) -> dict[str, Any] | None:
+    trainer: Trainer, reason: str = "manual", copy: bool | StagingBuffers = False,
+    shards: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:  # fmt: skip
     """Collect ``trainer``'s full state; a collective. Rank 0 gets the dict, other ranks None.
 
     Args:
@@ -54,7 +55,8 @@ def capture(
         reason: why it is taken (``"epoch"``, ``"step"``, ``"preempt"``, ``"final"``, ``"manual"``),
             kept in the metadata.
         copy: copy every tensor to CPU memory now (for writing in the background while
-            training changes the live tensors).
+            training changes the live tensors); a :class:`StagingBuffers` to copy into its
+            reused memory (the previous write from it must have finished).
         shards: for a sharded checkpoint, the description of its ``torch.distributed.checkpoint``
             part, kept as the ``shards`` section: the model and optimizer are then left out of
             ``engine`` (the caller saves them with DCP) and nothing is gathered.
@@ -98,8 +100,8 @@ def capture(
         state["meta"]["sharded"] = True
     check_loadable(state["hooks"], "hooks")
     check_loadable(ranks, "ranks")
-    if copy:
-        state = to_cpu(state)
+    if copy is not False:
+        state = to_cpu(state, copy if isinstance(copy, StagingBuffers) else None)
     state["meta"]["sizes"] = {k: tensor_bytes(state[k]) for k in SECTIONS}
     return state
 

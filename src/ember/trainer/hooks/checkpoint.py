@@ -14,6 +14,7 @@ from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
 from ember.checkpoint.sharded import is_sharded, save_sharded
 from ember.checkpoint.snapshot import capture
+from ember.checkpoint.state import StagingBuffers
 from ember.errors import HookError
 from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import epoch_value
@@ -107,6 +108,7 @@ class CheckpointHook(BaseHook):
         self.last_path: Path | None = None
         self.resumed_from: Path | None = None
         self._writer = AsyncWriter()
+        self._staging = StagingBuffers()  # async_save: CPU copies reused from save to save
         self._saved: _Key | None = None
         self._warned_sync = False
 
@@ -214,7 +216,7 @@ class CheckpointHook(BaseHook):
             save_sharded(path, t, reason=reason, then=then)  # a collective; rank 0 calls then()
             self._saved, self.last_path = key, path
             return path
-        state = capture(t, reason=reason, copy=self.async_save)
+        state = capture(t, reason=reason, copy=self._staging if self.async_save else False)
         self._saved, self.last_path = key, path
         if state is not None:
             if self.async_save:
