@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,29 +52,15 @@ def torchrun(
     timeout: float = 180,
     check: bool = True,
     torchrun_args: tuple[str, ...] = (),
-    before_retry: Callable[[], None] | None = None,
 ) -> TorchrunResult:
     """Run ``script`` with ``torch.distributed.run`` on ``nproc`` local processes.
 
-    A worker occasionally dies in C++ with ``terminate called without an active exception``
-    (SIGABRT inside gloo; seen about once in ten starts on a loaded 2-core machine, cause not
-    yet found). Such a run is retried once, loudly (a warning with the first run's stderr), after
-    ``before_retry()`` resets whatever state the script leaves behind. Any other failure is not
-    retried. Raises AssertionError with both output streams when ``check`` and the exit code is
-    not 0.
+    Raises AssertionError with both output streams when ``check`` and the exit code is not 0.
     """
     run = _torchrun_once(script, nproc, args, env, timeout, torchrun_args)
-    if run.returncode != 0 and _ABORT in run.stderr:
-        warnings.warn(f"torchrun worker aborted in C++ (retrying once):\n{run.stderr[-3000:]}", stacklevel=2)
-        if before_retry is not None:
-            before_retry()
-        run = _torchrun_once(script, nproc, args, env, timeout, torchrun_args)
     if check and run.returncode != 0:
         raise AssertionError(f"torchrun exited {run.returncode}\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}")
     return run
-
-
-_ABORT = "terminate called without an active exception"
 
 
 def _torchrun_once(
@@ -119,14 +102,3 @@ def results(run: TorchrunResult) -> dict[int, dict[str, Any]]:
         found.setdefault(int(obj["rank"]), obj)
         start = text.find("RESULT ", end)
     return found
-
-
-def clear_dir(path: Path, keep: tuple[str, ...] = ()) -> Callable[[], None]:
-    """A ``before_retry`` that empties ``path`` except the entries named in ``keep``."""
-
-    def clear() -> None:
-        for entry in path.iterdir() if path.exists() else ():
-            if entry.name not in keep:
-                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-
-    return clear

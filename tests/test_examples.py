@@ -12,7 +12,7 @@ import pytest
 
 from ember import track
 from ember.track.store import list_runs
-from tests.dist import clear_dir, torchrun
+from tests.dist import torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -56,7 +56,7 @@ def test_trainer_examples_succeed(script: str, tmp_path: Path) -> None:
 def test_ddp_tracking_example_leaves_exactly_one_run(tmp_path: Path) -> None:
     home = tmp_path / ".ember"
     torchrun(EXAMPLES / "ddp_tracking.py", nproc=2, args=["--epochs", "3", "--out", str(tmp_path / "m.pt")],
-             env={"EMBER_HOME": str(home)}, before_retry=clear_dir(home))  # fmt: skip
+             env={"EMBER_HOME": str(home)})  # fmt: skip
     (info,) = list_runs(home)
     run = track.load_run(info.path, home=home)
     assert run.status == "Complete" and run.hparams["world_size"] == 2

@@ -19,7 +19,7 @@ from ember.data import ResumableSampler
 from ember.trainer import PREEMPTED_EXIT_CODE, hooks
 from tests.checkpoint import common
 from tests.checkpoint.common import params, read_result
-from tests.dist import clear_dir, torchrun
+from tests.dist import torchrun
 from tests.models import tiny_dataset
 
 pytestmark = pytest.mark.multiprocess
@@ -39,8 +39,7 @@ def epoch_order(epoch: int) -> list[int]:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist-ref")
     common.run(out / "one", bs=4)  # the one-process checkpoints that two processes continue
-    torchrun(SCRIPT, nproc=2, args=["reference", str(out), str(out / "one" / ONE_PROC_CKPT)], timeout=200,
-             before_retry=clear_dir(out, keep=("one",)))  # fmt: skip
+    torchrun(SCRIPT, nproc=2, args=["reference", str(out), str(out / "one" / ONE_PROC_CKPT)], timeout=200)  # fmt: skip
     return out
 
 
@@ -49,7 +48,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("dist-chain")
     # --standalone (a c10d rendezvous) as `ember run` uses: restarts under the static one can hang
     run = torchrun(SCRIPT, nproc=2, args=["chain", str(out)], env=RESTARTS, timeout=240,
-                   torchrun_args=("--standalone", "--max-restarts=2"), before_retry=clear_dir(out))  # fmt: skip
+                   torchrun_args=("--standalone", "--max-restarts=2"))  # fmt: skip
     return out, run.stdout + run.stderr
 
 

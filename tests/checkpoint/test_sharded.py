@@ -31,7 +31,7 @@ from ember.cli import main as ember_main
 from ember.errors import CheckpointError
 from ember.trainer import hooks
 from tests.checkpoint.sharded_job import ZERO3, fit, load_reference, loss_diff, max_diff
-from tests.dist import clear_dir, results, torchrun
+from tests.dist import results, torchrun
 from tests.parallel.common import TinyGPT
 from tests.trainer.helpers import RecordingLogger
 
@@ -46,15 +46,14 @@ FINAL_OF_FOUR = "ckpt-e0002-s000000012.ckpt"
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, Any]]]:
     out = tmp_path_factory.mktemp("sharded")
-    run = torchrun(SCRIPT, nproc=2, args=["save", str(out)], timeout=240, before_retry=clear_dir(out))
+    run = torchrun(SCRIPT, nproc=2, args=["save", str(out)], timeout=240)
     return out, results(run)
 
 
 @pytest.fixture(scope="module")
 def four(saved: tuple[Path, dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
     out = saved[0]
-    keep = ("ckpt", "reference.pt", "reference.json", "again")
-    run = torchrun(SCRIPT, nproc=4, args=["resume", str(out)], timeout=240, before_retry=clear_dir(out, keep=keep))
+    run = torchrun(SCRIPT, nproc=4, args=["resume", str(out)], timeout=240)
     return results(run)
 
 

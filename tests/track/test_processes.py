@@ -17,7 +17,7 @@ import pytest
 from ember import track
 from ember.track import store as st
 from ember.track._values import read_points
-from tests.dist import ROOT, clear_dir, torchrun
+from tests.dist import ROOT, torchrun
 
 pytestmark = pytest.mark.multiprocess
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -84,7 +84,6 @@ def test_seed004_workflow_under_two_gloo_processes_leaves_one_run_with_rank0_met
         nproc=2,
         args=[str(tmp_path)],
         env={"EMBER_HOME": str(store)},
-        before_retry=clear_dir(store),
     ).results
     assert sorted(res) == [0, 1]
     assert res[1]["active"] is False and res[1]["path"] is None and res[1]["artifact"] is None
