@@ -88,3 +88,6 @@ def new_page(browser: Any, base: str, **context: Any) -> Checked:
     """A fresh context (cookies) and page on ``base``."""
     ctx = browser.new_context(viewport={"width": 1366, "height": 900}, **context)
     return Checked(ctx.new_page(), base)
+
+
+from tests.server.conftest import db_url  # noqa: E402, F401  (the SQLite/PostgreSQL fixture, for these tests too)

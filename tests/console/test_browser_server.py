@@ -107,6 +107,9 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     assert "/ui/login" in p.page.url
     p.goto("/ui/runs")
     assert "/ui/login" in p.page.url  # the session is gone
+    p.page.context.add_cookies([cookie])  # a copy of the cookie taken before logging out
+    p.goto("/ui/runs")
+    assert "/ui/login" in p.page.url  # is refused: the server ended the session
     p.check()
     p.page.context.close()
 

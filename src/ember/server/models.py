@@ -209,3 +209,17 @@ class Edge(Base):
     target_id: Mapped[str] = mapped_column(ID, index=True)
     target_name: Mapped[str] = mapped_column(String(100))
     time: Mapped[float] = mapped_column(Float)
+
+
+class ConsoleSession(Base):
+    """A browser's console login: the cookie holds a random token, the table its sha256 digest.
+
+    Logging out deletes the row, so a cookie copied before logout is refused after it.
+    """
+
+    __tablename__ = "console_sessions"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    key_id: Mapped[str] = mapped_column(String(16))  # the API key logged in with: revoking it ends the session
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -61,10 +61,10 @@ def login(
 
 
 @router.post("/logout")
-def logout(request: Request, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
+def logout(request: Request, session: DbSession, csrf: Annotated[str, Form(max_length=200)] = "") -> Response:
     check_csrf(request, csrf)
     response = RedirectResponse(f"{PREFIX}/login", status_code=303)
-    end_session(response)
+    end_session(request, response, session)
     secure(response)
     return response
 

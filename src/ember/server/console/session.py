@@ -1,13 +1,15 @@
-"""Browser sessions: a signed cookie after logging in with an API key, CSRF tokens for forms.
+"""Browser sessions: a random token in a cookie after logging in with an API key, CSRF tokens for forms.
 
-The session cookie reads ``<key id>.<issued>.<signature>``: the API key itself never leaves
-the login form. Each request checks the signature (HMAC-SHA256 with a secret kept in the data
-folder, so every server process shares it), the age (:data:`MAX_AGE_S`) and that the key is
-still valid, so revoking a key ends its browser sessions too. The cookie is HttpOnly,
-SameSite=Strict, scoped to ``/ui`` and Secure behind HTTPS.
+The session cookie holds a random token (256 bits); the server keeps only its sha256 digest, in
+``console_sessions``, with the user, the API key logged in with and an expiry
+(:data:`MAX_AGE_S`). The API key itself never leaves the login form. Each request looks the
+token up and checks that the key is still valid, so revoking a key ends its browser sessions
+too; logging out deletes the row, so a copy of the cookie taken before logout is refused after
+it. The cookie is HttpOnly, SameSite=Strict, scoped to ``/ui`` and Secure behind HTTPS.
 
-Forms carry a CSRF token derived from a random per-browser cookie (signed double submit), and
-a POST whose ``Origin`` names another host is refused.
+Forms carry a CSRF token derived from a random per-browser cookie (signed double submit, HMAC
+with a secret kept in the data folder, so every server process shares it), and a POST whose
+``Origin`` names another host is refused.
 
 In ``ember ui`` mode (``local_user`` set) every request on loopback is that user, without login.
 """
@@ -18,16 +20,16 @@ import hashlib
 import hmac
 import os
 import secrets
-import time
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request, Response
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server.auth import _aware, key_id_of, now, verify
-from ember.server.models import ApiKey, User
+from ember.server.auth import _aware, digest, key_id_of, now, verify
+from ember.server.models import ApiKey, ConsoleSession, User
 
 SESSION_COOKIE = "ember_session"
 CSRF_COOKIE = "ember_csrf"
@@ -58,16 +60,26 @@ def _sign(secret: bytes, message: str) -> str:
 
 
 def start_session(request: Request, response: Response, session: Session, api_key: str) -> User | None:
-    """Check a key typed into the login form; on success set the session cookie and return the user."""
+    """Check a key typed into the login form; on success store a new session, set its cookie, return the user."""
     user = verify(session, api_key.strip())
     key_id = key_id_of(api_key.strip())
     if user is None or key_id is None:
         return None
-    issued = str(int(time.time()))
-    value = f"{key_id}.{issued}.{_sign(_secret(request), f'session|{key_id}|{issued}')}"
+    issued = now()
+    session.execute(delete(ConsoleSession).where(ConsoleSession.expires <= issued))  # keep the table small
+    token = secrets.token_urlsafe(32)
+    session.add(
+        ConsoleSession(
+            digest=digest(token),
+            user_id=user.id,
+            key_id=key_id,
+            created=issued,
+            expires=issued + timedelta(seconds=MAX_AGE_S),
+        )
+    )
     response.set_cookie(
         SESSION_COOKIE,
-        value,
+        token,
         max_age=MAX_AGE_S,
         path=PREFIX,
         httponly=True,
@@ -77,8 +89,11 @@ def start_session(request: Request, response: Response, session: Session, api_ke
     return user
 
 
-def end_session(response: Response) -> None:
-    """Forget the session cookie (logout)."""
+def end_session(request: Request, response: Response, session: Session) -> None:
+    """Log out: delete this browser's session on the server and forget its cookie."""
+    token = request.cookies.get(SESSION_COOKIE, "")
+    if token:
+        session.execute(delete(ConsoleSession).where(ConsoleSession.digest == digest(token)))
     response.delete_cookie(SESSION_COOKIE, path=PREFIX, httponly=True, samesite="strict")
 
 
@@ -94,19 +109,17 @@ def viewer(request: Request, session: Session) -> User | None:
         if host not in LOOPBACK:
             raise HTTPException(403, "`ember ui` answers only on loopback")
         return session.scalar(select(User).where(User.name == local))
-    raw = request.cookies.get(SESSION_COOKIE, "")
-    parts = raw.split(".")
-    if len(parts) != 3 or not parts[1].isdigit():
+    token = request.cookies.get(SESSION_COOKIE, "")
+    if not token or len(token) > 100:
         return None
-    key_id, issued, signature = parts
-    if not hmac.compare_digest(signature, _sign(_secret(request), f"session|{key_id}|{issued}")):
+    # Looked up by the digest of a 256-bit random token: nothing to learn from timing.
+    row = session.get(ConsoleSession, digest(token))
+    if row is None or _aware(row.expires) <= now():
         return None
-    if time.time() - int(issued) > MAX_AGE_S:
-        return None
-    key = session.scalar(select(ApiKey).where(ApiKey.key_id == key_id))
+    key = session.scalar(select(ApiKey).where(ApiKey.key_id == row.key_id))
     if key is None or key.revoked is not None or (key.expires is not None and _aware(key.expires) <= now()):
         return None
-    return session.get(User, key.user_id)
+    return session.get(User, row.user_id)
 
 
 def require_viewer(request: Request, session: Session) -> User:
