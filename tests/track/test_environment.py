@@ -37,10 +37,15 @@ def test_names_and_versions_come_from_the_folder_name_or_else_from_the_metadata(
     _dist(first, "legacy-4.5-py3.11.egg-info", "legacy", "4.5", meta_file="PKG-INFO")
     _dist(second, "foo_bar-9.9.dist-info", "foo_bar", "9.9")  # shadowed by the first on sys.path
     (first / "not_a_dist").mkdir()
+    (first / "leftover-1.0_1.dist-info").mkdir()  # no metadata: skipped
+    (first / "flat-0.9-py3.11.egg-info").write_text("Metadata-Version: 1.0\nName: flat\nVersion: 0.9\n")
+    (first / "flatfile.egg-info").write_text("Metadata-Version: 1.0\nName: FlatFile\nVersion: 2\n")
     monkeypatch.setattr(sys, "path", [str(first), str(tmp_path / "missing"), str(second)])
     assert environment._packages() == {
         "dashed": "1.0-1",
         "develop": "0.3",
+        "flat": "0.9",
+        "flatfile": "2",
         "foo-bar": "1.2.3",
         "legacy": "4.5",
         "torch-stub": "2.0.0+cpu",

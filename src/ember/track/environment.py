@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email
 import os
 import platform
 import re
@@ -63,8 +64,9 @@ def _packages() -> dict[str, str]:
             names = os.listdir(folder)
         except NotADirectoryError:  # a zip archive on sys.path: importlib.metadata reads it
             for dist in metadata.distributions(path=[folder]):
-                if dist.metadata["Name"]:
-                    found.setdefault(_normalized(dist.metadata["Name"]), dist.version)
+                meta = dist.metadata  # parsed at each access
+                if meta["Name"]:
+                    found.setdefault(_normalized(meta["Name"]), meta["Version"])
             continue
         except OSError:  # missing or unreadable: nothing can be imported from it either
             continue
@@ -76,9 +78,13 @@ def _packages() -> dict[str, str]:
                 found.setdefault(_normalized(match[1]), match[2])
                 continue
             dist = metadata.PathDistribution(Path(folder, name))
-            dist_name = dist.metadata["Name"]  # parsed once; .version would parse it again
-            if dist_name:
-                found.setdefault(_normalized(dist_name), dist.metadata["Version"])
+            # read_text("") is the entry itself: an egg-info that is a file, not a folder
+            text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("")
+            if not text:
+                continue  # a leftover folder without metadata: nothing importable was installed
+            meta = email.message_from_string(text)
+            if meta["Name"] and meta["Version"]:
+                found.setdefault(_normalized(meta["Name"]), meta["Version"])
     return dict(sorted(found.items()))
 
 
