@@ -92,9 +92,9 @@ class StackGPT(nn.Module):
         return self.head(self.pool(x))
 
 
-def stack_gpt(seed: int = 0) -> StackGPT:
+def stack_gpt(seed: int = 0, layers: int = 4) -> StackGPT:
     torch.manual_seed(seed)
-    return StackGPT()
+    return StackGPT(layers=layers)
 
 
 def tiny_gpt(seed: int = 0) -> TinyGPT:

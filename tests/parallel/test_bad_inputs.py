@@ -142,8 +142,18 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         lambda: _pipe({"size": 2, "microbatches": 1, "schedule": "1f1b"}),
         "1f1b",
     ),
-    ("pipeline with zero", lambda: _pipe(2, zero={"stage": 3}), "zero="),
-    ("pipeline with tensor parallel", lambda: _pipe(2, world=4, parallel_tensor=2), "parallel.tensor.size=2"),
+    ("pipeline with zero stage 3", lambda: _pipe(2, zero={"stage": 3}), "zero.stage=3"),
+    ("pipeline with zero stage 2", lambda: _pipe(2, zero={"stage": 2}), "Pipeline parallelism runs as"),
+    (
+        "pipeline with zero stage 1 and tensor parallel",
+        lambda: _pipe(2, world=4, parallel_tensor=2, zero={"stage": 1}),
+        "together with parallel.tensor.size=2",
+    ),
+    (
+        "pipeline x tensor with a plan entry matching no module of any stage",
+        lambda: _pipe(2, world=4, parallel_tensor={"size": 2, "plan": {"blocks.*.attn.qproj": "colwise"}}),
+        "did you mean",
+    ),
     ("pipeline with fp16", lambda: _pipe(2, amp="fp16"), "amp='fp16'"),
     ("pipeline with more stages than layers", lambda: _pipe(4, mlp(), world=4), "only 3 layers"),
     ("pipeline with a parameter on the root module", lambda: _pipe(2, RootParameter()), "['scale']"),
@@ -196,6 +206,13 @@ def test_pipeline_split_is_checked_in_one_process() -> None:
     assert plan.pipeline_stages == (("embed", "blocks.0", "blocks.1", "blocks.2"), ("blocks.3", "pool", "head"))
     assert _pipe(3, world=3).pipeline_stages == (("embed", "blocks.0", "blocks.1"), ("blocks.2", "blocks.3"),
                                                   ("pool", "head"))  # fmt: skip
+
+
+def test_pipeline_with_tensor_parallel_is_accepted_and_keeps_the_plan() -> None:
+    plan = _pipe({"size": 2, "split_points": ["blocks.2"]}, world=4, parallel_tensor=2)  # plan=None: recognised
+    assert plan.layout.pipeline == 2 and plan.layout.tensor == 2
+    assert plan.tensor_plan is not None and plan.tensor_plan["blocks.3.mlp.fc2"] == "rowwise"
+    assert _pipe(2, world=4, parallel_data=None, zero={"stage": 1}).zero_stage == 1  # pipeline × data, ZeRO-1
 
 
 def test_optimizer_errors_are_engine_errors_and_wrong_sizes_config_errors() -> None:

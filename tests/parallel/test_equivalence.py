@@ -1,4 +1,4 @@
-"""ZeRO-1, FSDP2, tensor parallel and 2 × 2 FSDP×TP through the Engine match one process.
+"""ZeRO-1, FSDP2, tensor parallel, 2 × 2 FSDP×TP and pipeline × data|tensor match one process.
 
 Two torchruns in all (2 and 4 processes); each script runs every mode in one launch and the
 tests below read its reports. Each mode takes 5 optimizer steps on a global batch of 32 and is
@@ -120,3 +120,29 @@ def test_pipeline_2_times_data_2_trainer_matches_one_process(four: dict[int, dic
     assert four[0]["pp_dp.labels"] == four[2]["pp_dp.labels"]  # the stages of one replica: same batches
     assert four[1]["pp_dp.labels"] == four[3]["pp_dp.labels"]
     assert four[0]["pp_dp.labels"] != four[1]["pp_dp.labels"]  # the replicas: different shards
+
+
+def test_pipeline_2_times_tensor_2_trainer_matches_one_process(four: dict[int, dict[str, Any]]) -> None:
+    """Pipeline 2 × tensor 2 (ranks 0, 1: stage 0 = embed, blocks.0; 2, 3: stage 1 = blocks.1,
+    pool, head), each stage's block split by ``plans.gpt_block``; 1F1B, clip 0.6."""
+    assert four[0]["pp_tp.param_diff"] <= TOL and four[0]["pp_tp.optim_diff"] <= TOL
+    assert four[0]["pp_tp.norms_over_clip"] > 0  # the reference clipped: the global norm mattered
+    for rank, r in four.items():
+        assert r["pp_tp.steps"] == 5 and r["pp_tp.loss_diff"] <= TOL and r["pp_tp.norm_diff"] <= TOL
+        assert r["pp_tp.test_loss_diff"] <= TOL and r["pp_tp.load_diff"] == 0.0
+        assert r["pp_tp.stage_layers"] == (["embed", "blocks.0"] if rank < 2 else ["blocks.1", "pool", "head"])
+        assert "(Shard(dim=0),)" in r["pp_tp.placements"] and "(Shard(dim=1),)" in r["pp_tp.placements"]
+        assert "× tensor 2 (6 modules split)" in r["pp_tp.policy"] and r["pp_tp.optimizer_type"] == "SGD"
+    assert all(r["pp_tp.other_rank_state"] == [[], []] for rank, r in four.items() if rank)
+    assert four[0]["pp_tp.labels"] == four[1]["pp_tp.labels"] == four[2]["pp_tp.labels"]  # one replica
+
+
+def test_pipeline_2_times_data_2_with_zero_1_matches_one_process(four: dict[int, dict[str, Any]]) -> None:
+    """Pipeline 2 × data 2 (GPipe, clip 0.6), each stage's optimizer a ZeroRedundancyOptimizer over
+    its 2 replicas; rank 0 gets the consolidated state of both stages."""
+    assert four[0]["pp_zero1.param_diff"] <= TOL and four[0]["pp_zero1.optim_diff"] <= TOL
+    for r in four.values():
+        assert r["pp_zero1.steps"] == 5 and r["pp_zero1.loss_diff"] <= TOL and r["pp_zero1.norm_diff"] <= TOL
+        assert r["pp_zero1.test_loss_diff"] <= TOL and r["pp_zero1.load_diff"] == 0.0
+        assert r["pp_zero1.optimizer_type"] == "ZeroRedundancyOptimizer" and "+ ZeRO-1" in r["pp_zero1.policy"]
+    assert four[0]["pp_zero1.labels"] != four[1]["pp_zero1.labels"]  # the replicas: different shards

@@ -9,27 +9,25 @@ that start stages 1, 2, ...; without them the layers are split evenly by count.
 Each rank keeps only its stage (a :class:`StageModule` whose ``state_dict`` keys are the model's
 own), wraps it in torch's :class:`~torch.distributed.pipelining.PipelineStage` and runs it with
 ``ScheduleGPipe`` or ``Schedule1F1B`` through :class:`~ember.parallel.pipeline_schedule.PipelineSchedule`,
-the Trainer's schedule. :class:`PipelinePolicy` makes clipping and ``engine.state_dict()`` span
-every stage, and with data replicas (``parallel.data > 1``) averages each stage's gradients
-over the ``"data"`` dim at the end of every accumulation cycle.
+the Trainer's schedule. With ``parallel.tensor`` each stage's layers are tensor-parallel over
+the ``"tensor"`` dim (the plan entries inside the stage). :class:`~ember.parallel.pipeline_policy.PipelinePolicy`
+makes clipping and ``engine.state_dict()`` span every stage and tensor shard, and with data
+replicas (``parallel.data > 1``) averages each stage's gradients over the ``"data"`` dim at the
+end of every accumulation cycle.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from ember import distributed
 from ember.config import Config
 from ember.errors import ConfigError, EngineError
-from ember.parallel.policy import ParallelPolicy, refuse_sharded
 
-__all__ = ["PipelinePolicy", "StageModule", "check_microbatches", "sequential_layers", "split_model", "stage_optimizer"]
+__all__ = ["StageModule", "check_microbatches", "sequential_layers", "split_model", "stage_optimizer", "stage_plan"]
 
 
 def sequential_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -202,6 +200,25 @@ def stage_optimizer(optimizer: torch.optim.Optimizer, stage: nn.Module) -> tuple
     return type(optimizer)(groups, **constructor_defaults(optimizer)), positions
 
 
+def stage_plan(plan: Mapping[str, Any], layer_names: Sequence[str]) -> dict[str, Any]:
+    """The entries of a resolved tensor-parallel plan that fall inside a stage's layers.
+
+    Args:
+        plan: ``{module name: style}`` for the whole model (from
+            :func:`~ember.parallel.tensor.resolve_plan`, so every entry names a real module).
+        layer_names: the stage's layers (:attr:`StageModule.layer_names`).
+
+    Example:
+        >>> stage_plan({"blocks.0.mlp.fc1": "colwise", "blocks.1.mlp.fc1": "colwise"}, ["embed", "blocks.0"])
+        {'blocks.0.mlp.fc1': 'colwise'}
+    """
+    return {
+        name: style
+        for name, style in plan.items()
+        if any(name == layer or name.startswith(f"{layer}.") for layer in layer_names)
+    }
+
+
 def check_microbatches(loader: Any, cfg: Config) -> None:
     """Raise ConfigError when ``parallel.pipeline.microbatches`` does not divide the loader's batch size."""
     pipe = cfg.parallel.pipeline
@@ -213,122 +230,6 @@ def check_microbatches(loader: Any, cfg: Config) -> None:
             f"config parallel.pipeline.microbatches={micro} does not divide the training batch size {batch}: "
             f"choose microbatches from {fits} or a batch size that is a multiple of {micro}"
         )
-
-
-class PipelinePolicy(ParallelPolicy):
-    """Clipping and state over all stages of the pipeline (and DDP's sync inside each stage).
-
-    ``clip_grad_norm_`` reduces the squared norms of every stage. ``state_dicts`` gathers every
-    stage's model and optimizer state onto global rank 0 in the one-process format (other ranks
-    get ``{}``); ``load`` takes that full state on every rank, or on rank 0 only (broadcast),
-    and gives each stage its part.
-
-    Args:
-        group: the pipeline process group of this rank.
-        positions: for each parameter of this stage's optimizer, its index in the user's optimizer.
-        description: what was built, for the log.
-        data_group: the data-parallel group of this stage's replicas, or None.
-    """
-
-    keeps_partial_grads = False
-
-    def __init__(
-        self, group: dist.ProcessGroup, positions: list[int], description: str,
-        data_group: dist.ProcessGroup | None = None,
-    ) -> None:  # fmt: skip
-        self.group = group
-        self.positions = positions
-        self.name = description
-        self.data_group = data_group
-        self.module: nn.Module | None = None
-        """The stage whose gradients are averaged over ``data_group`` (set by the builder)."""
-
-    @contextlib.contextmanager
-    def gradient_sync(self, enabled: bool) -> Iterator[None]:
-        """After the boundary micro-step's backward, average the gradients over the data replicas."""
-        yield
-        if enabled and self.data_group is not None and self.module is not None:
-            size = dist.get_world_size(self.data_group)
-            for p in self.module.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad, group=self.data_group)
-                    p.grad.div_(size)
-
-    @torch.no_grad()
-    def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-        grads = [p.grad for p in params if p.grad is not None]
-        local = nn.utils.get_total_norm(grads) if grads else torch.zeros(())
-        squared = local.float().pow(2).reshape(1).to(distributed.collective_device())
-        dist.all_reduce(squared, group=self.group)
-        total = squared.sqrt()[0].to(local.device)
-        nn.utils.clip_grads_with_norm_(params, max_norm, total)
-        return total
-
-    def state_dicts(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
-        model_state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        ours = optimizer.state_dict()
-        indexed = {
-            "state": {self.positions[int(i)]: _cpu(v) for i, v in ours["state"].items()},
-            "param_groups": [{**g, "params": [self.positions[i] for i in g["params"]]} for g in ours["param_groups"]],
-        }
-        first = dist.get_global_rank(self.group, 0)
-        gathered: list[Any] | None = [None] * dist.get_world_size(self.group) if dist.get_rank() == first else None
-        dist.gather_object((model_state, indexed), gathered, dst=first, group=self.group)
-        if dist.get_rank() != 0 or gathered is None:
-            return {}, {}
-        merged_model: dict[str, Any] = {}
-        for stage_model, _ in gathered:
-            merged_model.update(stage_model)
-        return merged_model, _merge_optimizer([opt for _, opt in gathered])
-
-    def sharded_state_dicts(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        raise refuse_sharded(self)
-
-    def load(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
-    ) -> dict[str, Any]:
-        if state.get("sharded"):
-            raise refuse_sharded(self)
-        if distributed.any_true(not state["model"]):
-            state = distributed.broadcast_object(state, src=0)
-        own = model.state_dict()
-        part = {k: v for k, v in state["model"].items() if k in own}
-        missing = sorted(set(own) - set(part))
-        if strict and missing:
-            raise EngineError(f"the model state has no entries for {missing[:5]} of this pipeline stage")
-        model.load_state_dict(part, strict=strict)
-        local = {g: i for i, g in enumerate(self.positions)}
-        full = state["optimizer"]
-        optimizer.load_state_dict(
-            {
-                "state": {local[int(k)]: v for k, v in full["state"].items() if int(k) in local},
-                "param_groups": [
-                    {**g, "params": [local[i] for i in g["params"] if i in local]} for g in full["param_groups"]
-                ],
-            }
-        )
-        return state
-
-
-def _merge_optimizer(stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """One optimizer state dict from the stages' (already in global positions)."""
-    state: dict[int, Any] = {}
-    for s in stages:
-        state.update(s["state"])
-    groups = []
-    for parts in zip(*(s["param_groups"] for s in stages), strict=True):
-        groups.append({**parts[0], "params": sorted(i for g in parts for i in g["params"])})
-    return {"state": dict(sorted(state.items())), "param_groups": groups}
-
-
-def _cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _cpu(v) for k, v in value.items()}
-    return value
 
 
 def iter_stage_tensors(args: Sequence[Any], kwargs: dict[str, Any]) -> Iterator[torch.Tensor]:

@@ -21,7 +21,8 @@ from torch import nn
 
 from ember.config import Config
 from ember.errors import EngineError
-from ember.parallel.pipeline import PipelineOnly, PipelinePolicy, StageModule, iter_stage_tensors, stage_optimizer
+from ember.parallel.pipeline import PipelineOnly, StageModule, iter_stage_tensors, stage_optimizer, stage_plan
+from ember.parallel.pipeline_policy import PipelinePolicy
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -176,16 +177,32 @@ class PipelineSchedule:
 
 def build_pipeline(
     model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, ctx: Context, mesh: DeviceMesh,
-    stages: list[list[str]],
+    stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0,
 ) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy, PipelineSchedule]:  # fmt: skip
     """This rank's stage of ``model`` and what the Engine needs to train it.
+
+    Args:
+        model: the full model (on ``ctx.device``); this rank keeps only its stage's layers.
+        optimizer: the user's optimizer over the full model (not stepped yet).
+        cfg: the Engine's config (``parallel.pipeline`` settings).
+        ctx: this rank's context.
+        mesh: the ``("pipeline", "data", "tensor")`` mesh; the stage index is this rank's
+            ``"pipeline"`` coordinate.
+        stages: the layer names of every stage (from :func:`~ember.parallel.pipeline.split_model`).
+        tensor_plan: the resolved tensor-parallel plan of the whole model, or None; each stage
+            applies the entries inside its layers on the ``"tensor"`` dim.
+        zero_stage: 1 for a ZeroRedundancyOptimizer over the ``"data"`` dim, else 0.
 
     Returns:
         ``(stage, guard, optimizer, policy, schedule)``: the :class:`StageModule` (the Engine's
         ``model``), the module ``engine(x)`` runs through (it raises, pointing at the Trainer),
-        the user's optimizer class over the stage's parameters, the :class:`PipelinePolicy` and
-        the :class:`PipelineSchedule`.
+        the user's optimizer class over the stage's parameters (a ZeroRedundancyOptimizer of it
+        under ZeRO-1), the :class:`PipelinePolicy` and the :class:`PipelineSchedule`.
     """
+    from ember.parallel.optim import parameter_names, rebuild_optimizer
+    from ember.parallel.tensor import apply_tensor_parallel
+    from ember.parallel.zero import zero_optimizer
+
     pipe = cfg.parallel.pipeline
     coordinate = mesh.get_coordinate()
     if coordinate is None:  # unreachable: every rank is in the mesh
@@ -193,17 +210,33 @@ def build_pipeline(
     index = coordinate[0]
     stage = StageModule(model, stages[index]).to(ctx.device)
     layout = f"pipeline ×{pipe.size} ({pipe.schedule}, stage {index}: {stages[index][0]}…{stages[index][-1]})"
+    # The ranks holding this stage (its tensor peers and data replicas) start from the same
+    # weights: those of the stage's (data 0, tensor 0) rank.
+    for dim in ("tensor", "data"):
+        if mesh[dim].size() > 1:
+            group = mesh[dim].get_group()
+            for tensor in [*stage.parameters(), *stage.buffers()]:
+                dist.broadcast(tensor.data, src=dist.get_global_rank(group, 0), group=group)
+    stepping, positions = stage_optimizer(optimizer, stage)
+    part = stage_plan(tensor_plan, stage.layer_names) if tensor_plan else {}
+    if part:
+        names = parameter_names(stage)
+        apply_tensor_parallel(stage, part, mesh["tensor"])
+        stepping = rebuild_optimizer(stepping, stage, names, "tensor parallelism")
+        layout += f" × tensor {mesh['tensor'].size()} ({len(part)} modules split)"
+    elif tensor_plan:
+        layout += f" × tensor {mesh['tensor'].size()} (no plan entry in this stage: replicated)"
     data_group = None
     if mesh["data"].size() > 1:
         # Not DDP: torch's PipelineStage drives DDP's reducer by hand, which fails on gloo (the
         # reducer asserts on its first bucket rebuild); the policy averages gradients instead.
         data_group = mesh["data"].get_group()
-        for tensor in [*stage.parameters(), *stage.buffers()]:
-            dist.broadcast(tensor.data, src=dist.get_global_rank(data_group, 0), group=data_group)
         layout += f" × data {mesh['data'].size()}"
-    stepping, positions = stage_optimizer(optimizer, stage)
+    if zero_stage == 1:
+        stepping = zero_optimizer(stepping, mesh["data"].get_group())
+        layout += " + ZeRO-1"
     group = mesh["pipeline"].get_group()
-    policy = PipelinePolicy(group, positions, layout, data_group)
+    policy = PipelinePolicy(group, positions, layout, data_group, zero=zero_stage == 1)
     policy.module = stage
     micro = pipe.microbatches or pipe.size
     schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)

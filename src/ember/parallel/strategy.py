@@ -15,6 +15,9 @@ world > 1                                      DDP over the ``"data"`` dim
 ``tensor=T`` with data > 1, ``zero`` 2 | 3     TP, then FSDP2 on the data dim (2-D)
 ``parallel=dict(pipeline=P)``                  this rank's stage (``ember.parallel.pipeline``),
                                                run by the Trainer's ``PipelineSchedule``
+``pipeline=P`` with ``tensor=T``               each stage tensor-parallel over ``"tensor"``
+``pipeline=P`` with ``zero=dict(stage=1)``     the stage's optimizer a ZeroRedundancyOptimizer
+                                               over ``"data"``
 =============================================  ================================================
 """
 
@@ -76,10 +79,10 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
     """Check the ``parallel`` and ``zero`` settings against the model, optimizer and world.
 
     Raises:
-        ConfigError: pipeline parallelism combined with ZeRO, tensor parallelism, fp16 or compile,
-            or with a split the model does not allow; ZeRO-1 options or ZeRO-1 with tensor
-            parallelism; a missing or bad tensor-parallel plan; sizes that do not fit
-            the world; data × tensor parallelism without ``zero`` stage 2 or 3.
+        ConfigError: pipeline parallelism combined with ZeRO stage 2/3, fp16 or compile, or
+            with a split the model does not allow; ZeRO-1 options or ZeRO-1 with tensor
+            parallelism; a missing or bad tensor-parallel plan; sizes that do not fit the
+            world; data × tensor parallelism without ``zero`` stage 2 or 3 (or pipeline).
         EngineError: an optimizer that ember cannot rebuild over sharded parameters.
     """
     stages = _check_pipeline(cfg, model, optimizer) if cfg.parallel.pipeline.size > 1 else None
@@ -101,7 +104,8 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
     if tensor.mode not in (None, "1d"):
         raise ConfigError(f"config parallel.tensor.mode={tensor.mode!r}; ember supports '1d' (or None) only")
     layout = ParallelLayout.from_config(cfg.parallel, world_size)
-    if layout.tensor > 1 and layout.data > 1 and stage < 2:
+    # Under pipeline parallelism the stage's gradients are averaged over "data" by the policy, not DDP.
+    if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None:
         raise ConfigError(
             f"config parallel.tensor.size={layout.tensor} with {layout.data} data-parallel replicas needs "
             "zero=dict(stage=2) or stage=3 (FSDP2 over the data dim of the 2-D mesh), or parallel.data=1 "
@@ -113,14 +117,29 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
     return ParallelPlan(layout, stage, plan, stages)
 
 
+PIPELINE_COMBINATIONS = (
+    "pipeline alone; × data (parallel.data); × tensor (parallel.tensor with a plan); × data × tensor; "
+    "× data with zero=dict(stage=1)"
+)
+"""What pipeline parallelism runs with, for the error messages."""
+
+
 def _check_pipeline(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[tuple[str, ...], ...]:
     """Pipeline settings that ember cannot run, and the split into stages (see :mod:`ember.parallel.pipeline`)."""
     from ember.parallel.pipeline import split_model
 
     pipe = cfg.parallel.pipeline
+    stage = int(cfg.zero.stage) if cfg.zero else 0
+    tensor = cfg.parallel.tensor.size
     unsupported = {
-        "zero": f"zero={dict(cfg.zero)!r}" if cfg.zero else None,
-        "tensor": f"parallel.tensor.size={cfg.parallel.tensor.size}" if cfg.parallel.tensor.size > 1 else None,
+        "zero": f"zero.stage={stage} (stages 2 and 3 shard parameters with FSDP2, which ember does not run inside "
+        "a pipeline stage)"
+        if stage > 1
+        else None,
+        "zero_tensor": f"zero.stage=1 together with parallel.tensor.size={tensor} (ZeRO-1 cannot hold "
+        "tensor-parallel DTensor parameters)"
+        if stage == 1 and tensor > 1
+        else None,
         "fp16": "amp='fp16' (its loss scaler would need an overflow check across stages; use amp='bf16')"
         if cfg.amp == "fp16"
         else None,
@@ -130,7 +149,7 @@ def _check_pipeline(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimi
     if clash:
         raise ConfigError(
             f"config parallel.pipeline.size={pipe.size} cannot be combined with {', '.join(clash)} in this ember "
-            "version: pipeline parallelism runs with data parallelism (parallel.data) only"
+            f"version. Pipeline parallelism runs as: {PIPELINE_COMBINATIONS}"
         )
     micro = pipe.microbatches or pipe.size
     if pipe.schedule == "1f1b" and micro < pipe.size:
@@ -167,7 +186,9 @@ def parallelize(
         from ember.parallel.pipeline_schedule import build_pipeline
 
         stages = [list(s) for s in plan.pipeline_stages]
-        stage, guard, stepping, policy, schedule = build_pipeline(model, optimizer, cfg, ctx, mesh, stages)
+        stage, guard, stepping, policy, schedule = build_pipeline(
+            model, optimizer, cfg, ctx, mesh, stages, plan.tensor_plan, plan.zero_stage
+        )
         retarget_scheduler(lr_scheduler, optimizer, stepping)
         return Parallelized(guard, guard, stepping, policy, model=stage, schedule=schedule)
     fsdp = plan.zero_stage >= 2 and layout.data > 1

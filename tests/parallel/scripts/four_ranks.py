@@ -1,5 +1,6 @@
-"""torchrun, 4 processes: a 2 × 2 mesh (FSDP2 over "data", tensor parallel over "tensor")
-matches a one-process run of the same model and global batch; coordinates and data sharding."""
+"""torchrun, 4 processes: a 2 × 2 mesh (FSDP2 over "data", tensor parallel over "tensor"), and
+the per-Engine layouts pipeline 2 × data 2 and pipeline 2 × tensor 2, each match a one-process
+run of the same model and global batch; coordinates and data sharding."""
 
 from __future__ import annotations
 
@@ -72,6 +73,13 @@ def main() -> None:
     out.update(two_by_two(gpt=False))
     # Pipeline 2 × data 2 (DDP inside each stage), a per-Engine layout: batches of 16 per replica.
     out.update(pipeline("pp_dp", {"size": 2, "microbatches": 2, "schedule": "1f1b"}, 16, 1, 0.6, data=2))
+    # Pipeline 2 × tensor 2: the 2-block GPT split at blocks.1, each stage's block tensor-parallel
+    # (ranks 0, 1: stage 0; 2, 3: stage 1), one replica taking the global batch of 32.
+    tensor = {"size": 2, "plan": plans.gpt_block(prefix="blocks.*")}
+    pipe = {"size": 2, "microbatches": 2, "schedule": "1f1b", "split_points": ["blocks.1"]}
+    out.update(pipeline("pp_tp", pipe, GLOBAL, 1, 0.6, data=1, tensor=tensor, layers=2))
+    # Pipeline 2 × data 2 with ZeRO-1: each stage's optimizer state sharded over its 2 replicas.
+    out.update(pipeline("pp_zero1", {"size": 2, "microbatches": 2}, 16, 1, 0.6, data=2, zero={"stage": 1}))
     report(out)
 
 

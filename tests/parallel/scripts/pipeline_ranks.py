@@ -9,6 +9,7 @@ import torch
 from tests.dist import report
 from tests.parallel.common import dataset, global_mean, max_diff, optimizer_state_diff, reference, sgd, stack_gpt
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
 import ember
@@ -47,19 +48,21 @@ def eval_reference(model: nn.Module, ds: Any) -> tuple[float, float]:
 
 
 def pipeline(
-    name: str, pipe: dict[str, Any], batch: int, accumulation: int, clip: float | None, data: int = 1
-) -> dict[str, Any]:
-    """Trainer.fit for 5 updates under ``pipe`` (× ``data`` replicas, batches of ``batch`` each)
-    against plain PyTorch on the global batches of 32; then evaluation, state dict, loading."""
+    name: str, pipe: dict[str, Any], batch: int, accumulation: int, clip: float | None, data: int = 1,
+    tensor: Any = 1, zero: Any = None, layers: int = 4,
+) -> dict[str, Any]:  # fmt: skip
+    """Trainer.fit for 5 updates under ``pipe`` (× ``data`` replicas, batches of ``batch`` each;
+    ``tensor``/``zero`` as in the config) of a ``StackGPT`` with ``layers`` blocks against plain
+    PyTorch on the global batches of 32; then evaluation, state dict, loading."""
     ds, test_ds = dataset(GLOBAL * STEPS, tokens=4), dataset(20, tokens=4, seed=7)
-    ref_model = stack_gpt()
+    ref_model = stack_gpt(layers=layers)
     ref = reference(ref_model, sgd, ds, GLOBAL, STEPS, clip=clip)
     ref_test = eval_reference(ref_model, test_ds)
-    model = stack_gpt()
+    model = stack_gpt(layers=layers)
     # Per-Engine settings over whatever was launched (the 4-rank script launched FSDP × TP).
     config = {
-        "parallel": {"pipeline": pipe, "data": data, "tensor": 1},
-        "zero": None,
+        "parallel": {"pipeline": pipe, "data": data, "tensor": tensor},
+        "zero": zero,
         "gradient_accumulation": accumulation,
         "clip_grad_norm": clip,
     }
@@ -87,23 +90,30 @@ def pipeline(
         f"{name}.test_accuracy_diff": abs(metrics["test/accuracy"] - ref_test[1]),
         f"{name}.policy": engine.parallel.name,
         f"{name}.direct_forward_error": _direct_forward_error(engine),
+        f"{name}.placements": sorted({str(getattr(p, "placements", "plain")) for p in engine.model.parameters()}),
+        f"{name}.optimizer_type": type(engine.optimizer).__name__,
     }
     if ember.context.rank == 0:
         out[f"{name}.param_diff"] = max_diff(state["model"], ref["model"])
         out[f"{name}.optim_diff"] = optimizer_state_diff(state["optimizer"], ref["optimizer"])
-        plain = stack_gpt()
+        plain = stack_gpt(layers=layers)
         plain.load_state_dict(state["model"])  # the one-process format: loads into the full model
         sgd(plain).load_state_dict(state["optimizer"])
     else:
         out[f"{name}.other_rank_state"] = [sorted(state["model"]), sorted(state["optimizer"])]
-    # Loading rank 0's full state (broadcast) gives every stage back its part, exactly.
-    before = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    # Loading rank 0's full state (broadcast) gives every stage back its part (and shard), exactly.
+    before = _local_state(engine)
     with torch.no_grad():
         for p in engine.model.parameters():
             p.zero_()
     engine.load_state_dict(state)
-    out[f"{name}.load_diff"] = max_diff(engine.model.state_dict(), before)
+    out[f"{name}.load_diff"] = max_diff(_local_state(engine), before)
     return out
+
+
+def _local_state(engine: ember.Engine) -> dict[str, torch.Tensor]:
+    """This rank's stage's parameters, tensor-parallel ones as their local shards (copies)."""
+    return {k: (v.to_local() if isinstance(v, DTensor) else v).clone() for k, v in engine.model.state_dict().items()}
 
 
 def _direct_forward_error(engine: ember.Engine) -> str:
