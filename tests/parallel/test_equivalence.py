@@ -137,6 +137,14 @@ def test_pipeline_2_times_tensor_2_trainer_matches_one_process(four: dict[int, d
     assert four[0]["pp_tp.labels"] == four[1]["pp_tp.labels"] == four[2]["pp_tp.labels"]  # one replica
 
 
+def test_pipeline_times_tensor_checkpoint_hook_resumes_from_a_single_file(four: dict[int, dict[str, Any]]) -> None:
+    """CheckpointHook saved every 2 updates (rank 0's full state, one file); a fresh Engine with other
+    initial weights resumed from update 4, ran only update 5, and ended where one process did."""
+    assert "ckpt-e0000-s000000004.ckpt" in four[0]["pp_tp.checkpoints"]
+    assert four[0]["pp_tp.resume_param_diff"] <= TOL and four[0]["pp_tp.resume_optim_diff"] <= TOL
+    assert all(r["pp_tp.resumed_steps"] == 5 and r["pp_tp.resumed_batches"] == 1 for r in four.values())
+
+
 def test_pipeline_2_times_data_2_with_zero_1_matches_one_process(four: dict[int, dict[str, Any]]) -> None:
     """Pipeline 2 × data 2 (GPipe, clip 0.6), each stage's optimizer a ZeroRedundancyOptimizer over
     its 2 replicas; rank 0 gets the consolidated state of both stages."""

@@ -4,6 +4,8 @@ run of the same model and global batch; coordinates and data sharding."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -77,7 +79,8 @@ def main() -> None:
     # (ranks 0, 1: stage 0; 2, 3: stage 1), one replica taking the global batch of 32.
     tensor = {"size": 2, "plan": plans.gpt_block(prefix="blocks.*")}
     pipe = {"size": 2, "microbatches": 2, "schedule": "1f1b", "split_points": ["blocks.1"]}
-    out.update(pipeline("pp_tp", pipe, GLOBAL, 1, 0.6, data=1, tensor=tensor, layers=2))
+    checkpoint = Path(os.environ["EMBER_TEST_OUT"]) / "pp_tp_ckpt"  # one folder on this machine for all ranks
+    out.update(pipeline("pp_tp", pipe, GLOBAL, 1, 0.6, data=1, tensor=tensor, layers=2, checkpoint=checkpoint))
     # Pipeline 2 × data 2 with ZeRO-1: each stage's optimizer state sharded over its 2 replicas.
     out.update(pipeline("pp_zero1", {"size": 2, "microbatches": 2}, 16, 1, 0.6, data=2, zero={"stage": 1}))
     report(out)

@@ -3,6 +3,7 @@ one-process run of the same model and global batch; evaluation, state dicts and 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,11 +50,12 @@ def eval_reference(model: nn.Module, ds: Any) -> tuple[float, float]:
 
 def pipeline(
     name: str, pipe: dict[str, Any], batch: int, accumulation: int, clip: float | None, data: int = 1,
-    tensor: Any = 1, zero: Any = None, layers: int = 4,
+    tensor: Any = 1, zero: Any = None, layers: int = 4, checkpoint: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Trainer.fit for 5 updates under ``pipe`` (× ``data`` replicas, batches of ``batch`` each;
     ``tensor``/``zero`` as in the config) of a ``StackGPT`` with ``layers`` blocks against plain
-    PyTorch on the global batches of 32; then evaluation, state dict, loading."""
+    PyTorch on the global batches of 32; then evaluation, state dict, loading. With ``checkpoint``
+    (a directory) the fit saves every 2 updates, and a fresh Engine resumes from update 4."""
     ds, test_ds = dataset(GLOBAL * STEPS, tokens=4), dataset(20, tokens=4, seed=7)
     ref_model = stack_gpt(layers=layers)
     ref = reference(ref_model, sgd, ds, GLOBAL, STEPS, clip=clip)
@@ -72,7 +74,8 @@ def pipeline(
     )
     recorder = Recorder()
     trainer = Trainer(engine, schedule=engine.schedule)
-    trainer.fit(train_dl, max_steps=STEPS, hooks=[recorder, hooks.LossHook()])
+    saving = [hooks.CheckpointHook(checkpoint, every_n_steps=2)] if checkpoint is not None else []
+    trainer.fit(train_dl, max_steps=STEPS, hooks=[recorder, hooks.LossHook(), *saving])
     metrics = trainer.evaluate(test_dl, hooks=[hooks.LossHook(), hooks.AccuracyHook()])
     losses = recorder.losses
     per_update = [sum(losses[i : i + accumulation]) / accumulation for i in range(0, len(losses), accumulation)]
@@ -108,6 +111,32 @@ def pipeline(
             p.zero_()
     engine.load_state_dict(state)
     out[f"{name}.load_diff"] = max_diff(_local_state(engine), before)
+    if checkpoint is not None:
+        out.update(_resumed(name, checkpoint, config, DataLoader(ds, batch_size=batch), layers, ref))
+    return out
+
+
+def _resumed(
+    name: str, checkpoint: Path, config: dict[str, Any], loader: DataLoader, layers: int, ref: dict[str, Any]
+) -> dict[str, Any]:
+    """A fresh Engine (other initial weights) resumes from the single-file checkpoint of update 4
+    and runs update 5: it must end where the one-process reference ended."""
+    model = stack_gpt(seed=3, layers=layers)
+    engine, loader, _, _ = ember.initialize(model, sgd(model), nn.CrossEntropyLoss(), loader, config=config)
+    trainer = Trainer(engine, schedule=engine.schedule)
+    saved = sorted(p.name for p in checkpoint.iterdir())
+    recorder = Recorder()
+    resumed_hooks = [recorder, hooks.LossHook(), hooks.CheckpointHook(checkpoint, every_n_steps=2)]  # as saved
+    trainer.fit(loader, max_steps=STEPS, hooks=resumed_hooks, resume=checkpoint / "ckpt-e0000-s000000004.ckpt")
+    state = engine.state_dict()
+    out: dict[str, Any] = {
+        f"{name}.resumed_steps": trainer.cur_step,
+        f"{name}.resumed_batches": len(recorder.losses),
+        f"{name}.checkpoints": saved,
+    }
+    if ember.context.rank == 0:
+        out[f"{name}.resume_param_diff"] = max_diff(state["model"], ref["model"])
+        out[f"{name}.resume_optim_diff"] = optimizer_state_diff(state["optimizer"], ref["optimizer"])
     return out
 
 
