@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,3 +98,44 @@ def test_a_running_run_appears_and_its_chart_follows_it(browser: Any, ui: dict[s
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "12"
     p.check()
     p.page.context.close()
+
+
+def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: dict[str, Any]) -> None:
+    """A real training process killed with SIGKILL leaves run.json saying Running: the console says Crashed."""
+    script = Path(__file__).resolve().parents[1] / "track" / "scripts" / "worker.py"
+    env = {**os.environ, "EMBER_HOME": str(ui["store"]), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, str(script), "killnow", "40"], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(2)]  # "PATH ...", "LOGGED"
+    assert lines[1].strip() == "LOGGED", lines
+    run_path = Path(lines[0].split(" ", 1)[1].strip())
+    p = new_page(browser, ui["url"])
+    try:
+        p.goto("/ui/runs?status=Running")
+        assert p.page.locator("a.run-link", has_text="worker-killnow").count() == 1  # alive: Running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert json.loads((run_path / "run.json").read_text())["status"] == "Running"  # what the files say
+        p.goto("/ui/runs?status=Crashed")
+        assert p.page.locator("a.run-link").all_inner_texts() == ["worker-killnow"]
+        assert p.page.inner_text("#runs-table tbody tr .status") == "Crashed"
+        p.goto("/ui/runs?status=Running")
+        assert p.page.locator("a.run-link", has_text="worker-killnow").count() == 0
+        p.goto("/ui/runs?q=worker-killnow")
+        p.page.click("a.run-link")
+        p.page.wait_for_selector("#chart-train-loss .main-svg")
+        assert p.page.inner_text("#run-status") == "Crashed" and p.page.locator("#live").count() == 0
+        assert p.page.get_attribute("#chart-train-loss", "data-points") == "40"
+        p.check("local-crashed-run")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        p.page.context.close()
+    listed = subprocess.run(
+        [sys.executable, "-m", "ember.track.cli", "runs", "ls", "--store", str(ui["store"])],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert any("worker-killnow" in line and "Crashed" in line for line in listed.splitlines()), listed

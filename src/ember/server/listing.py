@@ -10,16 +10,16 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from fastapi import HTTPException
-from sqlalchemy import ColumnElement, false, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, ScalarSelect, false, func, or_, select
 from sqlalchemy.orm import Session
 
-from ember.server.models import Folder, MetricPoint, Run, Share, User
+from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -101,36 +101,70 @@ def duration_s(start: str | None, end: str | None) -> float | None:
     return max(0.0, (b - a).total_seconds())
 
 
+def shown_status(status: str, meta: dict[str, Any] | None, now: float | None = None) -> str:
+    """The status to show for a run: the stored one, or ``Crashed`` for a Running run whose process is gone.
+
+    The same rule as the local store (:func:`ember.track.store.effective_status`): a run stays
+    ``Running`` in its run.json when its process dies without finishing (SIGKILL, OOM kill, power
+    loss). It is shown as ``Crashed`` (W&B's word for a run that stopped sending heartbeats) when
+    its heartbeat, rewritten every 10 s while it is open, is over 2 minutes old, or when it ran on
+    this machine and no process has its pid any more. Nothing is written: when the run is resumed
+    and uploaded again it shows as Running again.
+
+    Example:
+        >>> shown_status("Running", {"heartbeat": "2020-01-01T00:00:00+00:00"})
+        'Crashed'
+    """
+    if status != "Running":
+        return status
+    from ember.track.store import effective_status
+
+    return effective_status({**(meta or {}), "status": status}, now)
+
+
 def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, dict[str, float | None]]]:
-    """Per run, per ``type/name``: the last value (at the highest step) and the best one."""
+    """Per run, per ``type/name``: the last value (at the highest step) and the best one.
+
+    One query: the best from the block summaries (one row per 128 steps), the last value by one
+    probe of the points' primary key per series, so a run of a million points costs as little
+    as a short one. (A row-value ``IN`` list of keys would make SQLite scan every point.)
+    """
     if not run_pks:
         return {}
-    agg = session.execute(
+    block = MetricBlock.__table__.alias("b")
+    last = (
+        select(MetricPoint.value)
+        .where(MetricPoint.run_pk == block.c.run_pk, MetricPoint.type == block.c.type, MetricPoint.name == block.c.name)
+        .order_by(MetricPoint.step.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    rows = session.execute(
         select(
-            MetricPoint.run_pk,
-            MetricPoint.type,
-            MetricPoint.name,
-            func.max(MetricPoint.step),
-            func.min(MetricPoint.value),
-            func.max(MetricPoint.value),
+            block.c.run_pk, block.c.type, block.c.name, func.min(block.c.min_value), func.max(block.c.max_value), last
         )
-        .where(MetricPoint.run_pk.in_(run_pks))
-        .group_by(MetricPoint.run_pk, MetricPoint.type, MetricPoint.name)
+        .where(block.c.run_pk.in_(run_pks))
+        .group_by(block.c.run_pk, block.c.type, block.c.name)
     ).all()
     out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
-    for pk, type_, name, _, lo, hi in agg:
-        out[pk][f"{type_}/{name}"] = {"last": None, "best": lo if _LOWER_IS_BETTER.search(name) else hi}
-    keys = [(pk, t, s, n) for pk, t, n, s, _, _ in agg]
-    for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
-        rows = session.execute(
-            select(MetricPoint.run_pk, MetricPoint.type, MetricPoint.name, MetricPoint.value).where(
-                tuple_(MetricPoint.run_pk, MetricPoint.type, MetricPoint.step, MetricPoint.name).in_(chunk)
-            )
-        ).all()
-        for pk, type_, name, value in rows:
-            out[pk][f"{type_}/{name}"]["last"] = value
+    for pk, type_, name, lo, hi, value in rows:
+        out[pk][f"{type_}/{name}"] = {"last": value, "best": lo if _LOWER_IS_BETTER.search(name) else hi}
     return out
+
+
+def _last_value(key: str) -> ScalarSelect[Any]:
+    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query.
+
+    One probe of the points' primary key (run, type, name, step) per run: no scan.
+    """
+    type_, _, name = key.partition("/")
+    return (
+        select(MetricPoint.value)
+        .where(MetricPoint.run_pk == Run.pk, MetricPoint.type == type_, MetricPoint.name == name)
+        .order_by(MetricPoint.step.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
 
 
 @dataclass
@@ -160,9 +194,14 @@ def list_runs(
 ) -> RunPage:
     """The runs the user may view, filtered, sorted and cut to one page.
 
+    Filtering and sorting read only the columns they need (an hparam is read out of the JSON by
+    the database, a metric's last value by one index probe per run); the full rows and their
+    metric summaries are read for the page's runs alone, so 10,000 runs stay fast.
+
     Args:
         folder: only runs in this folder or beneath it (an absolute path).
-        q: a case-insensitive part of the name. label, status: exact matches.
+        q: a case-insensitive part of the name. label, status: exact matches (``Crashed``
+            selects the Running runs whose process is gone, see :func:`shown_status`).
         filters: ``hp:KEY OP VALUE`` / ``m:TYPE/NAME OP VALUE`` (the metric's last value).
         sort: ``name``, ``status``, ``start``, ``duration``, ``folder``, ``hp:KEY`` or
             ``m:TYPE/NAME``; a leading ``-`` sorts descending.
@@ -171,83 +210,138 @@ def list_runs(
         >>> list_runs(session, bob, q="mnist", filters=["hp:lr<0.1"], sort="-m:val/acc").runs
     """
     parsed = [parse_filter(f) for f in filters or [] if f.strip()]
-    stmt = (
-        select(Run.pk, Run.id, Run.name, Run.status, Run.start_time, Run.end_time, Run.labels, Run.hparams, Folder.path)
-        .join(Folder, Folder.id == Run.folder_id)
-        .where(visible_condition(session, user))
+    descending, sort_key = sort.startswith("-"), sort.lstrip("-") or "start"
+    if not (sort_key in SORT_KEYS or sort_key.startswith(("hp:", "m:"))):
+        raise HTTPException(422, f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
+    hp_keys = sorted(
+        {k for kind, k, _, _ in parsed if kind == "hp"} | ({sort_key[3:]} if sort_key.startswith("hp:") else set())
     )
+    m_keys = sorted(
+        {k for kind, k, _, _ in parsed if kind == "m"} | ({sort_key[2:]} if sort_key.startswith("m:") else set())
+    )
+    per_page = max(1, min(per_page, 500))
+    columns: list[Any] = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path]
+    columns += [Run.hparams[k].label(f"hp{i}") for i, k in enumerate(hp_keys)]
+    columns += [_last_value(k).label(f"m{i}") for i, k in enumerate(m_keys)]
+    if label:
+        columns.append(Run.labels)
+    stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(visible_condition(session, user))
     if folder:
         stmt = stmt.where(or_(Folder.path == folder, Folder.path.startswith(folder.rstrip("/") + "/", autoescape=True)))
     if q:
         stmt = stmt.where(func.lower(Run.name).contains(q.lower(), autoescape=True))
     if status:
-        stmt = stmt.where(Run.status == status)
-    rows = [
-        {
-            "pk": r[0],
-            "id": r[1],
-            "name": r[2],
-            "status": r[3],
-            "start_time": r[4],
-            "end_time": r[5],
-            "labels": list(r[6] or []),
-            "hparams": dict(r[7] or {}),
-            "folder": r[8],
-            "duration": duration_s(r[4], r[5]),
-        }
-        for r in session.execute(stmt)
-    ]
-    if label:
-        rows = [r for r in rows if label in r["labels"]]
-    rows = [r for r in rows if all(_matches(r["hparams"].get(k), op, v) for kind, k, op, v in parsed if kind == "hp")]
-    need_metrics = any(kind == "m" for kind, *_ in parsed) or sort.lstrip("-").startswith("m:")
-    if need_metrics:
-        summary = metric_summary(session, [r["pk"] for r in rows])
-        for r in rows:
-            r["metrics"] = summary.get(r["pk"], {})
-        rows = [
-            r
-            for r in rows
-            if all(_matches(r["metrics"].get(k, {}).get("last"), op, v) for kind, k, op, v in parsed if kind == "m")
+        stmt = stmt.where(Run.status == ("Running" if status == "Crashed" else status))
+    if not parsed and not label and status not in ("Running", "Crashed") and sort_key == "start":
+        # The default listing: sorted, counted and cut in the database (ISO times sort as text).
+        total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
+        page = max(1, min(page, math.ceil(total / per_page)))
+        when = Run.start_time.desc() if descending else Run.start_time.asc()
+        stmt = stmt.order_by(Run.start_time.is_(None), when, Run.pk).offset((page - 1) * per_page).limit(per_page)
+        picked = list(session.execute(stmt))
+        live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+    else:
+        # Rows stay the database's tuples until the page is cut: 10,000 dicts would cost more than the query.
+        picked = list(session.execute(stmt.order_by(Run.pk)))  # ties keep one order, so pages do not overlap
+        if label:
+            picked = [r for r in picked if label in (r.labels or [])]
+        n_hp = len(hp_keys)
+        checks = [
+            (6 + (hp_keys.index(k) if kind == "hp" else n_hp + m_keys.index(k)), op, v) for kind, k, op, v in parsed
         ]
-    rows = _sorted(rows, sort)
-    per_page = max(1, min(per_page, 500))
-    pages = max(1, math.ceil(len(rows) / per_page))
-    page = max(1, min(page, pages))
-    chosen = rows[(page - 1) * per_page : page * per_page]
-    if not need_metrics:
-        summary = metric_summary(session, [r["pk"] for r in chosen])
-        for r in chosen:
-            r["metrics"] = summary.get(r["pk"], {})
-    hp_keys = sorted({k for r in chosen for k in r["hparams"]})[:8]
-    m_keys = sorted({k for r in chosen for k in r["metrics"]}, key=_metric_order)[:8]
+        if checks:
+            picked = [r for r in picked if all(_matches(r[i], op, v) for i, op, v in checks)]
+        live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+        if status:
+            picked = [r for r in picked if _status(r, live) == status]
+        picked = _sorted(picked, descending, _sort_value(sort_key, hp_keys, m_keys, live))
+        total = len(picked)
+        page = max(1, min(page, math.ceil(total / per_page)))
+        picked = picked[(page - 1) * per_page : page * per_page]
+    chosen = [_row(r, hp_keys, m_keys, live) for r in picked]
+    _fill_page(session, chosen)
+    hp_cols = sorted({k for r in chosen for k in r["hparams"]})[:8]
+    m_cols = sorted({k for r in chosen for k in r["metrics"]}, key=_metric_order)[:8]
+    return RunPage(total, page, per_page, chosen, hp_cols, m_cols)
+
+
+def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
+    """A row of the candidate query as a dict; ``hparams``/``metrics`` hold only the keys asked for."""
+    status, end = live.get(r[0], (r[2], r[4]))
+    return {
+        "pk": r[0],
+        "name": r[1],
+        "status": status,
+        "start_time": r[3],
+        "end_time": end,
+        "folder": r[5],
+        "hparams": {k: r[6 + i] for i, k in enumerate(hp_keys)},
+        "metrics": {k: {"last": r[6 + len(hp_keys) + i]} for i, k in enumerate(m_keys)},
+    }
+
+
+def _liveness(session: Session, running: list[int]) -> dict[int, tuple[str, Any]]:
+    """Running runs whose process is gone, by primary key: ``("Crashed", last heartbeat)``.
+
+    The pair replaces the candidate row's status and end time (a crashed run ran until its last
+    heartbeat).
+    """
+    out: dict[int, tuple[str, Any]] = {}
+    for i in range(0, len(running), 500):
+        chunk = running[i : i + 500]
+        found = session.execute(
+            select(Run.pk, Run.meta["heartbeat"], Run.meta["pid"], Run.meta["hostname"]).where(Run.pk.in_(chunk))
+        )
+        for pk, heartbeat, pid, host in found:
+            if shown_status("Running", {"heartbeat": heartbeat, "pid": pid, "hostname": host}) == "Crashed":
+                out[pk] = ("Crashed", heartbeat if isinstance(heartbeat, str) else None)
+    return out
+
+
+def _status(r: Sequence[Any], live: dict[int, tuple[str, Any]]) -> str:
+    return live[r[0]][0] if r[0] in live else r[2]
+
+
+def _sort_value(
+    key: str, hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]
+) -> Callable[[Sequence[Any]], Any]:
+    """What a candidate row is sorted by, for sort key ``key`` (validated by the caller)."""
+    if key.startswith("hp:"):
+        return operator.itemgetter(6 + hp_keys.index(key[3:]))
+    if key.startswith("m:"):
+        return operator.itemgetter(6 + len(hp_keys) + m_keys.index(key[2:]))
+    if key == "status":
+        return lambda r: _status(r, live)
+    if key == "duration":
+        return lambda r: duration_s(r[3], live[r[0]][1] if r[0] in live else r[4])
+    return operator.itemgetter({"name": 1, "start": 3, "folder": 5}[key])
+
+
+def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
+    """Complete one page's rows: id, labels, every hparam, metric summaries; drop the primary key."""
+    by_pk = {r["pk"]: r for r in chosen}
+    if by_pk:
+        for pk, id_, labels, hparams in session.execute(
+            select(Run.pk, Run.id, Run.labels, Run.hparams).where(Run.pk.in_(list(by_pk)))
+        ):
+            by_pk[pk].update(id=id_, labels=list(labels or []), hparams=dict(hparams or {}))
+    summary = metric_summary(session, list(by_pk))
     for r in chosen:
+        r["metrics"] = summary.get(r["pk"], {})
+        r["duration"] = duration_s(r["start_time"], r["end_time"])
         r.pop("pk")
-    return RunPage(len(rows), page, per_page, chosen, hp_keys, m_keys)
 
 
 def _metric_order(key: str) -> tuple[int, str]:
     return ({"train": 0, "val": 1, "test": 2}.get(key.split("/", 1)[0], 3), key)
 
 
-def _sorted(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    descending = sort.startswith("-")
-    key = sort.lstrip("-") or "start"
-    if key.startswith("hp:"):
-        name = key[3:]
-        get: Callable[[dict[str, Any]], Any] = lambda r: r["hparams"].get(name)  # noqa: E731
-    elif key.startswith("m:"):
-        name = key[2:]
-        get = lambda r: r["metrics"].get(name, {}).get("last")  # noqa: E731
-    elif key in SORT_KEYS:
-        field = {"start": "start_time"}.get(key, key)
-        get = lambda r: r[field]  # noqa: E731
-    else:
-        raise HTTPException(422, f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
-    present = [r for r in rows if _comparable(get(r)) is not None]
-    missing = [r for r in rows if _comparable(get(r)) is None]  # always last, whichever the direction
-    present.sort(key=lambda r: _comparable(get(r)), reverse=descending)  # type: ignore[arg-type,return-value]
-    return present + missing
+def _sorted(rows: list[Any], descending: bool, get: Callable[[Any], Any]) -> list[Any]:
+    keyed = [(_comparable(get(r)), r) for r in rows]
+    present = [(k, r) for k, r in keyed if k is not None]
+    missing = [r for k, r in keyed if k is None]  # always last, whichever the direction
+    present.sort(key=operator.itemgetter(0), reverse=descending)
+    return [r for _, r in present] + missing
 
 
 def _comparable(value: Any) -> tuple[int, Any] | None:

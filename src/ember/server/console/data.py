@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from sqlalchemy import select
 
-from ember.server import naming
+from ember.server import listing, naming
 from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
@@ -52,7 +52,8 @@ def series(
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     found = request.app.state.series.series(session, run.pk, run.id, type, buckets)
-    response = JSONResponse({"id": run.id, "status": run.status, **found})
+    status = listing.shown_status(run.status, run.meta)
+    response = JSONResponse({"id": run.id, "status": status, **found})
     secure(response)
     return response
 

@@ -27,7 +27,7 @@ from ember.server.routes_runs import get_run
 from ember.server.schemas import ShareIn
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
-STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted")
 
 
 def crumbs(path: str) -> list[tuple[str, str]]:
@@ -193,4 +193,5 @@ def compare_page(
         same=same,
         metrics=metrics,
         levels={r.id: level(session, user, r) >= Level.VIEW for r in runs},
+        statuses={r.id: listing.shown_status(r.status, r.meta) for r in runs},
     )

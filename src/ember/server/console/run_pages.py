@@ -62,6 +62,7 @@ def run_page(
     edges = ingest.edges_of(session, run.id)
     log_lines, total_lines = _log_view(ingest.read_log(session, run.pk), log_q)
     platform = run.platform or {}
+    status = listing.shown_status(run.status, run.meta)
     return render(
         request,
         "run.html",
@@ -70,7 +71,8 @@ def run_page(
         folder=folder,
         crumbs=crumbs(folder),
         owner=session.scalar(select(User.name).where(User.id == run.owner_id)),
-        duration=listing.duration_s(run.start_time, run.end_time),
+        status=status,
+        duration=listing.duration_s(run.start_time, run.meta.get("heartbeat") if status == "Crashed" else run.end_time),
         types=types,
         counts={f"{t}/{n}": c for t, n, c in counts},
         summary=listing.metric_summary(session, [run.pk]).get(run.pk, {}),

@@ -1,0 +1,102 @@
+"""The runs table's queries (``listing.list_runs`` behind ``/search/runs`` and ``/ui/runs``) on SQLite
+and PostgreSQL: hparam and metric sorts and filters, missing values, Crashed runs, pagination."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.server.conftest import Server, make_server
+
+NOW = datetime.now(timezone.utc)
+
+
+@pytest.fixture
+def server(tmp_path: Path, db_url: str) -> Iterator[Server]:
+    srv = make_server(tmp_path, db_url)
+    with srv.client:
+        yield srv
+    srv.client.app.state.engine.dispose()
+
+
+def _put(server: Server, i: int, hparams: dict[str, Any], acc: list[float] | None, **meta: Any) -> None:
+    run_id = f"{i:032x}"
+    run = {"id": run_id, "name": f"r{i}", "status": "Complete", "hparams": hparams, "labels": [f"l{i % 2}"]}
+    run.update({"start_time": (NOW - timedelta(hours=10 - i)).isoformat(), "end_time": NOW.isoformat(), **meta})
+    body = {"folder": "t", "make_folder": True, "run": run}
+    assert server.req("PUT", f"/runs/{run_id}", json=body).status_code == 200
+    if acc is not None:
+        points = [{"step": s, "time": 1.0, "metrics": {"acc": a}} for s, a in enumerate(acc)]
+        batch = {"type": "val", "start": 0, "end": 1, "points": points}
+        assert server.req("POST", f"/runs/{run_id}/metrics", json=batch).status_code == 200
+
+
+def _names(server: Server, **params: Any) -> list[str]:
+    r = server.req("GET", "/search/runs", params=params)
+    assert r.status_code == 200, r.text
+    return [row["name"] for row in r.json()["runs"]]
+
+
+@pytest.fixture
+def runs(server: Server) -> Server:
+    _put(server, 0, {"lr": 0.1, "opt": "adam"}, [0.5, 0.9, 0.7])  # last 0.7, best 0.9
+    _put(server, 1, {"lr": 0.01, "opt": "sgd"}, [0.6, 0.8])
+    _put(server, 2, {"lr": "auto", "opt": "adam"}, [0.95])  # a string sorts after every number
+    _put(server, 3, {"opt": "sgd"}, None)  # no lr, no metric: last whichever the direction
+    _put(server, 4, {"lr": 0.001}, [0.1], status="Running", end_time=None, heartbeat=NOW.isoformat())
+    old = (NOW - timedelta(hours=1)).isoformat()
+    _put(server, 5, {"lr": 0.05}, [0.2], status="Running", end_time=None, heartbeat=old, hostname="elsewhere")
+    return server
+
+
+def test_sorts_by_an_hparam_with_missing_values_last(runs: Server) -> None:
+    assert _names(runs, sort="hp:lr") == ["r4", "r1", "r5", "r0", "r2", "r3"]
+    assert _names(runs, sort="-hp:lr") == ["r2", "r0", "r5", "r1", "r4", "r3"]
+
+
+def test_filters_by_hparams(runs: Server) -> None:
+    assert _names(runs, where="hp:lr<0.05", sort="name") == ["r1", "r4"]
+    assert _names(runs, where=["hp:opt=adam", "hp:lr>=0.1"]) == ["r0"]
+    assert _names(runs, where="hp:opt~SG", sort="name") == ["r1", "r3"]
+
+
+def test_sorts_and_filters_by_a_metrics_last_value(runs: Server) -> None:
+    assert _names(runs, sort="-m:val/acc") == ["r2", "r1", "r0", "r5", "r4", "r3"]
+    assert _names(runs, sort="m:val/acc") == ["r4", "r5", "r0", "r1", "r2", "r3"]
+    assert _names(runs, where="m:val/acc>=0.7", sort="name") == ["r0", "r1", "r2"]
+    row = next(r for r in runs.req("GET", "/search/runs", params={"q": "r0"}).json()["runs"])
+    assert row["metrics"]["val/acc"] == {"last": 0.7, "best": 0.9}
+    assert row["hparams"] == {"lr": 0.1, "opt": "adam"} and row["labels"] == ["l0"]
+
+
+def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) -> None:
+    page = runs.req("GET", "/search/runs", params={"sort": "name"}).json()
+    status = {r["name"]: r["status"] for r in page["runs"]}
+    assert status == {
+        "r0": "Complete",
+        "r1": "Complete",
+        "r2": "Complete",
+        "r3": "Complete",
+        "r4": "Running",
+        "r5": "Crashed",
+    }
+    assert _names(runs, status="Crashed") == ["r5"]
+    assert _names(runs, status="Running") == ["r4"]
+    crashed = next(r for r in page["runs"] if r["name"] == "r5")
+    assert crashed["duration"] == pytest.approx(4 * 3600.0, abs=1.0)  # start (5 h ago) to its last heartbeat (1 h ago)
+    assert _names(runs, sort="status") == ["r0", "r1", "r2", "r3", "r5", "r4"]  # Complete < Crashed < Running
+
+
+def test_pages_do_not_overlap_and_the_default_order_is_newest_first(runs: Server) -> None:
+    assert _names(runs) == ["r5", "r4", "r3", "r2", "r1", "r0"]
+    assert _names(runs, sort="start") == ["r0", "r1", "r2", "r3", "r4", "r5"]
+    pages = [_names(runs, sort="hp:opt", per_page=2, page=p) for p in (1, 2, 3)]
+    flat = [n for page in pages for n in page]
+    assert sorted(flat) == ["r0", "r1", "r2", "r3", "r4", "r5"]  # ties (same opt) split across pages, none twice
+    assert _names(runs, label="l1", sort="name") == ["r1", "r3", "r5"]
+    found = runs.req("GET", "/search/runs", params={"per_page": 4, "page": 9}).json()
+    assert found["page"] == 2 and found["total"] == 6 and len(found["runs"]) == 2  # past the end: the last page
