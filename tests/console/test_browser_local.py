@@ -17,7 +17,7 @@ import pytest
 
 from ember import track
 from tests.console._data import make_store
-from tests.console.conftest import new_page
+from tests.console.conftest import Checked, new_page
 from tests.server.conftest import free_port
 
 
@@ -139,3 +139,43 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
         check=True,
     ).stdout
     assert any("worker-killnow" in line and "Crashed" in line for line in listed.splitlines()), listed
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def _overflow(p: Checked) -> int:
+    """How many CSS pixels the page is wider than the phone's screen (0 when nothing scrolls sideways).
+
+    Measured against the screen's width, not ``innerWidth``: a mobile browser widens its layout
+    viewport (zooming out) to fit a page that overflows, so ``innerWidth`` would grow with it.
+    """
+    width, inner = p.page.evaluate("[document.scrollingElement.scrollWidth, window.innerWidth]")
+    return int(max(width, inner) - PHONE["width"])
+
+
+def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str, Any]) -> None:
+    ctx = browser.new_context(viewport=PHONE, device_scale_factor=3, is_mobile=True, has_touch=True)
+    p = Checked(ctx.new_page(), ui["url"])
+    for path in ("/ui/folders?path=/local", "/ui/runs", "/ui/runs?sort=-hp:lr"):
+        p.goto(path)
+        assert _overflow(p) <= 1, (path, _overflow(p))
+        p.check(f"phone-{path.split('/')[2].split('?')[0]}")
+    p.goto("/ui/runs?q=tiny-0")
+    p.page.click("a.run-link")
+    p.page.wait_for_selector("#chart-train-loss .main-svg")
+    p.page.wait_for_load_state("networkidle")
+    assert _overflow(p) <= 1, ("run page", _overflow(p))
+    p.check("phone-run")
+    p.page.click("#lineage a.node-link[data-kind=artifact]")
+    p.page.wait_for_load_state("networkidle")
+    assert _overflow(p) <= 1, ("artifact page", _overflow(p))
+    p.check("phone-artifact")
+    p.goto("/ui/runs")
+    for box in p.page.locator("input[name=ids]").all()[:2]:
+        box.check()
+    p.page.click("#compare")
+    p.page.wait_for_selector("#compare-chart .main-svg")
+    assert _overflow(p) <= 1, ("compare page", _overflow(p))
+    p.check("phone-compare")
+    ctx.close()
