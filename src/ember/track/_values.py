@@ -11,13 +11,14 @@ string there can only mean one of these three. Readers turn them back into float
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
 import operator
 import re
 from collections.abc import Mapping
-from itertools import groupby
+from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
 
@@ -209,20 +210,41 @@ pass, so a long queue costs nothing in later collections (a dict inside would)."
 _by_type_and_names = operator.itemgetter(0, 1)
 _format_args = operator.itemgetter(slice(2, None))
 _step = operator.itemgetter(2)
-# A value that %r wrote as nan, inf or -inf (JSON has none of them). It could also match inside
-# a metric name (as \":nan), which only sends the group to the careful encoder.
-_NONFINITE_RE = re.compile(r'":-?(?:nan|inf)')
 
 
-def _encode_careful(records: list[Record]) -> str:
-    """The lines of records that may hold NaN or infinities, one JSON encoder call a point."""
+@functools.lru_cache(maxsize=64)
+def _values_getter(count: int) -> operator.itemgetter:
+    """Picks the values out of a record with ``count`` metrics (one value, or a tuple of them)."""
+    return operator.itemgetter(*range(5, 5 + count))
+
+
+def _encode_careful(records: list[Record], template: str) -> str:
+    """The lines of records some of which hold NaN or infinities, deciding point by point."""
     lines = []
+    isfinite = math.isfinite
     for record in records:
+        values = record[5:]
+        try:
+            finite = isfinite(sum(values))
+        except OverflowError:  # ints whose sum is beyond a float
+            finite = False
+        if finite:
+            lines.append(template % record[2:])
+            continue
         _, keys, step, epoch, t = record[:5]
-        metrics = encode_metrics(dict(zip(keys, record[5:], strict=True)))
+        metrics = encode_metrics(dict(zip(keys, values, strict=True)))
         ep = "null" if epoch is None else repr(epoch)
         lines.append(f'{{"step":{step},"epoch":{ep},"time":{t:.3f},"metrics":{metrics}}}\n')
     return "".join(lines)
+
+
+def _all_finite(records: list[Record], count: int) -> bool:
+    """Whether the values of these records (``count`` a record) sum to a finite float, in C."""
+    values = _values_getter(count)
+    try:
+        return math.isfinite(sum(map(values, records) if count == 1 else chain.from_iterable(map(values, records))))
+    except OverflowError:  # ints whose sum is beyond a float
+        return False
 
 
 def encode_batch(batch: list[Record], last_steps: dict[str, int]) -> dict[str, list[str]]:
@@ -230,8 +252,8 @@ def encode_batch(batch: list[Record], last_steps: dict[str, int]) -> dict[str, l
 
     ``last_steps`` (type -> highest step) is raised to the steps of the batch. This is the
     writer thread's hot loop and it shares the GIL with training: consecutive points of one
-    type and the same metric names (the usual case) are formatted with one cached %-template
-    mapped over them, so no Python code runs per point.
+    type and the same metric names (the usual case) are checked with one ``sum`` and formatted
+    with one cached %-template mapped over them, so no Python code runs per point.
     """
     out: dict[str, list[str]] = {}
     templates = _templates
@@ -242,11 +264,13 @@ def encode_batch(batch: list[Record], last_steps: dict[str, int]) -> dict[str, l
             template = _template(keys)
             if len(templates) < 1024:
                 templates[keys] = template
-        # %s writes an epoch of None as None: replaced below ('"epoch":None' cannot occur
-        # elsewhere, a metric name's quotes being escaped).
-        text = "".join(map(template.__mod__, map(_format_args, records)))
-        if _NONFINITE_RE.search(text) is not None:
-            text = _encode_careful(records)
+        # %r would write NaN and infinities as nan, inf and -inf, which JSON does not have.
+        if _all_finite(records, len(keys)):
+            text = "".join(map(template.__mod__, map(_format_args, records)))
+        else:
+            text = _encode_careful(records, template)
+        # %s wrote an epoch of None as None ('"epoch":None' cannot occur elsewhere: the quotes
+        # of a metric name are escaped).
         out.setdefault(type_, []).append(text.replace('"epoch":None', '"epoch":null'))
         top = max(map(_step, records))
         if top > last_steps.get(type_, -1):
