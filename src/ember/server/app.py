@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI
 from ember.server import API_PREFIX, errors
 from ember.server.blobs import BlobStore
 from ember.server.db import check_database, make_engine, migrate, session_factory
-from ember.server.series import SeriesCache
+from ember.server.series import SeriesReader
 from ember.server.settings import Settings
 
 API_VERSION = "1"
@@ -53,7 +53,7 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
     app.state.sessions = session_factory(engine)
     app.state.blobs = BlobStore(settings.data_dir)
     app.state.blobs.clean_tmp()
-    app.state.series = SeriesCache(app.state.sessions)
+    app.state.series = SeriesReader(app.state.sessions)
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(routes_folders.router)
     api.include_router(routes_runs.router)

@@ -44,14 +44,14 @@ def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
     return [{"type": t, "name": n, "count": int(c), "last_step": int(s)} for t, n, c, s in rows]
 
 
-class SeriesCache:
+class SeriesReader:
     """Chart series of runs, read from the stored block summaries (nothing is kept in memory).
 
-    The name stays from when summaries were per-process memory; :meth:`refresh` rebuilds the
-    stored ones for points written around the API (by hand, or by an older server).
+    :meth:`refresh` rebuilds the stored summaries for points written around the API (by hand,
+    or by an older server).
 
     Example:
-        >>> series = SeriesCache(app.state.sessions)
+        >>> series = SeriesReader(app.state.sessions)
         >>> series.series(session, run.pk, run.id, "train", buckets=1000)
     """
 

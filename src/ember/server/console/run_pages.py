@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from ember.server import ingest, listing
 from ember.server.auth import DbSession
@@ -14,10 +14,11 @@ from ember.server.console import lineage
 from ember.server.console.pages import crumbs
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
-from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
+from ember.server.models import Artifact, ArtifactFile, Folder, User
 from ember.server.perms import Level, level
 from ember.server.routes_artifacts import get_artifact
 from ember.server.routes_runs import get_run
+from ember.server.series import metric_counts
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TAIL_LINES = 200
@@ -52,11 +53,7 @@ def run_page(
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id)) or ""
-    counts = session.execute(
-        select(MetricPoint.type, MetricPoint.name, func.count())
-        .where(MetricPoint.run_pk == run.pk)
-        .group_by(MetricPoint.type, MetricPoint.name)
-    ).all()
+    counts = [(m["type"], m["name"], m["count"]) for m in metric_counts(session, run.pk)]  # block summaries
     order = {"train": 0, "val": 1, "test": 2}
     types = sorted({t for t, _, _ in counts}, key=lambda t: (order.get(t, 3), t))
     edges = ingest.edges_of(session, run.id)
