@@ -47,7 +47,8 @@ def runs(server: Server) -> Server:
     _put(server, 1, {"lr": 0.01, "opt": "sgd"}, [0.6, 0.8])
     _put(server, 2, {"lr": "auto", "opt": "adam"}, [0.95])  # a string sorts after every number
     _put(server, 3, {"opt": "sgd"}, None)  # no lr, no metric: last whichever the direction
-    _put(server, 4, {"lr": 0.001}, [0.1], status="Running", end_time=None, heartbeat=NOW.isoformat())
+    fresh = datetime.now(timezone.utc).isoformat()  # not NOW (import time): the suite may run for minutes
+    _put(server, 4, {"lr": 0.001}, [0.1], status="Running", end_time=None, heartbeat=fresh)
     old = (NOW - timedelta(hours=1)).isoformat()
     _put(server, 5, {"lr": 0.05}, [0.2], status="Running", end_time=None, heartbeat=old, hostname="elsewhere")
     return server
