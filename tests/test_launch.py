@@ -69,3 +69,35 @@ def test_launch_from_torch_without_torchrun_names_the_variables(monkeypatch: pyt
         monkeypatch.delenv(var, raising=False)
     with pytest.raises(LaunchError, match="RANK, LOCAL_RANK, WORLD_SIZE"):
         ember.launch_from_torch()
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
+def test_exit_settling_waits_while_a_native_thread_is_busy_and_not_otherwise() -> None:
+    """The atexit settle loop (see ember.launcher._leave_process_group) waits for busy threads."""
+    import threading
+    import time
+
+    from ember import launcher
+
+    start = time.perf_counter()
+    launcher._settle_native_threads(2.0)
+    idle_s = time.perf_counter() - start
+    stop = threading.Event()
+
+    def busy() -> None:  # matmuls run without the GIL: the thread stays runnable in C++
+        a = torch.randn(1500, 1500)  # ~0.1 s a product: the GIL is taken only between them
+        while not stop.is_set():
+            a @ a
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        time.sleep(0.05)
+        start = time.perf_counter()
+        launcher._settle_native_threads(0.5)
+        busy_s = time.perf_counter() - start
+    finally:
+        stop.set()
+        worker.join()
+    assert idle_s < 0.5  # two quiet checks: a few ms (bounded by other threads of this process)
+    assert busy_s >= 0.45  # never quiet while the other thread computes: waited to the limit

@@ -160,6 +160,20 @@ def _insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
     )
 
 
+def point_aggregates() -> list[Any]:
+    """What a block summary and a chart bucket keep of their points: first/last step and epoch,
+    min/max value and count, in that order."""
+    return [
+        func.min(MetricPoint.step),
+        func.max(MetricPoint.step),
+        func.min(MetricPoint.epoch),
+        func.max(MetricPoint.epoch),
+        func.min(MetricPoint.value),
+        func.max(MetricPoint.value),
+        func.count(),
+    ]
+
+
 def summarize(
     session: Session,
     run_pk: int,
@@ -186,13 +200,7 @@ def summarize(
             literal(type_),
             MetricPoint.name,
             block,
-            func.min(MetricPoint.step),
-            func.max(MetricPoint.step),
-            func.min(MetricPoint.epoch),
-            func.max(MetricPoint.epoch),
-            func.min(MetricPoint.value),
-            func.max(MetricPoint.value),
-            func.count(),
+            *point_aggregates(),
         )
         .where(*where)
         .group_by(MetricPoint.name, block)

@@ -130,13 +130,7 @@ def _bucketed(
     rows = session.execute(
         select(
             bucket,
-            func.min(MetricPoint.step),
-            func.max(MetricPoint.step),
-            func.min(MetricPoint.epoch),
-            func.max(MetricPoint.epoch),
-            func.min(MetricPoint.value),
-            func.max(MetricPoint.value),
-            func.count(),
+            *ingest.point_aggregates(),
         )
         .where(
             MetricPoint.run_pk == run_pk,
