@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,41 @@ def test_ls_lists_every_run_with_status_start_duration_and_last_metrics(
     assert " Failed " in rows[b.path.name] and "val: loss=nan acc=0.7" in rows[b.path.name]  # type: ignore[union-attr]
     assert " Running " in rows[running.path.name]  # type: ignore[union-attr]
     running.finish()
+
+
+def _died(run: track.Run, **changes: object) -> None:
+    """Make ``run.json`` say what a process killed while the run was open leaves: Running."""
+    meta_file = run.path / "run.json"  # type: ignore[operator]
+    meta = json.loads(meta_file.read_text())
+    meta.update(status="Running", end_time=None, **changes)
+    meta_file.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "death",
+    [
+        pytest.param({"pid": 2**22 + 12345}, id="pid-gone"),  # above Linux's pid_max: no such process
+        pytest.param(
+            {"hostname": "another-host", "heartbeat": (datetime.now(timezone.utc) - timedelta(minutes=5)).isoformat()},
+            id="heartbeat-stale",
+        ),
+    ],
+)
+def test_ls_and_show_say_crashed_for_a_run_whose_process_died(
+    death: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = track.create_run(name="killed")
+    dead.log("train", {"loss": 0.5}, step=7)
+    dead.finish()
+    _died(dead, **death)
+    live = track.create_run(name="alive")
+    assert ember("runs", "ls") == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows[dead.path.name][1] == "Crashed" and "loss=0.5" in rows[dead.path.name]  # type: ignore[union-attr]
+    assert rows[live.path.name][1] == "Running"  # type: ignore[union-attr]
+    assert ember("runs", "show", "killed") == 0
+    assert "status       Crashed" in capsys.readouterr().out
+    live.finish()
 
 
 def test_ls_of_an_empty_store_says_so(store: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from ember import track
-from ember.track.store import list_runs
+from ember.track.store import list_artifacts, list_runs
 from ember.trainer import Trainer, hooks
 from tests.trainer.helpers import loader, make_engine
 
@@ -80,3 +81,81 @@ def test_resume_continues_the_same_run_without_duplicate_steps(tmp_path: Path) -
     assert steps == list(range(1, 25)), steps  # no step twice, none missing
     assert run.status == "Complete"
     assert len(list_runs(tmp_path)) == 1
+
+
+def test_train_points_carry_samples_per_second_of_every_micro_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = iter(0.5 * i for i in range(1000))  # each perf_counter() call: 0.5 s later
+    monkeypatch.setattr("ember.trainer.hooks.tracking.perf_counter", lambda: next(clock))
+    tracking = hooks.TrackingHook(log_every_n_steps=2, system_interval_s=None, home=str(tmp_path))
+    Trainer(make_engine(accumulation=2)).fit(loader(64, 8), epochs=1, hooks=[tracking])
+    points = track.load_run(tracking.run.path, home=tmp_path).metrics("train")
+    # a point every 2 updates = 4 batches of 8 samples, 0.5 s apart
+    assert [(p["step"], p["metrics"]["samples_per_s"]) for p in points] == [(2, 64.0), (4, 64.0)]
+
+
+def test_system_points_carry_cpu_use_and_load_average(tmp_path: Path) -> None:
+    tracking = hooks.TrackingHook(system_interval_s=0.0, home=str(tmp_path))
+    Trainer(make_engine()).fit(loader(32, 8), epochs=1, hooks=[tracking])
+    points = track.load_run(tracking.run.path, home=tmp_path).metrics("system")
+    assert [p["step"] for p in points] == [1, 2, 3, 4]
+    for point in points:
+        assert point["metrics"]["cpu_percent"] >= 0.0 and point["metrics"]["rss_peak"] > 0
+        if hasattr(os, "getloadavg"):
+            assert point["metrics"]["load_1m"] >= 0.0
+
+
+def _checkpointed_fit(
+    ckpt_dir: Path, home: Path, epochs: int = 3, max_steps: int | None = None, extra: tuple = ()
+) -> tuple[hooks.TrackingHook, hooks.CheckpointHook]:
+    """One job of a restartable script: a fresh Trainer, a checkpoint every 4 updates, resume='auto'.
+
+    ``save_best`` keeps the epoch with the *highest* test loss, the first one, so the best and
+    final checkpoints differ and retention (``keep_last=1``) deletes everything else.
+    """
+    ckpt = hooks.CheckpointHook(ckpt_dir, every_n_steps=4, keep_last=1, save_best="test/loss", mode="max")
+    tracking = hooks.TrackingHook(name="restartable", system_interval_s=0.0, home=str(home))
+    Trainer(make_engine()).fit(loader(64, 8), epochs=epochs, max_steps=max_steps, test_dataloader=loader(16, 8),
+                               hooks=[hooks.LossHook(), ckpt, tracking, *extra], resume="auto")  # fmt: skip
+    return tracking, ckpt
+
+
+def test_a_job_resumed_from_a_checkpoint_file_continues_the_same_run(tmp_path: Path) -> None:
+    # max_steps=10 ends the job 2 updates into epoch 1 and closes that epoch (docs/trainer.md):
+    # the resumed job trains epoch 2, steps 11..18.
+    first, _ = _checkpointed_fit(tmp_path / "ckpt", tmp_path, max_steps=10)
+    run_id, path = first.run.id, first.run.path
+    assert track.load_run(path, home=tmp_path).status == "Complete"
+
+    second, _ = _checkpointed_fit(tmp_path / "ckpt", tmp_path)
+    assert (second.run.id, second.run.path) == (run_id, path)
+    run = track.load_run(path, home=tmp_path)
+    assert _steps(run, "train") == list(range(1, 19))
+    assert _steps(run, "system") == list(range(1, 19))
+    assert _steps(run, "train_epoch") == [8, 10, 18]
+    assert [p["epoch"] for p in run.metrics("val")] == [0, 1, 2]
+    assert run.status == "Complete"
+    assert [i.meta["id"] for i in list_runs(tmp_path)] == [run_id]
+
+
+def test_a_crashed_then_resumed_run_has_one_checkpoints_artifact_of_final_and_best(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="boom at 14"):
+        _checkpointed_fit(tmp_path / "ckpt", tmp_path, extra=(FailAt(14),))  # last checkpoint: step 12
+    tracking, ckpt = _checkpointed_fit(tmp_path / "ckpt", tmp_path)
+    run = track.load_run(tracking.run.path, home=tmp_path)
+    assert run.status == "Complete" and _steps(run, "train") == list(range(1, 25))
+
+    outputs = [e["target"] for e in run.lineage() if e["source"]["id"] == run.id]
+    assert [(o["kind"], o["name"]) for o in outputs] == [("artifact", "restartable-checkpoints")]
+    assert len(list_artifacts(tmp_path)) == 1
+    artifact = track.load_artifact(outputs[0]["path"].split("/")[-1], home=tmp_path)
+    final, best = ckpt.last_path, ckpt.best_path
+    assert final is not None and best is not None and final != best
+    assert sorted(f["path"] for f in artifact.files) == sorted([final.name, best.name])
+    for record in artifact.files:  # the source still exists, the copy is that file
+        source = Path(record["source"])
+        assert source.parent == (tmp_path / "ckpt").absolute() and source.is_file()
+        copy = artifact.path / "files" / record["path"]
+        assert copy.read_bytes() == source.read_bytes()
+    assert sorted(p.name for p in (artifact.path / "files").iterdir()) == sorted([final.name, best.name])

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -17,7 +20,7 @@ from ember.trainer.hooks.base import BaseHook, Priority
 from ember.trainer.hooks.memory import memory_usage
 
 if TYPE_CHECKING:
-    from ember.track import Run
+    from ember.track import Artifact, Run
 
 
 class TrackingHook(BaseHook):
@@ -28,14 +31,21 @@ class TrackingHook(BaseHook):
     - hparams: the ember config's settings, the optimizer's class and defaults, per-rank batch
       size, world size, accumulation, epochs / max_steps, plus ``hparams`` you pass;
     - type ``train``, every ``log_every_n_steps`` optimizer updates: ``loss`` (read from the
-      step's loss, the one device sync), ``lr``;
+      step's loss, the one device sync), ``lr``, ``samples_per_s`` (samples of all ranks since
+      the previous ``train`` point, over the wall time since then; a test pass in between is
+      left out);
     - type ``train_epoch``, each epoch: the epoch's averaged train metrics (``loss``, ``accuracy``...);
     - type ``val``, after each test pass during ``fit``: the test metrics;
-    - type ``system``, every ``system_interval_s`` seconds: process memory (and CUDA memory);
-    - at the end: the final and best checkpoints of a :class:`CheckpointHook` as an output artifact.
+    - type ``system``, every ``system_interval_s`` seconds: process memory (and CUDA memory),
+      ``cpu_percent`` (this process's CPU time over the interval's wall time; 100 is one busy
+      core) and ``load_1m`` (the 1-minute load average, where the OS has one);
+    - at the end: the final and best checkpoints of a :class:`CheckpointHook`, in one output
+      artifact ``<run name>-checkpoints`` per run.
 
     The run's id and path are part of this hook's ``state_dict``, so a job resumed from a
-    checkpoint continues the same run and skips the steps it had already logged.
+    checkpoint continues the same run and skips the steps it had already logged; its end
+    updates the run's checkpoints artifact (found through the run's lineage) to the final and
+    best checkpoints of then, rather than adding a second one.
 
     Args:
         name: the run's name (default: ``"train"``).
@@ -79,6 +89,9 @@ class TrackingHook(BaseHook):
         self._skip_until: dict[str, int] = {}
         self._skip_train = -1  # _skip_until["train"], read at every step
         self._last_system = 0.0
+        self._last_cpu = 0.0  # process CPU seconds at the last system point
+        self._mark_time = 0.0  # perf_counter() and samples_seen at the last train point
+        self._mark_samples = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def before_train(self) -> None:
@@ -93,7 +106,12 @@ class TrackingHook(BaseHook):
             else:
                 self.run = track.create_run(name=self.run_name, labels=self.labels, folder=self.folder, home=self.home)
         self.run.hparams.update(self._hparams(), override=True)
-        self._last_system = time.monotonic()
+        self._last_system, self._last_cpu = time.monotonic(), time.process_time()
+        self._mark_throughput()
+
+    def after_test(self) -> None:
+        # A test pass is not training: restart the throughput window after it.
+        self._mark_throughput()
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         # Runs at every step: kept to a few attribute reads and one Run.log of plain floats.
@@ -111,16 +129,20 @@ class TrackingHook(BaseHook):
         lr = current_lr(trainer)
         if lr is not None:
             metrics["lr"] = lr
+        now, seen = perf_counter(), trainer.samples_seen
+        elapsed = now - self._mark_time
+        if elapsed > 0:
+            metrics["samples_per_s"] = (seen - self._mark_samples) / elapsed
+        self._mark_time, self._mark_samples = now, seen
         run = self.run
         assert run is not None
         if metrics:
             run.log("train", metrics, step=step, epoch=trainer.cur_epoch)
         interval = self.system_interval_s
         if interval is not None:
-            now = time.monotonic()
-            if now - self._last_system >= interval:
-                self._last_system = now
-                self._log("system", memory_usage(trainer.engine.device))
+            wall = time.monotonic()
+            if wall - self._last_system >= interval:
+                self._log("system", self._system_metrics(wall))
 
     def after_train_epoch(self) -> None:
         trainer = self.trainer
@@ -159,6 +181,23 @@ class TrackingHook(BaseHook):
         self._resume_path = state.get("run_path")
 
     # -- helpers ------------------------------------------------------------------------------
+    def _mark_throughput(self) -> None:
+        self._mark_time, self._mark_samples = perf_counter(), self.trainer.samples_seen
+
+    def _system_metrics(self, wall: float) -> dict[str, float]:
+        """Memory, CPU use since the last system point, and the load average; restarts the interval."""
+        metrics = memory_usage(self.trainer.engine.device)
+        cpu = time.process_time()
+        elapsed = wall - self._last_system
+        if elapsed > 0:
+            metrics["cpu_percent"] = 100.0 * (cpu - self._last_cpu) / elapsed
+        self._last_system, self._last_cpu = wall, cpu
+        try:
+            metrics["load_1m"] = os.getloadavg()[0]
+        except (AttributeError, OSError):  # Windows has none; some systems cannot tell
+            pass
+        return metrics
+
     def _log(self, type_: str, metrics: dict[str, Any]) -> None:
         assert self.run is not None
         step = self.trainer.cur_step
@@ -190,20 +229,86 @@ class TrackingHook(BaseHook):
         return params
 
     def _mark_checkpoints(self, run: Run) -> None:
-        from ember import track
-
-        paths = []
+        """Make the run's checkpoints artifact hold the final and best checkpoints that exist now."""
+        if not run.active or run.path is None:
+            return
+        wanted: dict[str, Path] = {}  # obj_path in the artifact -> checkpoint file or folder
         for hook in self.trainer.hooks:
             for attr in ("best_path", "last_path"):
                 path = getattr(hook, attr, None)
-                if path is not None and str(path) not in paths:
-                    paths.append(str(path))
-        if not paths or not run.active:
+                if path is None or not Path(path).exists():  # a crash can leave a write unfinished
+                    continue
+                path = Path(path).absolute()
+                obj = path.name if wanted.get(path.name, path) == path else f"{path.parent.name}/{path.name}"
+                wanted[obj] = path
+        if not wanted:
             return
-        artifact = track.create_artifact(name=f"{self.run_name}-checkpoints", home=self.home)
-        for path in paths:
-            artifact.add_file(path)
-        run.mark_output(artifact)
+        artifact = _checkpoints_artifact(run)
+        new = artifact is None
+        if artifact is None:
+            from ember import track
+
+            artifact = track.create_artifact(name=f"{run.name}-checkpoints", home=run.path.parent.parent)
+        _hold_exactly(artifact, wanted)
+        if new:
+            run.mark_output(artifact)
+
+
+def _checkpoints_artifact(run: Run) -> Artifact | None:
+    """The ``<run name>-checkpoints`` artifact an earlier attempt of this run marked as its output."""
+    from ember import track
+    from ember.errors import TrackingError
+    from ember.track.lineage import resolve_ref
+
+    assert run.path is not None
+    name = f"{run.name}-checkpoints"
+    for edge in reversed(run.lineage()):
+        target = edge["target"]
+        if edge["source"]["id"] == run.id and target.get("kind") == "artifact" and target.get("name") == name:
+            try:
+                return track.load_artifact(resolve_ref(target, run.path.parent.parent))
+            except TrackingError:
+                return None  # removed by hand: start a new one
+    return None
+
+
+def _hold_exactly(artifact: Artifact, wanted: Mapping[str, Path]) -> None:
+    """Drop from ``artifact`` the checkpoints not in ``wanted`` (retention may have deleted them); copy in the rest."""
+
+    def belongs(record: dict[str, Any], obj: str, src: Path) -> bool:
+        inside = record["path"] == obj or record["path"].startswith(obj + "/")
+        return inside and (record["source"] == str(src) or record["source"].startswith(str(src) + os.sep))
+
+    held = artifact.files
+    keep = [r for r in held if any(belongs(r, obj, src) for obj, src in wanted.items())]
+    if len(keep) < len(held):
+        _drop(artifact, [r for r in held if r not in keep])
+    for obj, src in wanted.items():
+        if any(belongs(r, obj, src) for r in keep):
+            continue  # the same checkpoint file: a name holds the step, so the content is the same
+        if src.is_dir():  # a sharded checkpoint
+            artifact.add_dir(src, obj_path=obj)
+        else:
+            artifact.add_file(src, obj_path=obj)
+
+
+def _drop(artifact: Artifact, records: list[dict[str, Any]]) -> None:
+    """Remove file records and their copies from an artifact (``Artifact`` has no public way yet).
+
+    ``artifact.json`` is rewritten first, so a reader never sees a record whose copy is gone.
+    """
+    assert artifact.path is not None
+    gone = {r["path"] for r in records}
+    artifact._meta["files"] = [r for r in artifact._meta["files"] if r["path"] not in gone]
+    artifact._save()
+    files = artifact.path / "files"
+    for obj in gone:
+        (files / obj).unlink(missing_ok=True)
+    for obj in gone:  # folders of a sharded checkpoint left empty
+        parent = (files / obj).parent
+        while parent != files and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
 
 
 def _strip(values: Mapping[str, float], prefix: str) -> dict[str, float]:
