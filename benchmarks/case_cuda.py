@@ -116,9 +116,9 @@ def gpt_run(params: Mapping[str, Any], timer: Timer) -> Outcome:
 
 
 def groups(quick: bool = False, with_peers: bool = True) -> list[Group]:
-    """GPT ~110M, bf16, batch 8 x 512 tokens; eager and compiled."""
+    """GPT ~110M, bf16, batch 16 x 512 tokens; eager and compiled."""
     params: dict[str, Any] = {"d_model": 768, "layers": 12, "heads": 12, "vocab": 32000, "context": 512,
-                              "batch_size": 8, "steps": 50, "warmup": 5}  # fmt: skip
+                              "batch_size": 16, "steps": 100, "warmup": 8}  # fmt: skip
     if quick:
         params.update(d_model=64, layers=2, heads=2, vocab=256, context=32, steps=3, warmup=1)
     out = []

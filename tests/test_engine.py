@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -149,7 +150,7 @@ def test_bf16_autocast_on_cpu_trains() -> None:
     assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
-def test_fp16_overflow_step_is_skipped_and_parameters_unchanged() -> None:
+def test_fp16_overflow_step_is_skipped_and_parameters_unchanged(capsys: pytest.CaptureFixture[str]) -> None:
     model = tiny_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     engine, _, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), config={"amp": "fp16"})
@@ -160,13 +161,18 @@ def test_fp16_overflow_step_is_skipped_and_parameters_unchanged() -> None:
     next(model.parameters()).grad[0, 0] = float("inf")
     before = params_of(model)
     assert engine.step() is False
-    assert engine.last_step_skipped
+    assert engine.last_step_skipped and engine.skipped_updates == 1
     assert all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+    assert (
+        "fp16 overflow (inf/nan gradients) in update 1: update skipped, loss scale lowered to 32768"
+        in capsys.readouterr().err
+    )
 
     engine.zero_grad()
     engine.backward(engine.criterion(engine(x), y))
     assert engine.step() is True and not engine.last_step_skipped
     assert not all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+    assert engine.state_dict()["skipped_updates"] == 1
 
 
 def test_gradient_handlers_run_before_the_update() -> None:

@@ -40,6 +40,11 @@ class Precision:
         optimizer.step()
         return True
 
+    @property
+    def loss_scale(self) -> float:
+        """The factor losses are multiplied by before ``backward`` (1 without a scaler)."""
+        return 1.0
+
     def state_dict(self) -> dict[str, Any]:
         """State to checkpoint (the scaler's, for fp16)."""
         return {}
@@ -87,6 +92,11 @@ class ScaledPrecision(AutocastPrecision):
         skipped = scale < self._last_scale
         self._last_scale = scale
         return not skipped
+
+    @property
+    def loss_scale(self) -> float:
+        """The scaler's current scale (reading it waits for the device)."""
+        return float(self.scaler.get_scale())
 
     def state_dict(self) -> dict[str, Any]:
         return {"scaler": self.scaler.state_dict()}

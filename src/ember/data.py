@@ -9,7 +9,7 @@ without loading them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import Any
 
 import torch
@@ -249,3 +249,25 @@ def _default_seed(seed: int | None) -> int:
     from ember.context import get_context
 
     return get_context(default=True).seed
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """``batch`` with every tensor moved to ``device`` (pinned tensors copy asynchronously).
+
+    Tensors may sit in (nested) tuples, lists, namedtuples and dicts; anything else is returned
+    as it is. Tensors already on ``device`` are not copied.
+
+    Example:
+        >>> x, y = to_device((x, y), torch.device("cuda", 0))
+    """
+    if isinstance(batch, torch.Tensor):
+        if batch.device == device:
+            return batch
+        return batch.to(device, non_blocking=batch.is_pinned())
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch

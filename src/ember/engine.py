@@ -17,6 +17,7 @@ FSDP2 and tensor parallelism (gradient sync, clipping over shards, gathering sta
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -26,8 +27,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ember.amp import Precision, make_precision
 from ember.config import Config
-from ember.data import data_parallel_rank_and_size
+from ember.data import data_parallel_rank_and_size, to_device
 from ember.errors import EngineError
+from ember.logging import get_dist_logger
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
 Criterion = Callable[..., torch.Tensor]
@@ -85,6 +87,10 @@ class Engine:
         self._criterion = criterion
         self.config = config
         self.device = device
+        # Inputs left on the CPU are moved to an accelerator for the user (accelerate's prepared
+        # dataloaders do this, so `for x, y in loader: engine(x)` runs unchanged on a GPU). On the
+        # CPU there is nothing to move and no per-call check.
+        self._move_inputs = device.type != "cpu"
         self.gradient_accumulation: int = config.gradient_accumulation
         self.clip_grad_norm: float | None = config.clip_grad_norm
         self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(config.gradient_handler)
@@ -107,12 +113,16 @@ class Engine:
         """Backward calls made in the open accumulation cycle."""
         self.sync_gradients = False
         """Whether the last backward closed an accumulation cycle (gradients are complete)."""
+        self._boundary_expected = False  # expect_boundary(): the next backward closes the cycle
+        self._forward_unsynced = False  # the last training forward ran under DDP's no_sync
         self.last_step_skipped = False
         """Whether the last boundary step was skipped (fp16 overflow)."""
         self.last_grad_norm: torch.Tensor | None = None
         """Total gradient norm before clipping at the last update (when clipping is on)."""
         self.num_updates = 0
         """Boundary steps taken (applied or skipped) since the Engine was built or loaded."""
+        self.skipped_updates = 0
+        """Boundary steps skipped for an fp16 overflow since the Engine was built or loaded."""
 
     # -- the user's objects --------------------------------------------------------------
     @property
@@ -150,18 +160,49 @@ class Engine:
         return self._model.training
 
     def criterion(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        """Compute the loss with the user's criterion, under the same autocast as the forward."""
+        """Compute the loss with the user's criterion, under the same autocast as the forward.
+
+        Tensors among the arguments that are not on :attr:`device` are moved there first.
+        """
         if self._criterion is None:
             raise EngineError("this Engine has no criterion: pass one to ember.initialize(model, optimizer, criterion)")
+        if self._move_inputs:
+            args, kwargs = to_device(args, self.device), to_device(kwargs, self.device)
         with self.precision.autocast():
             return self._criterion(*args, **kwargs)
 
     # -- the step ------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the model's forward pass under autocast (through DDP while gradients are on)."""
-        module = self._train_module if torch.is_grad_enabled() else self._eval_module
-        with self.precision.autocast():
-            return module(*args, **kwargs)
+        """Run the model's forward pass under autocast (through DDP while gradients are on).
+
+        On an accelerator, tensor inputs still on another device (a CPU batch) are moved to
+        :attr:`device` first, so a loop written for the CPU runs unchanged on a GPU.
+        """
+        if self._move_inputs:
+            args, kwargs = to_device(args, self.device), to_device(kwargs, self.device)
+        if not torch.is_grad_enabled():
+            with self.precision.autocast():
+                return self._eval_module(*args, **kwargs)
+        # Under DDP the forward decides whether the backward all-reduces: a micro-step that will
+        # not close the accumulation cycle runs its forward under no_sync.
+        no_sync = None if self._closes_cycle() else self.parallel.forward_without_sync()
+        self._forward_unsynced = no_sync is not None
+        with no_sync or contextlib.nullcontext(), self.precision.autocast():
+            return self._train_module(*args, **kwargs)
+
+    def _closes_cycle(self) -> bool:
+        return self._boundary_expected or self.micro_step + 1 >= self.gradient_accumulation
+
+    def expect_boundary(self) -> None:
+        """Announce that the next micro-step closes the accumulation cycle early.
+
+        Call it before the forward pass of a short cycle's last micro-step (an epoch's last
+        batch) and pass ``boundary=True`` to its :meth:`backward`: under DDP the gradients are
+        then all-reduced in that backward, overlapped with it. Without the announcement
+        ``backward(boundary=True)`` still synchronises, with one extra all-reduce after it.
+        The Trainer announces for you.
+        """
+        self._boundary_expected = True
 
     def zero_grad(self) -> None:
         """Clear gradients, but only at the start of an accumulation cycle (else a no-op)."""
@@ -174,7 +215,7 @@ class Engine:
         For recovering after an exception mid-cycle; a normal loop never needs it.
         """
         self.micro_step = 0
-        self.sync_gradients = False
+        self.sync_gradients = self._boundary_expected = self._forward_unsynced = False
         self._optimizer.zero_grad(set_to_none=True)
 
     def backward(self, loss: torch.Tensor, *, boundary: bool | None = None) -> None:
@@ -198,10 +239,13 @@ class Engine:
             )
         self.micro_step += 1
         self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
+        unsynced, self._forward_unsynced, self._boundary_expected = self._forward_unsynced, False, False
         if self.gradient_accumulation > 1:
             loss = loss / self.gradient_accumulation
         with self.parallel.gradient_sync(self.sync_gradients):
             self.precision.scale(loss).backward()
+        if self.sync_gradients and unsynced:  # a cycle closed early, not announced before its forward
+            self.parallel.sync_gradients_now(self._params)
 
     def run_backward(self, run: Callable[[float], T], *, boundary: bool | None = None) -> T:
         """Count one micro-step whose backward pass happens inside ``run`` (a pipeline schedule).
@@ -219,6 +263,7 @@ class Engine:
         """
         self.micro_step += 1
         self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
+        self._boundary_expected = self._forward_unsynced = False
         with self.parallel.gradient_sync(self.sync_gradients):
             return run(1.0 / self.gradient_accumulation)
 
@@ -246,6 +291,13 @@ class Engine:
         self.last_step_skipped = not updated
         self.micro_step = 0
         self.num_updates += 1
+        if not updated:
+            self.skipped_updates += 1
+            get_dist_logger().info(
+                f"fp16 overflow (inf/nan gradients) in update {self.num_updates}: update skipped, "
+                f"loss scale lowered to {self.precision.loss_scale:g} ({self.skipped_updates} skipped so far)",
+                ranks=[0],
+            )
         return updated
 
     def train(self, mode: bool = True) -> Engine:
@@ -278,6 +330,7 @@ class Engine:
             "precision": self.precision.state_dict(),
             "micro_step": self.micro_step,
             "num_updates": self.num_updates,
+            "skipped_updates": self.skipped_updates,
         }
         if self.micro_step > 0:
             state["partial_grads"] = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
@@ -300,7 +353,8 @@ class Engine:
         self.precision.load_state_dict(state.get("precision", {}))
         self.micro_step = int(state.get("micro_step", 0))
         self.num_updates = int(state.get("num_updates", 0))
-        self.sync_gradients = False
+        self.skipped_updates = int(state.get("skipped_updates", 0))
+        self.sync_gradients = self._boundary_expected = self._forward_unsynced = False
         grads: Sequence[torch.Tensor | None] | None = state.get("partial_grads")
         if grads is not None:
             if len(grads) != len(self._params):

@@ -15,6 +15,7 @@ from ember.config import Config, load_config, merge_configs
 from ember.data import make_resumable
 from ember.engine import Criterion, Engine
 from ember.errors import EngineError, LaunchError
+from ember.launcher import use_deterministic_kernels
 from ember.parallel.pipeline import check_microbatches
 from ember.parallel.strategy import check_parallel, parallelize
 
@@ -79,8 +80,8 @@ def initialize(
     _check_objects(model, optimizer, criterion, lr_scheduler)
     plan = check_parallel(cfg, model, optimizer, ctx.world_size)
     check_microbatches(train_dataloader, cfg)
-    if cfg.deterministic and not _context.is_launched():
-        torch.use_deterministic_algorithms(True)
+    if cfg.deterministic:
+        use_deterministic_kernels()
 
     model.to(ctx.device)
     if isinstance(criterion, nn.Module):

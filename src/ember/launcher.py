@@ -68,6 +68,13 @@ def launch(
     backend = _pick_backend(backend)
 
     if backend == "nccl":
+        gpus = torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise LaunchError(
+                f"local rank {local_rank} needs CUDA device {local_rank}, but this machine has {gpus}: NCCL "
+                f"takes one GPU per process. Start at most {gpus} process(es) per machine "
+                f"(torchrun --nproc_per_node {gpus}), or pass backend='gloo' to let processes share GPUs"
+            )
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     elif torch.cuda.is_available():
@@ -271,10 +278,19 @@ def seed_everything(seed: int, deterministic: bool = False) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
+        use_deterministic_kernels()
+
+
+def use_deterministic_kernels() -> None:
+    """Make torch pick deterministic kernels, on the CPU and on CUDA (cuBLAS and cuDNN too).
+
+    cuBLAS is only deterministic with a fixed workspace, which ``CUBLAS_WORKSPACE_CONFIG``
+    sets; torch refuses a CUDA matrix product under deterministic mode without it.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
 
 
 def _check_ranks(rank: Any, world_size: Any, local_rank: Any) -> None:

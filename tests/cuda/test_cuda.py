@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import ember
-from ember import checkpoint
+from ember import checkpoint, launcher
+from ember.errors import LaunchError
 from ember.trainer import Trainer, hooks
 from ember.trainer.hooks.memory import memory_usage
 from tests.checkpoint import common
@@ -103,16 +105,33 @@ def test_fp16_overflow_on_cuda_is_skipped_and_reported() -> None:
     assert not all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
 
 
+class _Crash(hooks.BaseHook):
+    """Raises at batch ``at``, like a crash mid-epoch and mid-accumulation-cycle."""
+
+    priority = hooks.Priority.HIGHEST
+
+    def __init__(self, at: int) -> None:
+        super().__init__(name="Crash")
+        self.at = at
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        if self.trainer.micro_step == self.at:
+            raise RuntimeError("crash")
+
+
 def test_resume_on_cuda_matches_the_uninterrupted_run(tmp_path: Path) -> None:
     """Dropout draws from the CUDA generator, so this also pins its checkpointed state."""
     full = common.run(tmp_path / "full", deterministic=True)
     assert next(full.engine.model.parameters()).device.type == "cuda"
-    common.run(tmp_path / "cut", deterministic=True, max_steps=7)  # stops mid-epoch 2
+    with pytest.raises(RuntimeError, match="crash"):  # at batch 15, before update 8's save
+        common.run(tmp_path / "cut", deterministic=True, extra=[_Crash(15)])
     resumed = common.run(tmp_path / "cut", deterministic=True)
+    recorder = resumed.get_hook("Recorder")
+    assert recorder.resumed_at == 11  # type: ignore[attr-defined]  # update 6: epoch 2, batch 2
     assert all(torch.equal(a, b) for a, b in zip(common.params(full), common.params(resumed), strict=True))
     full_losses = full.get_hook("Recorder").losses  # type: ignore[attr-defined]
-    after = resumed.get_hook("Recorder").losses  # type: ignore[attr-defined]
-    assert after and all(after[k] == full_losses[k] for k in after)
+    after = recorder.losses  # type: ignore[attr-defined]
+    assert len(after) == 27 - 11 and all(after[k] == full_losses[k] for k in after)
 
 
 def test_async_save_copies_cuda_state_through_pinned_memory(tmp_path: Path) -> None:
@@ -130,21 +149,41 @@ def test_memory_hook_reports_cuda_memory() -> None:
     assert usage["cuda_peak"] >= usage["cuda"] >= 0
 
 
-def test_a_launch_on_cuda_picks_nccl_and_reduces(tmp_path: Path) -> None:
-    script = tmp_path / "nccl_job.py"
-    script.write_text(
-        "import torch, ember\n"
-        "from ember import distributed\n"
-        "ember.launch_from_torch(verbose=False)\n"
-        "t = torch.ones(3, device=ember.context.device)\n"
-        "torch.distributed.all_reduce(t)\n"
-        "print('BACKEND', ember.context.backend, ember.context.device, t.sum().item(), flush=True)\n"
-    )
+def test_the_default_backend_is_nccl_and_one_gpu_per_process_is_enforced() -> None:
+    assert launcher._pick_backend(None) == "nccl"
+    gpus = torch.cuda.device_count()
+    with pytest.raises(LaunchError, match=f"local rank {gpus} needs CUDA device {gpus}.*backend='gloo'"):
+        ember.launch(rank=1, world_size=2, local_rank=gpus, verbose=False)
+
+
+_DDP_ON_ONE_GPU = """
+import torch, ember
+from torch import nn
+from tests.models import tiny_dataset, tiny_mlp
+ember.launch_from_torch(backend="gloo", config={"gradient_accumulation": 2}, verbose=False)
+model = tiny_mlp()
+engine, loader, _, _ = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+                                        ember.get_dataloader(tiny_dataset(64), batch_size=8, shuffle=True))
+for x, y in loader:
+    engine.zero_grad()
+    engine.backward(engine.criterion(engine(x), y))
+    engine.step()
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+both = [torch.empty_like(flat) for _ in range(2)]
+torch.distributed.all_gather(both, flat)
+print("DEVICE", flat.device, "UPDATES", engine.num_updates, "SAME", torch.equal(both[0], both[1]), flush=True)
+"""
+
+
+def test_two_processes_share_one_gpu_over_gloo(tmp_path: Path) -> None:
+    """DDP with CUDA tensors over gloo: both ranks on cuda:0, accumulation 2, identical weights."""
+    script = tmp_path / "ddp_job.py"
+    script.write_text(_DDP_ON_ONE_GPU)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", str(script)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "BACKEND nccl cuda:0 3.0" in done.stdout
+    assert done.stdout.count("DEVICE cuda:0 UPDATES 2 SAME True") == 2, done.stdout
 
 
 def test_trainer_moves_cpu_batches_to_cuda() -> None:

@@ -70,6 +70,7 @@ def capture(
             "precision": engine.precision.state_dict(),
             "micro_step": engine.micro_step,
             "num_updates": engine.num_updates,
+            "skipped_updates": engine.skipped_updates,
         }
     partial = engine_state.pop("partial_grads", None)
     per_rank = {h.name for h in trainer.hooks if getattr(h, "state_per_rank", False)}

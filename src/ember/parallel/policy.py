@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ember import distributed
@@ -47,6 +48,18 @@ class ParallelPolicy:
     def gradient_sync(self, enabled: bool) -> Iterator[None]:
         """The context ``backward`` runs in; ``enabled`` is False on non-boundary micro-steps."""
         yield
+
+    def forward_without_sync(self) -> contextlib.AbstractContextManager[None] | None:
+        """The context a training forward runs in when its backward must not synchronise.
+
+        None when the synchronisation is decided at backward time (the default). DDP decides it
+        in the forward pass: see :class:`DataParallelPolicy`.
+        """
+        return None
+
+    def sync_gradients_now(self, params: list[nn.Parameter]) -> None:
+        """Average the gradients over the replicas by hand: for a cycle closed at a backward
+        whose forward ran under :meth:`forward_without_sync`."""
 
     def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
         """Clip the gradients in place to a global 2-norm of ``max_norm``; return the norm before."""
@@ -118,10 +131,23 @@ class DataParallelPolicy(ParallelPolicy):
     def __init__(self, ddp: nn.parallel.DistributedDataParallel) -> None:
         self.ddp = ddp
 
-    @contextlib.contextmanager
-    def gradient_sync(self, enabled: bool) -> Iterator[None]:
-        with contextlib.nullcontext() if enabled else self.ddp.no_sync():
-            yield
+    # DDP decides in the forward pass whether the backward all-reduces (the forward prepares
+    # its reducer unless ``no_sync`` is on): the Engine runs a non-boundary micro-step's forward
+    # under ``no_sync``, and backward needs no context of its own.
+    def forward_without_sync(self) -> contextlib.AbstractContextManager[None] | None:
+        return self.ddp.no_sync()
+
+    @torch.no_grad()
+    def sync_gradients_now(self, params: list[nn.Parameter]) -> None:
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            return
+        group = self.ddp.process_group
+        flat = torch._utils._flatten_dense_tensors(grads)
+        dist.all_reduce(flat, group=group)
+        flat.div_(dist.get_world_size(group))
+        for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(synced)
 
 
 class ZeroPolicy(DataParallelPolicy):

@@ -7,27 +7,15 @@ from typing import Any, TypeVar
 
 import torch
 
+from ember.data import to_device
 from ember.errors import TrainerError
 
 T = TypeVar("T")
 
+__all__ = ["LABEL_KEYS", "split_batch", "to_device"]
+
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")
 """Keys taken as the label of a dict batch, first match wins."""
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """``batch`` with every tensor moved to ``device`` (pinned tensors copy asynchronously)."""
-    if isinstance(batch, torch.Tensor):
-        if batch.device == device:
-            return batch
-        return batch.to(device, non_blocking=batch.is_pinned())
-    if isinstance(batch, Mapping):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(to_device(v, device) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
 
 
 def split_batch(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any]:

@@ -48,6 +48,8 @@ class DefaultSchedule:
     def forward_backward(self, trainer: Trainer, batch: Any, boundary: bool) -> dict[str, Any]:
         """See :meth:`Schedule.forward_backward`."""
         trainer.engine.zero_grad()
+        if boundary:
+            trainer.engine.expect_boundary()  # so DDP all-reduces inside this backward
         result = trainer.train_step(batch)
         check_result(result, f"{type(trainer).__name__}.train_step")
         trainer.engine.backward(result["loss"], boundary=True if boundary else None)
