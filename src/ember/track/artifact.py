@@ -11,6 +11,7 @@ import hashlib
 import os
 import posixpath
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,30 @@ class Artifact:
         self._save()
         return dict(record)
 
+    def remove(self, obj_paths: Iterable[str]) -> None:
+        """Remove files (by their paths inside the artifact) and their copies.
+
+        The metadata is rewritten first, so a reader never sees a record whose copy is gone;
+        folders left empty are removed too. Paths the artifact does not hold are an error.
+
+        Example:
+            >>> art.remove(["checkpoints/ckpt-e0001-s000000010.ckpt"])
+        """
+        gone = {check_rel_path(p, "obj_path") for p in obj_paths}
+        unknown = gone - {f["path"] for f in self._meta["files"]}
+        if unknown:
+            raise TrackingError(f"remove: artifact {self.name!r} holds no file {sorted(unknown)}")
+        assert self._path is not None
+        self._meta["files"] = [f for f in self._meta["files"] if f["path"] not in gone]
+        self._save()
+        files = self._path / "files"
+        for obj in gone:
+            (files / obj).unlink(missing_ok=True)
+            parent = (files / obj).parent
+            while parent != files and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+
     def upload(
         self, folder: str = "default", make_folder: bool = False, conflict_strategy: str = "new"
     ) -> dict[str, Any]:
@@ -252,6 +277,10 @@ class NoOpArtifact(Artifact):
         if not isinstance(uri, str) or not uri.strip():
             raise TrackingError(f"add_reference: uri must be a non-empty str, got {uri!r}")
         return {"uri": uri, "path": obj_path or ""}
+
+    def remove(self, obj_paths: Iterable[str]) -> None:
+        for p in obj_paths:
+            check_rel_path(p, "obj_path")
 
     def upload(
         self, folder: str = "default", make_folder: bool = False, conflict_strategy: str = "new"

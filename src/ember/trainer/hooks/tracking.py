@@ -282,7 +282,7 @@ def _hold_exactly(artifact: Artifact, wanted: Mapping[str, Path]) -> None:
     held = artifact.files
     keep = [r for r in held if any(belongs(r, obj, src) for obj, src in wanted.items())]
     if len(keep) < len(held):
-        _drop(artifact, [r for r in held if r not in keep])
+        artifact.remove(r["path"] for r in held if r not in keep)
     for obj, src in wanted.items():
         if any(belongs(r, obj, src) for r in keep):
             continue  # the same checkpoint file: a name holds the step, so the content is the same
@@ -290,25 +290,6 @@ def _hold_exactly(artifact: Artifact, wanted: Mapping[str, Path]) -> None:
             artifact.add_dir(src, obj_path=obj)
         else:
             artifact.add_file(src, obj_path=obj)
-
-
-def _drop(artifact: Artifact, records: list[dict[str, Any]]) -> None:
-    """Remove file records and their copies from an artifact (``Artifact`` has no public way yet).
-
-    ``artifact.json`` is rewritten first, so a reader never sees a record whose copy is gone.
-    """
-    assert artifact.path is not None
-    gone = {r["path"] for r in records}
-    artifact._meta["files"] = [r for r in artifact._meta["files"] if r["path"] not in gone]
-    artifact._save()
-    files = artifact.path / "files"
-    for obj in gone:
-        (files / obj).unlink(missing_ok=True)
-    for obj in gone:  # folders of a sharded checkpoint left empty
-        parent = (files / obj).parent
-        while parent != files and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
 
 
 def _strip(values: Mapping[str, float], prefix: str) -> dict[str, float]:
