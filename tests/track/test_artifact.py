@@ -86,3 +86,17 @@ def test_mark_input_and_output_record_the_edge_in_both_ends(tmp_path: Path) -> N
     assert edge["target"]["path"] == f"artifacts/{model.path.name}"  # type: ignore[union-attr]
     lines = (run.path / "lineage.jsonl").read_text().splitlines()  # type: ignore[operator]
     assert len(lines) == 3
+
+
+def test_remove_drops_records_copies_and_empty_folders(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "a.bin").write_bytes(b"a")
+    (src / "b.bin").write_bytes(b"b")
+    art = track.create_artifact("ckpts", home=tmp_path / "store")
+    art.add_dir(src, obj_path="d")
+    art.remove(["d/sub/a.bin"])
+    assert [f["path"] for f in track.load_artifact(art.path).files] == ["d/b.bin"]
+    assert not (art.path / "files" / "d" / "sub").exists() and (art.path / "files" / "d" / "b.bin").exists()
+    with pytest.raises(TrackingError, match="holds no file"):
+        art.remove(["d/nope.bin"])
