@@ -19,6 +19,7 @@ from torch import nn
 
 import ember
 from ember import distributed
+from ember.data import ResumableSampler
 from ember.trainer import Trainer, hooks
 from tests.models import tiny_dataset, tiny_mlp
 
@@ -54,6 +55,20 @@ class Killer(hooks.BaseHook):
             os.kill(os.getpid(), self.sig)
 
 
+class Crash(hooks.BaseHook):
+    """Raises at batch ``at``: a process dying there (its checkpoints stay as they were)."""
+
+    priority = hooks.Priority.HIGHEST
+
+    def __init__(self, at: int) -> None:
+        super().__init__(name="Crash")
+        self.at = at
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        if self.trainer.micro_step == self.at:
+            raise RuntimeError("crashed")
+
+
 def die_renaming(step: int) -> None:
     """SIGKILL this process between writing step ``step``'s checkpoint and renaming it into place."""
     real = os.replace
@@ -71,16 +86,26 @@ def batch_size() -> int:
 
 
 def build(
-    deterministic: bool = False, seed: int = 123, bs: int | None = None, logger: Any = None
+    deterministic: bool = False,
+    seed: int = 123,
+    bs: int | None = None,
+    logger: Any = None,
+    config: dict[str, Any] | None = None,
+    datasets: tuple[Any, Any] | None = None,
 ) -> tuple[Trainer, Any, Any]:
-    """The trainer and its train/test loaders (same initial weights on every rank)."""
+    """The trainer and its train/test loaders (same initial weights on every rank).
+
+    ``config`` adds to (or overrides) the Engine config; ``datasets`` replaces the train and
+    test datasets (same sizes: ``N`` and 20).
+    """
     torch.manual_seed(seed)
     model = tiny_mlp(0, dropout=0.3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     bs = bs or batch_size()
-    train = ember.get_dataloader(tiny_dataset(N, 1), shuffle=True, batch_size=bs, seed=0)
-    test = ember.get_dataloader(tiny_dataset(20, 5), batch_size=bs)
-    config = {"gradient_accumulation": ACCUMULATION, "deterministic": deterministic}
+    train_set, test_set = datasets or (tiny_dataset(N, 1), tiny_dataset(20, 5))
+    train = ember.get_dataloader(train_set, shuffle=True, batch_size=bs, seed=0)
+    test = ember.get_dataloader(test_set, batch_size=bs)
+    config = {"gradient_accumulation": ACCUMULATION, "deterministic": deterministic, **(config or {})}
     engine, train, test, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train, test, config=config)
     return Trainer(engine, logger=logger), train, test
 
@@ -105,16 +130,18 @@ def run(
     max_steps: int | None = None,
     resume: Any = "default",
     bs: int | None = None,
+    config: dict[str, Any] | None = None,
     **ckpt_kwargs: Any,
 ) -> Trainer:
     """Train (resuming from ``ckpt_dir`` when it has a checkpoint); write params and losses to ``out``.
 
     ``ckpt_kwargs`` go to the CheckpointHook (default: every 2 updates, keep all); no
     ``ckpt_dir``: no CheckpointHook. ``resume`` defaults to ``"auto"`` with a directory, else None.
+    ``config`` adds to the Engine config (see :func:`build`).
     """
     if resume == "default":
         resume = "auto" if ckpt_dir is not None else None
-    trainer, train, test = build(deterministic, bs=bs, logger=logger)
+    trainer, train, test = build(deterministic, bs=bs, logger=logger, config=config)
     ckpt = None
     if ckpt_dir is not None:
         ckpt = hooks.CheckpointHook(ckpt_dir, **{"every_n_steps": 2, "keep_last": None, **ckpt_kwargs})
@@ -124,6 +151,13 @@ def run(
     if out is not None:
         write_result(trainer, out)
     return trainer
+
+
+def epoch_order(epoch: int) -> list[int]:
+    """The dataset indices of epoch ``epoch`` of the shuffled train loader, in order (one process)."""
+    sampler = ResumableSampler(tiny_dataset(N, 1), num_replicas=1, rank=0, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return sampler.indices()
 
 
 def params(trainer: Trainer) -> list[torch.Tensor]:

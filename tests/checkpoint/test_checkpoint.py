@@ -15,26 +15,12 @@ from ember.cli import main as ember_main
 from ember.errors import CheckpointError, HookError, TrainerError
 from ember.trainer import PREEMPTED_EXIT_CODE, Preempted, hooks
 from tests.checkpoint import common
-from tests.checkpoint.common import params
+from tests.checkpoint.common import Crash, params
 from tests.models import tiny_mlp
 from tests.trainer.helpers import RecordingLogger
 
 STEP8 = "ckpt-e0001-s000000008.ckpt"  # update 8: batch 15, in the second epoch
 EPOCH2 = "ckpt-e0002-s000000010.ckpt"  # the end of the second epoch
-
-
-class Crash(hooks.BaseHook):
-    """Raises at batch ``at``: a process dying there (its checkpoints stay as they were)."""
-
-    priority = hooks.Priority.HIGHEST
-
-    def __init__(self, at: int) -> None:
-        super().__init__(name="Crash")
-        self.at = at
-
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        if self.trainer.micro_step == self.at:
-            raise RuntimeError("crashed")
 
 
 @pytest.fixture(scope="module")

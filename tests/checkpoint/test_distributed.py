@@ -1,8 +1,9 @@
 """Checkpoints with 2 gloo processes: kill/preempt-and-resume, mid-cycle saves, 2 -> 1 and 1 -> 2 processes.
 
-Two torchruns (see ``scripts/dist.py``): the uninterrupted reference (which also continues a
-one-process checkpoint on two processes and checks a functional mid-cycle save), and a job that
-torchrun restarts twice: killed while writing a checkpoint, then preempted by SIGTERM to one rank.
+Three torchruns (see ``scripts/dist.py``): the uninterrupted reference (which also continues a
+one-process checkpoint on two processes and checks a functional mid-cycle save); a job that
+torchrun restarts twice: killed while writing a checkpoint, then preempted by SIGTERM to one rank;
+and a job that torchrun restarts once after one rank is SIGKILLed mid-epoch, mid-cycle.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import pytest
 import torch
 
 from ember import checkpoint
-from ember.data import ResumableSampler
 from ember.trainer import PREEMPTED_EXIT_CODE, hooks
 from tests.checkpoint import common
-from tests.checkpoint.common import params, read_result
+from tests.checkpoint.common import epoch_order, params, read_result
 from tests.dist import torchrun
 from tests.models import tiny_dataset
 
@@ -27,12 +27,6 @@ pytestmark = pytest.mark.multiprocess
 SCRIPT = Path(__file__).parent / "scripts" / "dist.py"
 RESTARTS = {"EMBER_RESUME": "auto", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ONE_PROC_CKPT = "ckpt-e0000-s000000006.ckpt"  # 1 process, batch 4: 12 of 18 batches into epoch 0
-
-
-def epoch_order(epoch: int) -> list[int]:
-    sampler = ResumableSampler(tiny_dataset(common.N, 1), num_replicas=1, rank=0, shuffle=True, seed=0)
-    sampler.set_epoch(epoch)
-    return sampler.indices()
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +43,14 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     # --standalone (a c10d rendezvous) as `ember run` uses: restarts under the static one can hang
     run = torchrun(SCRIPT, nproc=2, args=["chain", str(out)], env=RESTARTS, timeout=240,
                    torchrun_args=("--standalone", "--max-restarts=2"))  # fmt: skip
+    return out, run.stdout + run.stderr
+
+
+@pytest.fixture(scope="module")
+def killed_mid_cycle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("dist-mid-cycle")
+    run = torchrun(SCRIPT, nproc=2, args=["mid-cycle", str(out)], env=RESTARTS, timeout=200,
+                   torchrun_args=("--standalone", "--max-restarts=1"))  # fmt: skip
     return out, run.stdout + run.stderr
 
 
@@ -74,6 +76,21 @@ def test_two_ranks_killed_while_writing_a_checkpoint_resume_bit_identically(
     # rank 0 died before renaming update 8's checkpoint: attempt 1 resumed from update 6's
     assert "resumed from" in log and "ckpt-e0001-s000000006.ckpt': epoch 1, 2 batches into it" in log
     assert_like_reference(reference, out / "res")
+
+
+def test_a_rank_sigkilled_mid_epoch_and_mid_cycle_resumes_with_auto_bit_identically(
+    reference: Path, killed_mid_cycle: tuple[Path, str]
+) -> None:
+    out, log = killed_mid_cycle
+    assert not (out / "attempt0-rank1.json").exists(), "rank 1 of attempt 0 was not killed"
+    assert "exitcode: -9" in log or "SIGKILL" in log, log[-3000:]
+    # rank 0 failed in its next collective, or torchrun stopped it first: it never finished
+    assert not (out / "attempt0-rank0.json").exists() or attempt(out, 0, 0)["finished"] is False
+    # killed after batch 16, half-way through update 9's cycle (and epoch 1): the newest complete
+    # checkpoint is update 8's, 6 batches into epoch 1; the partial gradients of batch 16 are lost
+    assert "ckpt-e0001-s000000008.ckpt': epoch 1, 6 batches into it" in log
+    assert [attempt(out, 1, r) for r in (0, 1)] == [{"finished": True, "resumed_at": 15}] * 2
+    assert_like_reference(reference, out / "res")  # params, post-resume losses, history, counters
 
 
 def test_sigterm_to_one_rank_of_two_saves_on_both_and_both_exit_with_the_preemption_code(

@@ -11,6 +11,10 @@ update 8's checkpoint and renaming it; attempt 1 resumes, and rank 1 alone gets 
 23, so both ranks save one update after the next (see ember.trainer._control) and exit with
 the preemption code; attempt 2 resumes and finishes, writing ``OUT/res``.
 ``OUT/attempt<a>-rank<r>.json``: how each attempt ended.
+
+``dist.py mid-cycle OUT`` under ``--max-restarts=1``: attempt 0's rank 1 is SIGKILLed after batch
+16 (epoch 1, the first batch of update 9's cycle: both ranks hold partial gradients); attempt 1
+resumes with ``resume="auto"`` and finishes, writing ``OUT/res`` (and ``OUT/attempt<a>-rank<r>.json``).
 """
 
 from __future__ import annotations
@@ -118,10 +122,25 @@ def chain(out: Path) -> None:
         (out / f"attempt{attempt}-rank{rank}.json").write_text(json.dumps(report))
 
 
+def mid_cycle(out: Path) -> None:
+    """Attempt 0: SIGKILL rank 1 mid-epoch, mid-cycle; attempt 1 (torchrun's restart) resumes with "auto"."""
+    attempt, rank = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), distributed.rank()
+    report: dict[str, Any] = {"finished": False}
+    try:
+        kill_at = 16 if attempt == 0 and rank == 1 else None
+        trainer = common.run(out / "ckpt", out / "res" if attempt else None, kill_at=kill_at, deterministic=True,
+                             resume="auto")  # fmt: skip
+        report.update(finished=True, resumed_at=trainer.get_hook("Recorder").resumed_at)  # type: ignore[attr-defined]
+    finally:
+        (out / f"attempt{attempt}-rank{rank}.json").write_text(json.dumps(report))
+
+
 if __name__ == "__main__":
     ember.launch_from_torch(config={"seed": 0, "deterministic": True}, verbose=False)
     mode, target = sys.argv[1], Path(sys.argv[2])
     if mode == "reference":
         reference(target, sys.argv[3])
+    elif mode == "mid-cycle":
+        mid_cycle(target)
     else:
         chain(target)
