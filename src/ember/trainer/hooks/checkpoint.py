@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from ember import distributed
 from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
@@ -109,6 +111,7 @@ class CheckpointHook(BaseHook):
         self.resumed_from: Path | None = None
         self._writer = AsyncWriter()
         self._staging = StagingBuffers()  # async_save: CPU copies reused from save to save
+        self._staging_prepared = False
         self._saved: _Key | None = None
         self._warned_sync = False
 
@@ -128,6 +131,8 @@ class CheckpointHook(BaseHook):
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Save every ``every_n_steps`` optimizer updates."""
         t, n = self.trainer, self.every_n_steps
+        if self.async_save and not self._staging_prepared and t.step_applied:
+            self._prepare_staging()
         if n is None or not t.step_applied or t.cur_step % n:
             return
         if self._epoch_save_due() and t.epoch_iter == batches_per_epoch(t.train_dataloader):
@@ -184,6 +189,17 @@ class CheckpointHook(BaseHook):
         self.best_path = None if state["best_path"] is None else self.dir / state["best_path"]
 
     # -- helpers ------------------------------------------------------------------------------
+    def _prepare_staging(self) -> None:
+        """After the first update (the optimizer state exists now), let the staging buffers of
+        the first async save be allocated in the background rather than during that save."""
+        self._staging_prepared = True
+        engine = self.trainer.engine
+        if distributed.rank() != 0 or is_sharded(engine):
+            return
+        tensors = [t for t in engine.model.state_dict().values() if isinstance(t, torch.Tensor)]
+        tensors += [t for s in engine.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        self._staging.prepare(tensors)
+
     def _epoch_save_due(self) -> bool:
         n = self.every_n_epochs
         return n is not None and (self.trainer.cur_epoch + 1) % n == 0
