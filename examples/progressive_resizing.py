@@ -2,7 +2,7 @@
 
 Digits are upsampled to 12, 16 and 24 pixels; the same model (adaptive pooling) keeps training,
 and each ``fit`` continues the counters and the metric history of the one before
-(``reset_history=False``, the default).
+(``reset_run_history=False``, the default, spelt out as seed 003 does).
 
 Run: python examples/progressive_resizing.py
 """
@@ -30,7 +30,7 @@ def main() -> int:
     for size, epochs in schedule:
         train_ds, test_ds = digits_datasets(size=size)
         trainer.fit(
-            train_dataset=train_ds, test_dataset=test_ds, batch_size=32, epochs=epochs,
+            train_dataset=train_ds, test_dataset=test_ds, batch_size=32, epochs=epochs, reset_run_history=False,
             hooks=[hooks.LossHook(), hooks.AccuracyHook(), hooks.LogMetricByEpochHook()],
         )  # fmt: skip
         print(

@@ -201,6 +201,8 @@ def test_fp16_agrees_with_amp_fp16_and_an_equal_grad_scaler_value() -> None:
         ({"zero": False}, ("zero",), None),
         ({"compile": {}}, ("compile",), True),
         ({"compile": {"mode": "Max-Autotune"}}, ("compile",), {"mode": "max-autotune"}),
+        ({"compile": {"backend": "eager", "fullgraph": True}}, ("compile",), {"fullgraph": True, "backend": "eager"}),
+        ({"compile": {"backend": zero_grads}}, ("compile", "backend"), zero_grads),  # a callable backend is kept
         ({"gradient_handler": zero_grads}, ("gradient_handler",), [zero_grads]),
         ({"gradient_handler": (zero_grads,)}, ("gradient_handler",), [zero_grads]),
         ({"find_unused_parameters": True}, ("ddp",), {"find_unused_parameters": True}),
@@ -409,6 +411,7 @@ def test_module_attribute_reads_launched_config_and_says_so_before_launch() -> N
         ({"compile": "yes"}, None, ["'compile'", "'yes' (str)"]),
         ({"compile": {"mode": "fast"}}, None, ["'compile.mode'", "'fast'"]),
         ({"compile": {"fulgraph": True}}, None, ["'compile.fulgraph'", "'compile.fullgraph'"]),
+        ({"compile": {"backend": 3}}, None, ["'compile.backend'", "3 (int)", "a name or a callable"]),
         ({"seed": -1}, None, ["'seed'", "-1 (int)"]),
         ({"deterministic": "yes"}, None, ["'deterministic'", "True or False"]),
         ({"find_unused_parameters": 1}, None, ["'find_unused_parameters'", "1 (int)"]),

@@ -11,12 +11,43 @@ from tests.dist import torchrun
 pytestmark = pytest.mark.multiprocess
 
 
-def test_two_processes_match_one_process_with_and_without_accumulation() -> None:
+@pytest.fixture(scope="module")
+def ranks() -> dict[int, dict]:
     res = torchrun(Path(__file__).parent / "scripts" / "ddp_equivalence.py", nproc=2).results
     assert sorted(res) == [0, 1]
-    for r in res.values():
+    return res
+
+
+def test_two_processes_match_one_process_with_and_without_accumulation(ranks: dict[int, dict]) -> None:
+    for r in ranks.values():
         assert r["world_size"] == 2
         assert r["max_diff_accum1"] <= 1e-6
         assert r["max_diff_accum2"] <= 1e-6
         assert r["ranks_identical_accum1"] and r["ranks_identical_accum2"]
         assert r["any_true"] is True
+
+
+def test_accumulation_all_reduces_gradients_only_on_boundary_micro_steps(ranks: dict[int, dict]) -> None:
+    for r in ranks.values():
+        every = r["accum1"]["allreduces_per_backward"]
+        assert len(every) == 6 and all(n >= 1 for n in every)
+        accum2 = r["accum2"]["allreduces_per_backward"]
+        assert len(accum2) == 12
+        assert accum2[0::2] == [0] * 6, "a non-boundary micro-step all-reduced: no_sync is not in effect"
+        assert accum2[1::2] == every, "each boundary micro-step all-reduces exactly as a step without accumulation"
+
+
+def test_find_unused_parameters_from_the_config_reaches_the_ddp_module(ranks: dict[int, dict]) -> None:
+    for r in ranks.values():
+        assert r["accum1"]["find_unused_parameters"] is False
+        assert r["find_unused"] == {"alias": True, "ddp_section": True}
+
+
+def test_compile_wraps_the_compiled_module_in_ddp_and_trains_like_one_process(ranks: dict[int, dict]) -> None:
+    for r in ranks.values():
+        run = r["compile"]
+        assert run["ddp_wraps_compiled"], "DDP must wrap torch.compile's module (compile before DDP)"
+        assert run["model_is_bare"] and run["state_keys"] == r["bare_keys"]
+        assert r["compiled_graphs"] >= 1, "the forward never went through torch.compile"
+        assert r["max_diff_compile"] <= 1e-6 and r["ranks_identical_compile"]
+        assert not r["accum1"]["ddp_wraps_compiled"]  # without compile, DDP wraps the bare model

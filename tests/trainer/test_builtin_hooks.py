@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import types
 from typing import Any
@@ -12,11 +13,13 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import OneCycleLR, ReduceLROnPlateau, StepLR
 from torch.utils.data import DataLoader
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.regression import MeanSquaredError
 
 from ember.data import ResumableSampler
 from ember.errors import HookError
 from ember.trainer import Placeholders, Trainer, hooks
-from tests.models import tiny_dataset
+from tests.models import tiny_dataset, tiny_mlp
 from tests.trainer.helpers import RecordingLogger, all_equal, loader, make_engine, params
 
 # -- LR scheduler --------------------------------------------------------------------------------
@@ -231,6 +234,31 @@ def test_metric_hook_takes_a_callable_or_a_torchmetrics_like_object() -> None:
         hooks.MetricHook(3, "x")
 
 
+def test_metric_hook_state_carries_a_torchmetrics_metrics_progress_through_a_mid_epoch_resume() -> None:
+    x, y = tiny_dataset(40).tensors
+    with torch.no_grad():
+        logits = tiny_mlp()(x)
+    whole = MulticlassAccuracy(num_classes=4)
+    for i in range(0, 40, 8):
+        whole.update(logits[i : i + 8], y[i : i + 8])
+    before = hooks.MetricHook(MulticlassAccuracy(num_classes=4), "acc", on="train")
+    for i in range(0, 24, 8):  # three batches in, the epoch is interrupted
+        before.after_train_iter(logits[i : i + 8], y[i : i + 8], None)
+    state = before.state_dict()
+    assert state["metric"]["train"]["updates"] == 3
+    resumed = hooks.MetricHook(MulticlassAccuracy(num_classes=4), "acc", on="train")
+    resumed.load_state_dict(state)
+    for i in range(24, 40, 8):
+        resumed.after_train_iter(logits[i : i + 8], y[i : i + 8], None)
+    assert resumed.metric.update_count == 5
+    assert resumed.metric.compute().item() == whole.compute().item()  # the same counts: exactly equal
+
+    with pytest.raises(HookError, match="does not fit MeanSquaredError"):
+        hooks.MetricHook(MeanSquaredError(), "mse", on="train").load_state_dict(state)
+    with pytest.raises(HookError, match="phase 'train'"):
+        hooks.MetricHook(MulticlassAccuracy(num_classes=4), "acc").load_state_dict(state)  # measures "test" only
+
+
 def test_evaluation_drops_the_distributed_samplers_padding_repeats() -> None:
     ds = tiny_dataset(11)
     rank1 = ResumableSampler(ds, num_replicas=2, rank=1, shuffle=False)  # 6 samples, the last a repeat
@@ -284,9 +312,19 @@ def test_progress_bars_go_to_stderr_on_rank_0_and_redraw_rarely(capsys: pytest.C
     trainer = Trainer(make_engine())
     trainer.fit(loader(256, 2), epochs=2, test_dataloader=loader(16, 2), display_progress=True)
     err = capsys.readouterr().err
-    assert "epoch 1/2" in err and "128/128" in err and "loss=" in err and "test" in err
+    assert "epoch 1/2" in err and "128/128" in err and "test" in err
+    train_lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("epoch 2/2")]
+    postfix = train_lines[-1]  # the epoch's last redraw: loss, learning rate and throughput
+    assert re.search(r"loss=[0-9.e+-]+, lr=0\.1, samples/s=[0-9.e+]+\]$", postfix), postfix
     bar = next(h for h in trainer.hooks if isinstance(h, hooks.ProgressBarHook))
     assert bar.refreshes <= 2 * 3  # 256 batches: redraws only every 0.5 s and at each epoch's end
+
+
+def test_a_bar_redrawn_on_every_batch_still_ends_with_its_throughput(capsys: pytest.CaptureFixture[str]) -> None:
+    bar = hooks.ProgressBarHook(refresh_s=0)
+    Trainer(make_engine()).fit(loader(16, 2), epochs=1, hooks=[bar])
+    lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "8/8" in line]
+    assert bar.refreshes == 8 and lines and all(re.search(r"samples/s=[0-9.e+]+\]$", line) for line in lines), lines
 
 
 def test_tensorboard_hook_explains_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -58,3 +58,25 @@ def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[i
 
 def test_an_unsharded_test_loader_is_refused_under_two_processes(ranks: dict[int, dict]) -> None:
     assert "counted 2 times" in ranks[0]["unsharded"]["message"]
+
+
+def test_train_loss_and_torchmetrics_accuracy_over_two_ranks_equal_one_process(ranks: dict[int, dict]) -> None:
+    for r in (0, 1):
+        got = ranks[r]["train_averages"]
+        ref = got["one_process"]
+        # float32 losses of batches of 4 (two ranks) vs of 8 (one process), summed in float64
+        assert abs(got["two_ranks"]["train/loss"] - ref["train/loss"]) < 1e-6
+        assert abs(got["two_ranks"]["train/acc"] - ref["train/acc"]) < 1e-7  # the same 48 predictions; float32
+
+
+def test_a_mid_epoch_resume_from_per_rank_hook_states_gives_the_same_epoch_values(ranks: dict[int, dict]) -> None:
+    for r in (0, 1):
+        got = ranks[r]["train_averages"]
+        assert got["saved_metric_updates"] == 4 and got["resumed_micro_step"] == 6
+        assert got["resumed"] == got["two_ranks"]  # the same batches, states and summation order: exact
+
+
+def test_only_rank_0_draws_a_progress_bar(ranks: dict[int, dict]) -> None:
+    bar0, bar1 = ranks[0]["train_averages"]["stderr"], ranks[1]["train_averages"]["stderr"]
+    assert "epoch 1/1" in bar0 and "6/6" in bar0 and "samples/s=" in bar0
+    assert bar1 == ""  # rank 1 writes nothing at all to stderr

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from torchmetrics.classification import MulticlassAccuracy
 
 from ember.errors import HookError, TrainerError
 from ember.trainer import StopTraining, Trainer, hooks
@@ -218,6 +219,7 @@ def _hooks_with_state() -> tuple[list[hooks.BaseHook], list[dict[str, Any]], Tra
         hooks.LossHook(),
         hooks.AccuracyHook(on=("train", "test")),
         hooks.MetricHook(lambda o, y: (o.argmax(1) == y).float().mean(), "acc2", on=("train", "test")),
+        hooks.MetricHook(MulticlassAccuracy(num_classes=4), "acc3", on=("train", "test")),
         hooks.LRSchedulerHook(sched, by_epoch=False),
         hooks.EarlyStoppingHook("test/loss", patience=5),
         hooks.EMAHook(0.9),
@@ -248,7 +250,8 @@ def test_every_builtin_hooks_state_dict_round_trips_into_a_fresh_hook() -> None:
     assert stateful == {"LossHook", "AccuracyHook", "MetricHook", "LRSchedulerHook", "EarlyStoppingHook", "EMAHook"}
     loss_state = states[0]["acc"]["train"]
     assert loss_state is not None and loss_state[1] > 0  # a mid-epoch running sum was captured
-    assert states[4]["best"] is not None and states[5]["num_updates"] > 0
+    assert states[5]["best"] is not None and states[6]["num_updates"] > 0
+    assert states[3]["metric"]["train"]["updates"] == 3  # batches 9-11 of epoch 2, in torchmetrics' own state
 
 
 def test_a_stateless_hook_refuses_foreign_state() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
 
 import ember
 from ember.errors import TrainerError
@@ -110,7 +111,7 @@ def test_fit_called_twice_continues_history_and_counters_unless_reset() -> None:
     trainer.fit(loader(32, 16), epochs=3)  # new loader (e.g. bigger images), same hooks
     assert trainer.cur_epoch == 5 and trainer.cur_step == 2 * 4 + 3 * 2
     assert trainer.history.epochs("train/loss") == [0, 1, 2, 3, 4]
-    trainer.fit(loader(32, 8), epochs=1, reset_history=True)
+    trainer.fit(loader(32, 8), epochs=1, reset_run_history=True)
     assert trainer.cur_epoch == 1 and trainer.cur_step == 4
     assert trainer.history.epochs("train/loss") == [0]
 
@@ -334,7 +335,9 @@ def _resumable_run(
                 self.trainer.load_hook_states(state["hooks"])
                 torch.set_rng_state(state["rng"])
 
-    hook_list = [hooks.LossHook(), sched, SaveThenDie(), Restore()]
+    # A stateful torchmetrics metric: its accumulated state must cross the resume like LossHook's sums.
+    accuracy = hooks.MetricHook(MulticlassAccuracy(num_classes=4), "acc", on="train")
+    hook_list = [hooks.LossHook(), accuracy, sched, SaveThenDie(), Restore()]
     if state is not None and not restore_in_hook:  # the functional way: load, then fit
         engine.load_state_dict(state["engine"])
         trainer.load_state_dict(state["trainer"])
@@ -358,4 +361,5 @@ def test_resuming_from_saved_trainer_engine_and_hook_state_ends_bit_identical(
     resumed = _resumable_run(None, {}, state=saved, restore_in_hook=restore_in_hook)
     assert all_equal(params(resumed.engine.model), params(reference.engine.model))
     assert resumed.history.values("train/loss") == reference.history.values("train/loss")
+    assert resumed.history.values("train/acc") == reference.history.values("train/acc")  # exact: same counts
     assert (resumed.cur_epoch, resumed.cur_step, resumed.micro_step) == (2, 10, 18)

@@ -146,14 +146,14 @@ class Trainer(TrainerState):
         test_dataset: Any = None,
         batch_size: int | None = None,
         dataloader_kwargs: Mapping[str, Any] | None = None,
-        reset_history: bool = False,
+        reset_run_history: bool = False,
         resume: str | os.PathLike[str] | None = None,
     ) -> History:
         """Train for ``epochs`` epochs and/or ``max_steps`` optimizer updates (first reached wins).
 
         Both limits count from where this ``fit`` call started, so calling ``fit`` again
         trains that much more and continues the history and counters (unless
-        ``reset_history``); a state loaded mid-fit (``load_state_dict``, a checkpoint) makes
+        ``reset_run_history``); a state loaded mid-fit (``load_state_dict``, a checkpoint) makes
         the next ``fit`` finish that run instead of starting a new one.
 
         Args:
@@ -170,7 +170,7 @@ class Trainer(TrainerState):
             test_dataset: instead of ``test_dataloader``, likewise (not shuffled).
             batch_size: per-rank batch size for the datasets.
             dataloader_kwargs: more ``get_dataloader`` arguments for the datasets.
-            reset_history: forget the history and counters of earlier ``fit`` calls first.
+            reset_run_history: forget the history and counters of earlier ``fit`` calls first.
             resume: ``"auto"`` (the newest checkpoint of the CheckpointHook; none: start fresh) or
                 a checkpoint file/directory to continue from; None reads ``$EMBER_RESUME``. With
                 a CheckpointHook, SIGTERM/SIGINT save and stop (see ``docs/checkpoint.md``).
@@ -199,7 +199,7 @@ class Trainer(TrainerState):
                 "the training dataloader yields no batches (an empty dataset, or drop_last with too few)"
             )
         self._register(hooks, display_progress)  # before anything changes: bad hooks leave the trainer as it was
-        if reset_history:
+        if reset_run_history:
             self._reset_run()
         start_epoch, start_step = self._fit_origin()
         self.placeholder_values = placeholder_values(epochs, max_steps, batches, self.engine.gradient_accumulation)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
+import io
 from typing import Any
 
 import torch
@@ -11,6 +14,8 @@ from tests.models import tiny_dataset, tiny_mlp
 from tests.trainer.helpers import RecordingLogger
 from torch import nn
 from torch.optim.lr_scheduler import OneCycleLR
+from torch.utils.data import DataLoader
+from torchmetrics.classification import MulticlassAccuracy
 
 import ember
 from ember import distributed
@@ -61,6 +66,73 @@ def evaluation(n: int) -> dict[str, Any]:
         "counted": count.total,
         "acc_diff": abs(metrics["test/accuracy"] - (logits.argmax(1) == y).float().mean().item()),
         "loss_diff": abs(metrics["test/loss"] - nn.functional.cross_entropy(logits, y).item()),
+    }
+
+
+def one_process_training(n: int, accumulation: int) -> dict[str, float]:
+    """Train loss and accuracy of one process over the samples the two ranks see together.
+
+    Unshuffled, rank r reads samples r, r + 2, ...: each pair of per-rank batches of 4 is one
+    sequential batch of 8 here, and DDP's averaged gradient is this batch's mean gradient.
+    """
+    model = tiny_mlp(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_sum, correct = 0.0, 0
+    batches = list(DataLoader(tiny_dataset(n, seed=3), batch_size=8))
+    for i, (x, y) in enumerate(batches):
+        if i % accumulation == 0:
+            opt.zero_grad()
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+        (loss / accumulation).backward()
+        loss_sum += loss.item() * len(y)
+        correct += int((out.argmax(1) == y).sum())
+        if (i + 1) % accumulation == 0 or i == len(batches) - 1:
+            opt.step()
+    return {"train/loss": loss_sum / n, "train/acc": correct / n}
+
+
+def train_averages() -> dict[str, Any]:
+    """Train-phase loss and a torchmetrics accuracy over 2 ranks, uninterrupted (with progress bars:
+    what each rank wrote to stderr is kept) and resumed from per-rank states taken mid-epoch."""
+    n, accumulation = 48, 2
+    loader = ember.get_dataloader(tiny_dataset(n, seed=3), batch_size=4)  # 6 batches per rank
+
+    def metric_hooks() -> list[hooks.BaseHook]:
+        accuracy = MulticlassAccuracy(num_classes=4, average="micro")  # synced by torchmetrics at compute()
+        return [hooks.LossHook(on="train"), hooks.MetricHook(accuracy, "acc", on="train")]
+
+    trainer = Trainer(engine(accumulation), logger=RecordingLogger())
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        trainer.fit(loader, epochs=1, hooks=metric_hooks(), display_progress=True)
+    whole = {k: trainer.history.latest(k) for k in ("train/loss", "train/acc")}
+
+    saved: dict[str, Any] = {}
+
+    class SaveAndStop(hooks.BaseHook):
+        priority = 100  # after the metric hooks counted the batch
+
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            if self.trainer.micro_step == 4:  # update 2 of 3: a boundary, mid-epoch
+                t = self.trainer
+                state = {"engine": t.engine.state_dict(), "trainer": t.state_dict(), "hooks": t.hook_states()}
+                saved.update(copy.deepcopy(state))  # a checkpoint's copy: training goes on to the end of the cycle
+                raise hooks.StopTraining
+
+    interrupted = Trainer(engine(accumulation), logger=RecordingLogger())
+    interrupted.fit(loader, epochs=1, hooks=[*metric_hooks(), SaveAndStop()])
+    resumed = Trainer(engine(accumulation), logger=RecordingLogger())
+    resumed.engine.load_state_dict(saved["engine"])
+    resumed.load_state_dict(saved["trainer"])
+    resumed.load_hook_states(saved["hooks"])
+    resumed.fit(loader, epochs=1, hooks=metric_hooks())
+    return {
+        "two_ranks": whole,
+        "one_process": one_process_training(n, accumulation),
+        "resumed": {k: resumed.history.latest(k) for k in whole},
+        "resumed_micro_step": resumed.micro_step,
+        "saved_metric_updates": saved["hooks"]["acc"].get("metric", {}).get("train", {}).get("updates"),
+        "stderr": err.getvalue(),
     }
 
 
@@ -140,6 +212,7 @@ def main() -> None:
         "hook_stop": one_rank_stops("hook"),
         "nan_stop": one_rank_stops("nan"),
         "unsharded": test_loader_must_be_sharded(),
+        "train_averages": train_averages(),
     })  # fmt: skip
 
 

@@ -54,10 +54,11 @@ class _AveragedMetric(BaseHook):
 
     def _packed(self, phase: str, device: torch.device) -> torch.Tensor | None:
         """``[sum, count]`` as one float64 tensor (for the all-reduce and checkpoints)."""
-        if self._sum[phase] is None:
+        total = self._sum[phase]
+        if total is None:
             return None
         acc = accumulator(device)
-        acc[0] = self._sum[phase]
+        acc[0] = total
         acc[1] = self._seen[phase]
         return acc
 
@@ -235,7 +236,14 @@ class MetricHook(_AveragedMetric):
     A callable ``metric(output, label)`` returns the batch's mean value; the hook averages it
     over samples and ranks. An object with ``update``/``compute``/``reset`` (a torchmetrics
     ``Metric``) is updated every batch and computed at the epoch's end (torchmetrics reduces
-    across ranks itself).
+    across ranks itself: ``compute`` gathers every rank's state and applies its reductions).
+
+    :meth:`state_dict` carries an epoch in progress, so a mid-epoch resume ends with the same
+    epoch value: the running sums for a callable; for a torchmetrics ``Metric`` its accumulated
+    ``metric_state`` and update count, this rank's own (checkpoints keep one per rank, and
+    ``compute`` combines them after the resume as it would have without one). Another object
+    with ``update``/``compute``/``reset`` is saved through its ``state_dict``/``load_state_dict``
+    when it has them; without them its progress in an epoch is not saved.
 
     Args:
         metric: the callable or the Metric object.
@@ -280,7 +288,7 @@ class MetricHook(_AveragedMetric):
 
     def _reset(self, phase: str) -> None:
         super()._reset(phase)
-        if self.stateful:
+        if self.stateful and phase in self._objects:  # loading a state resets every phase, measured or not
             self._objects[phase].reset()
 
     def _update(self, phase: str, output: Any, label: Any) -> None:
@@ -299,6 +307,27 @@ class MetricHook(_AveragedMetric):
         self.trainer.record_metric(f"{phase}/{self.metric_name}", value, self.mode)
         self._objects[phase].reset()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch in progress: running sums, and a stateful metric's accumulated state per phase."""
+        state = super().state_dict()
+        if self.stateful:
+            saved = {phase: _object_state(obj) for phase, obj in self._objects.items()}
+            if any(v is not None for v in saved.values()):
+                state["metric"] = saved
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the running sums and a stateful metric's accumulated state."""
+        super().load_state_dict(state)  # resets the Metric objects; their saved state follows
+        for phase, saved in state.get("metric", {}).items():
+            if phase not in self._objects:
+                raise HookError(
+                    f"hook {self.name!r}: saved metric state for phase {phase!r}, which this hook does not "
+                    f"measure (on={self.on}); build it with the same on=... as the run that saved it"
+                )
+            if saved is not None:
+                _load_object_state(self._objects[phase], saved, self.name)
+
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Update on a training batch (when measuring ``"train"``)."""
         if "train" in self.on:
@@ -308,3 +337,49 @@ class MetricHook(_AveragedMetric):
         """Update on a test batch."""
         if "test" in self.on:
             self._update("test", output, label)
+
+
+def _cpu_copy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, (list, tuple)):
+        return [_cpu_copy(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def _on_device(value: Any, device: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device) if device is not None else value.clone()
+    if isinstance(value, (list, tuple)):
+        return [_on_device(v, device) for v in value]
+    return copy.deepcopy(value)
+
+
+def _object_state(obj: Any) -> dict[str, Any] | None:
+    """A stateful metric's accumulated state on this rank, copied to the CPU (None: it exposes none)."""
+    tensors = getattr(obj, "metric_state", None)  # torchmetrics: the states its compute() syncs and reduces
+    if isinstance(tensors, Mapping):
+        return {"metric_state": {k: _cpu_copy(v) for k, v in tensors.items()}, "updates": int(obj.update_count)}
+    if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None)):
+        return {"state_dict": _cpu_copy(dict(obj.state_dict()))}
+    return None
+
+
+def _load_object_state(obj: Any, saved: Mapping[str, Any], hook: str) -> None:
+    """Put :func:`_object_state`'s output back into a freshly reset metric object."""
+    if "state_dict" in saved:
+        obj.load_state_dict(saved["state_dict"])
+        return
+    current = getattr(obj, "metric_state", None)
+    names = set(saved.get("metric_state", {}))
+    if not isinstance(current, Mapping) or names != set(current):
+        have = sorted(current) if isinstance(current, Mapping) else "none"
+        raise HookError(
+            f"hook {hook!r}: saved metric state {sorted(names)} does not fit {type(obj).__name__} "
+            f"(its states: {have}): load it into the same kind of metric"
+        )
+    device = getattr(obj, "device", None)
+    for name, value in saved["metric_state"].items():
+        setattr(obj, name, _on_device(value, device))  # as torchmetrics' own _load_from_state_dict does
+    # compute() warns when no update was counted, and "mean"-reduced states are weighted by the count.
+    obj._update_count = int(saved.get("updates", 0))

@@ -121,7 +121,8 @@ class ProgressBarHook(BaseHook):
         self._tick("train", loss)
         bar = self._bars.get("train")
         if bar is not None and bar.total is not None and bar.n + self._pending["train"] >= bar.total:
-            self._flush("train", loss)
+            if self._pending["train"]:  # else this batch's tick just redrew it (a second redraw has no throughput)
+                self._flush("train", loss)
             self._close("train")  # before the epoch's log lines are written
             self._epoch_done = True
 
