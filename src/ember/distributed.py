@@ -5,6 +5,7 @@ They keep single- and multi-process code paths the same: callers never test the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
@@ -88,9 +89,25 @@ class PendingFlag:
         return bool(self._tensor.item())
 
 
-def any_true_async(flag: bool) -> PendingFlag:
-    """Start an :func:`any_true` without waiting for it: the exchange overlaps the work that follows.
+def max_async(values: Sequence[float]) -> PendingMax:
+    """Start an element-wise MAX all-reduce of ``values`` without waiting for it: the exchange
+    overlaps the work that follows.
 
     Every rank must call it at the same point (it is a collective) and read the result later.
     """
-    return PendingFlag(flag)
+    return PendingMax(values)
+
+
+class PendingMax:
+    """The answer of a :func:`max_async`, read later with :meth:`result`."""
+
+    def __init__(self, values: Sequence[float]) -> None:
+        self._tensor = torch.tensor(values, dtype=torch.float64, device=collective_device())
+        self._work = dist.all_reduce(self._tensor, op=dist.ReduceOp.MAX, async_op=True) if is_active() else None
+
+    def result(self) -> list[float]:
+        """Every rank's element-wise maximum (waits for the exchange)."""
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        return [float(v) for v in self._tensor.tolist()]

@@ -107,7 +107,9 @@ def build(
     test = ember.get_dataloader(test_set, batch_size=bs)
     config = {"gradient_accumulation": ACCUMULATION, "deterministic": deterministic, **(config or {})}
     engine, train, test, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train, test, config=config)
-    return Trainer(engine, logger=logger), train, test
+    # Stop agreement after every update, so a SIGTERM lands on a known update (the default
+    # spaces the agreements by time, which would make the preemption checkpoint's step vary).
+    return Trainer(engine, logger=logger, stop_check_every_s=0), train, test
 
 
 def hook_list(trainer: Trainer, ckpt: hooks.BaseHook | None, extra: Sequence[hooks.BaseHook] = ()) -> list[Any]:

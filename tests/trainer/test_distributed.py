@@ -46,7 +46,8 @@ def test_a_hook_raising_on_one_rank_stops_both_ranks_without_hanging(ranks: dict
 @pytest.mark.parametrize("how", ["hook_stop", "nan_stop"])
 def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[int, dict], how: str) -> None:
     r0, r1 = ranks[0][how], ranks[1][how]
-    # Rank 0 asks in update 2; the ranks learn of it without stalling, so all stop after update 3.
+    # Rank 0 asks in update 2; agreeing after every update (stop_check_every_s=0), the ranks
+    # learn of it without stalling, so all stop after update 3.
     assert r0["cur_step"] == r1["cur_step"] == 3 and r0["cur_epoch"] == r1["cur_epoch"] == 1
     if how == "hook_stop":
         assert r0["reason"] == "asked on rank 0 in update 2"
@@ -54,6 +55,15 @@ def test_a_stop_on_one_rank_stops_every_rank_after_the_same_update(ranks: dict[i
     else:  # update 2 applied the NaN gradient everywhere: rank 1 sees its own NaN in update 3
         assert r0["reason"] == "non-finite loss (nan) at step 2, epoch 1"
         assert "non-finite loss" in r1["reason"]
+
+
+def test_spaced_stop_checks_stop_every_rank_at_the_same_update_within_the_epoch(ranks: dict[int, dict]) -> None:
+    # 32 updates an epoch of a few ms each, agreements ~0.05 s apart: the stop asked in update 2
+    # lands some updates later (at the latest at the epoch's end), on the same update everywhere.
+    r0, r1 = ranks[0]["hook_stop_spaced"], ranks[1]["hook_stop_spaced"]
+    assert r0["cur_step"] == r1["cur_step"] and r0["cur_epoch"] == r1["cur_epoch"] == 1
+    assert 3 <= r0["cur_step"] <= 32 and r1["reason"] == "rank 0: asked on rank 0 in update 2"
+    assert r0["exchanges"] == r1["exchanges"] < r0["cur_step"] - 1  # fewer exchanges than updates
 
 
 def test_an_unsharded_test_loader_is_refused_under_two_processes(ranks: dict[int, dict]) -> None:

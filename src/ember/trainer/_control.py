@@ -16,12 +16,18 @@ in the same order, so a rank must not leave the loop on its own. The rules:
   own exception, the others a :class:`TrainerError` naming it) or leaves the loop (for a
   preemption, after saving a checkpoint); ``after_train`` runs on all of them.
 * At the per-update safe points the all-reduce is started without waiting and read at the next
-  one (``agree(lagged=True)``), so no rank ever stalls on it: a request made during update N
-  takes effect after update N+1 on every rank. The requests are sticky, so the blocking safe
-  points (epoch ends, ``evaluate``, ``after_train``) see every earlier one at once.
+  such exchange (``agree(lagged=True)``), so no rank ever stalls on it. Exchanges are spaced
+  about ``check_every_s`` of training apart (0.05 s by default; 0: after every update): each
+  carries the ranks' time per update, and all ranks derive the next spacing, in updates, from
+  the same all-reduced number, so they stay in step. A request made during update N thus
+  takes effect on every rank at the same later update: N+1 with ``check_every_s=0``, else
+  within about twice that interval. The requests are sticky, so the blocking safe points
+  (epoch ends, ``evaluate``, ``after_train``) see every earlier one at once.
 
-Cost: with several ranks, one one-element all-reduce per optimizer update that overlaps the next
-update, and a blocking one per epoch; none with one rank (a request then takes effect at once).
+Cost: with several ranks, one small all-reduce per ``check_every_s`` of training that overlaps
+the next update, and a blocking one per epoch; none with one rank (a request then takes effect
+at once). On two gloo processes training a tiny MLP one exchange per update cost ~20% of the
+step time: hence the spacing.
 An exception raised inside the forward/backward pass itself cannot be agreed on (the other ranks
 are already waiting in the gradient all-reduce): that case is left to the launcher, which stops
 the remaining workers when one exits (torchrun does).
@@ -29,6 +35,7 @@ the remaining workers when one exits (torchrun does).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +52,9 @@ if TYPE_CHECKING:
 class Control:
     """Ordered hooks plus the stop/error state that every rank agrees on at safe points."""
 
-    def __init__(self, logger: DistributedLogger) -> None:
+    def __init__(self, logger: DistributedLogger, check_every_s: float = 0.05) -> None:
         self.logger = logger
+        self.check_every_s = check_every_s
         self.hooks: list[BaseHook] = []
         self._calls: dict[str, list[tuple[BaseHook, Callable[..., Any]]]] = {e: [] for e in EVENTS}
         self.stop_requested = False
@@ -56,7 +64,10 @@ class Control:
         """Whether the ranks agreed to stop for a preemption signal (set at a safe point)."""
         self._preempt: str | None = None
         self._error: tuple[Exception, str] | None = None
-        self._pending: distributed.PendingFlag | None = None
+        self._pending: distributed.PendingMax | None = None
+        self._updates = 0  # lagged safe points passed
+        self._exchange_at = 1  # the lagged safe point of the next exchange
+        self._exchanged = (0, time.perf_counter())  # safe point and time of the last exchange
 
     # -- hooks --------------------------------------------------------------------------------
     def register(self, hooks: Sequence[BaseHook], owner: Any) -> None:
@@ -169,13 +180,26 @@ class Control:
         return True
 
     def _any_rank_asked(self, local: bool, lagged: bool) -> bool:
-        previous, self._pending = self._pending, None
         if not lagged:
-            if previous is not None:
-                previous.result()  # the requests are sticky: the exchange below repeats its answer
+            if self._pending is not None:
+                self._pending.result()  # the requests are sticky: the exchange below repeats its answer
+                self._pending = None
             return distributed.any_true(local)
-        self._pending = distributed.any_true_async(local)
-        if previous is None or not previous.result():
+        self._updates += 1
+        if self._updates < self._exchange_at:
+            return False
+        last, since = self._exchanged
+        now = time.perf_counter()
+        per_update = (now - since) / max(1, self._updates - last)
+        self._exchanged = (self._updates, now)
+        previous, self._pending = self._pending, distributed.max_async([float(local), per_update])
+        if previous is None:
+            self._exchange_at = self._updates + 1
+            return False
+        asked, slowest = previous.result()  # the same numbers on every rank
+        spacing = 1 if self.check_every_s <= 0 or slowest <= 0 else int(self.check_every_s / slowest)
+        self._exchange_at = self._updates + min(max(1, spacing), 10_000)
+        if not asked:
             return False
         self._pending.result()  # collected before the exchange that follows
         self._pending = None

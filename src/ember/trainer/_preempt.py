@@ -3,7 +3,7 @@
 While ``fit`` runs with a :class:`~ember.trainer.hooks.CheckpointHook`, the first SIGTERM or
 SIGINT only sets a flag. At the next safe point (the end of an optimizer update, or of an
 epoch) the ranks agree on it in the exchange they make there anyway (so one rank receiving the
-signal is enough; with several ranks that exchange is read one update later, see
+signal is enough; with several ranks that exchange is read at the next one, spaced by time, see
 :mod:`ember.trainer._control`), save a checkpoint, run ``after_train`` and leave ``fit`` with
 :class:`Preempted`, a :class:`SystemExit` whose code is :data:`PREEMPTED_EXIT_CODE`.
 

@@ -62,6 +62,11 @@ class Trainer(TrainerState):
         optimizer: the optimizer, when no ``engine`` is given.
         criterion: the loss, when no ``engine`` is given (optional if the model returns a loss).
         config: settings for the Engine built here, on top of the launched config.
+        stop_check_every_s: with several ranks, the training time between the (overlapped)
+            all-reduces in which the ranks agree on a stop, a preemption or an error raised by a
+            hook. A request then takes effect on every rank at the same update, within about
+            twice this time; 0 checks after every update (a request made in update N takes
+            effect after update N+1) at the cost of one all-reduce per update.
 
     Attributes:
         cur_epoch: 0-based index of the epoch in progress (= epochs completed between epochs).
@@ -92,6 +97,7 @@ class Trainer(TrainerState):
         optimizer: torch.optim.Optimizer | None = None,
         criterion: Any = None,
         config: Any = None,
+        stop_check_every_s: float = 0.05,
     ) -> None:
         if engine is None:
             if model is None or optimizer is None:
@@ -120,7 +126,11 @@ class Trainer(TrainerState):
         self.train_dataloader: Any = None
         self.test_dataloader: Any = None
         self.eval_dataloader: Any = None
-        self._control = Control(self.logger)
+        if isinstance(stop_check_every_s, bool) or not isinstance(stop_check_every_s, int | float):
+            raise TrainerError(f"stop_check_every_s must be a number of seconds, got {stop_check_every_s!r}")
+        if not stop_check_every_s >= 0:
+            raise TrainerError(f"stop_check_every_s must be >= 0, got {stop_check_every_s!r}")
+        self._control = Control(self.logger, float(stop_check_every_s))
         self._user_hooks: list[BaseHook] = []
         self._progress: ProgressBarHook | None = None
         self._run: Run | None = None

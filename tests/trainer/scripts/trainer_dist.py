@@ -176,8 +176,10 @@ class NaNOnRank0(nn.Module):
         return loss * float("nan") if distributed.rank() == 0 and self.calls == 3 else loss
 
 
-def one_rank_stops(how: str) -> dict[str, Any]:
-    """Rank 0 alone asks to stop in update 2 (``how``: "hook" or a NaN loss): every rank stops alike."""
+def one_rank_stops(how: str, check_every_s: float = 0) -> dict[str, Any]:
+    """Rank 0 alone asks to stop in update 2 (``how``: "hook" or a NaN loss): every rank stops alike.
+
+    ``check_every_s`` is the Trainer's ``stop_check_every_s`` (0: agree after every update)."""
 
     class StopOnRank0(hooks.BaseHook):
         def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
@@ -186,9 +188,23 @@ def one_rank_stops(how: str) -> dict[str, Any]:
 
     criterion = NaNOnRank0() if how == "nan" else None
     chosen = [hooks.TerminateOnNaNHook()] if how == "nan" else [StopOnRank0()]
-    trainer = Trainer(engine(accumulation=2, criterion=criterion), logger=RecordingLogger())
-    trainer.fit(ember.get_dataloader(tiny_dataset(64), batch_size=4), epochs=3, hooks=chosen)
-    return {"cur_step": trainer.cur_step, "cur_epoch": trainer.cur_epoch, "reason": trainer.stop_reason}
+    trainer = Trainer(engine(accumulation=2, criterion=criterion), logger=RecordingLogger(),
+                      stop_check_every_s=check_every_s)  # fmt: skip
+    n = 64 if check_every_s == 0 else 512  # spaced: 32 updates an epoch, room for the stop to land
+    exchanges = []
+    real = distributed.max_async
+
+    def counted(values: Any) -> Any:
+        exchanges.append(values)
+        return real(values)
+
+    distributed.max_async = counted  # type: ignore[assignment]
+    try:
+        trainer.fit(ember.get_dataloader(tiny_dataset(n), batch_size=4), epochs=3, hooks=chosen)
+    finally:
+        distributed.max_async = real  # type: ignore[assignment]
+    return {"cur_step": trainer.cur_step, "cur_epoch": trainer.cur_epoch, "reason": trainer.stop_reason,
+            "exchanges": len(exchanges)}  # fmt: skip
 
 
 def test_loader_must_be_sharded() -> dict[str, Any]:
@@ -211,6 +227,7 @@ def main() -> None:
         "epoch_error": one_rank_raises("epoch", raising_rank=0),
         "hook_stop": one_rank_stops("hook"),
         "nan_stop": one_rank_stops("nan"),
+        "hook_stop_spaced": one_rank_stops("hook", check_every_s=0.05),
         "unsharded": test_loader_must_be_sharded(),
         "train_averages": train_averages(),
     })  # fmt: skip
