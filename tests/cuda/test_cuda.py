@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -105,26 +104,12 @@ def test_fp16_overflow_on_cuda_is_skipped_and_reported() -> None:
     assert not all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
 
 
-class _Crash(hooks.BaseHook):
-    """Raises at batch ``at``, like a crash mid-epoch and mid-accumulation-cycle."""
-
-    priority = hooks.Priority.HIGHEST
-
-    def __init__(self, at: int) -> None:
-        super().__init__(name="Crash")
-        self.at = at
-
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        if self.trainer.micro_step == self.at:
-            raise RuntimeError("crash")
-
-
 def test_resume_on_cuda_matches_the_uninterrupted_run(tmp_path: Path) -> None:
     """Dropout draws from the CUDA generator, so this also pins its checkpointed state."""
     full = common.run(tmp_path / "full", deterministic=True)
     assert next(full.engine.model.parameters()).device.type == "cuda"
-    with pytest.raises(RuntimeError, match="crash"):  # at batch 15, before update 8's save
-        common.run(tmp_path / "cut", deterministic=True, extra=[_Crash(15)])
+    with pytest.raises(RuntimeError, match="crashed"):  # at batch 15, before update 8's save
+        common.run(tmp_path / "cut", deterministic=True, extra=[common.Crash(15)])
     resumed = common.run(tmp_path / "cut", deterministic=True)
     recorder = resumed.get_hook("Recorder")
     assert recorder.resumed_at == 11  # type: ignore[attr-defined]  # update 6: epoch 2, batch 2
