@@ -19,6 +19,8 @@ class Precision:
     """Full precision: no autocast, no scaling; every update is applied."""
 
     name: str | None = None
+    autocasts = False
+    """Whether :meth:`autocast` does anything (the Engine skips entering it otherwise)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -55,6 +57,8 @@ class Precision:
 
 class AutocastPrecision(Precision):
     """Autocast the forward pass to a lower-precision dtype (bf16 needs no loss scaling)."""
+
+    autocasts = True
 
     def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__(device)

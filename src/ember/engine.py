@@ -100,6 +100,7 @@ class Engine:
             ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
             parallel = DataParallelPolicy(ddp) if ddp is not None else ParallelPolicy()
         self.parallel = parallel
+        self._syncs_in_backward = type(parallel).gradient_sync is not ParallelPolicy.gradient_sync
         """How gradients synchronise, clipping reduces and state is gathered (DDP, ZeRO, FSDP2, TP)."""
         rank, size = data_parallel if data_parallel is not None else data_parallel_rank_and_size()
         self.data_parallel_rank: int = rank
@@ -168,6 +169,8 @@ class Engine:
             raise EngineError("this Engine has no criterion: pass one to ember.initialize(model, optimizer, criterion)")
         if self._move_inputs:
             args, kwargs = to_device(args, self.device), to_device(kwargs, self.device)
+        if not self.precision.autocasts:
+            return self._criterion(*args, **kwargs)
         with self.precision.autocast():
             return self._criterion(*args, **kwargs)
 
@@ -181,14 +184,17 @@ class Engine:
         if self._move_inputs:
             args, kwargs = to_device(args, self.device), to_device(kwargs, self.device)
         if not torch.is_grad_enabled():
-            with self.precision.autocast():
-                return self._eval_module(*args, **kwargs)
-        # Under DDP the forward decides whether the backward all-reduces: a micro-step that will
-        # not close the accumulation cycle runs its forward under no_sync.
-        no_sync = None if self._closes_cycle() else self.parallel.forward_without_sync()
-        self._forward_unsynced = no_sync is not None
+            module, no_sync = self._eval_module, None
+        else:
+            # Under DDP the forward decides whether the backward all-reduces: a micro-step that
+            # will not close the accumulation cycle runs its forward under no_sync.
+            module = self._train_module
+            no_sync = None if self._closes_cycle() else self.parallel.forward_without_sync()
+            self._forward_unsynced = no_sync is not None
+        if no_sync is None and not self.precision.autocasts:
+            return module(*args, **kwargs)  # the common fp32 case: no context to enter per call
         with no_sync or contextlib.nullcontext(), self.precision.autocast():
-            return self._train_module(*args, **kwargs)
+            return module(*args, **kwargs)
 
     def _closes_cycle(self) -> bool:
         return self._boundary_expected or self.micro_step + 1 >= self.gradient_accumulation
@@ -242,7 +248,10 @@ class Engine:
         unsynced, self._forward_unsynced, self._boundary_expected = self._forward_unsynced, False, False
         if self.gradient_accumulation > 1:
             loss = loss / self.gradient_accumulation
-        with self.parallel.gradient_sync(self.sync_gradients):
+        if self._syncs_in_backward:
+            with self.parallel.gradient_sync(self.sync_gradients):
+                self.precision.scale(loss).backward()
+        else:
             self.precision.scale(loss).backward()
         if self.sync_gradients and unsynced:  # a cycle closed early, not announced before its forward
             self.parallel.sync_gradients_now(self._params)

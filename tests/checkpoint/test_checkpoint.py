@@ -272,7 +272,7 @@ def test_staging_buffers_are_reused_from_save_to_save_and_hold_exact_copies() ->
     live["w"] = torch.randn(2, 2)  # another shape: a new buffer; a shorter state drops the rest
     third = to_cpu({"w": live["w"]}, staging)
     assert third["w"].data_ptr() != kept and torch.equal(third["w"], live["w"])
-    assert len(staging._buffers) == 1
+    assert len(staging._used) == 1
 
 
 # -- the command line and bare weights ------------------------------------------------------------

@@ -315,7 +315,7 @@ def test_progress_bars_go_to_stderr_on_rank_0_and_redraw_rarely(capsys: pytest.C
     assert "epoch 1/2" in err and "128/128" in err and "test" in err
     train_lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("epoch 2/2")]
     postfix = train_lines[-1]  # the epoch's last redraw: loss, learning rate and throughput
-    assert re.search(r"loss=[0-9.e+-]+, lr=0\.1, samples/s=[0-9.e+]+\]$", postfix), postfix
+    assert re.search(r"loss=[0-9.e+-]+, lr=0\.1, samples/s=[0-9.e+]+\]\s*$", postfix), postfix
     bar = next(h for h in trainer.hooks if isinstance(h, hooks.ProgressBarHook))
     assert bar.refreshes <= 2 * 3  # 256 batches: redraws only every 0.5 s and at each epoch's end
 
@@ -324,7 +324,7 @@ def test_a_bar_redrawn_on_every_batch_still_ends_with_its_throughput(capsys: pyt
     bar = hooks.ProgressBarHook(refresh_s=0)
     Trainer(make_engine()).fit(loader(16, 2), epochs=1, hooks=[bar])
     lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "8/8" in line]
-    assert bar.refreshes == 8 and lines and all(re.search(r"samples/s=[0-9.e+]+\]$", line) for line in lines), lines
+    assert bar.refreshes == 8 and lines and all(re.search(r"samples/s=[0-9.e+]+\]\s*$", line) for line in lines), lines
 
 
 def test_tensorboard_hook_explains_a_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -394,7 +394,9 @@ class Trainer(TrainerState):
 
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
-        batch = _batch.to_device(batch, self.engine.device)
+        device = self.engine.device
+        if device.type != "cpu":  # labels too: hooks compare them with the outputs
+            batch = _batch.to_device(batch, device)
         args, kwargs, label = _batch.split_batch(batch)
         output = self.engine(*args, **kwargs)
         loss = self.compute_loss(output, label)

@@ -43,13 +43,19 @@ class _AveragedMetric(BaseHook):
     def _reset(self, phase: str) -> None:
         self._sum[phase], self._seen[phase] = None, 0
 
-    def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int) -> None:
+    def _add(
+        self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1
+    ) -> None:
+        """Add ``total * scale`` to the phase's sum (one in-place op) and ``count`` to its count."""
         acc, device = self._sum[phase], self.trainer.engine.device
         if acc is None:
             acc = self._sum[phase] = accumulator(device)[0].clone()
         elif acc.device != device:  # restored from a checkpoint onto the CPU
             acc = self._sum[phase] = acc.to(device)
-        acc += total.detach() if isinstance(total, torch.Tensor) else total
+        if isinstance(total, torch.Tensor):
+            acc.add_(total.detach(), alpha=scale)
+        else:
+            acc += total * scale
         self._seen[phase] = self._seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
 
     def _packed(self, phase: str, device: torch.device) -> torch.Tensor | None:
@@ -143,13 +149,13 @@ class LossHook(_AveragedMetric):
         self.trainer.storage.put_scalar("train/loss", loss)
         if "train" in self.on:
             n = self._batch_size()
-            self._add("train", loss * n, n)
+            self._add("train", loss, n, scale=n)
 
     def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this test batch's loss to the sum."""
         if "test" in self.on:
             n = self._batch_size()
-            self._add("test", loss.detach() * n, n)
+            self._add("test", loss, n, scale=n)
 
 
 def _logits(output: Any) -> torch.Tensor:
