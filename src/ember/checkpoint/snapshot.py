@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ember import distributed
-from ember.checkpoint.state import StagingBuffers, rng_state, to_cpu
+from ember.checkpoint.state import StagingBuffers, only_scalars, rng_state, to_cpu
 from ember.errors import CheckpointError
 from ember.parallel.policy import require_boundary
 
@@ -184,6 +184,8 @@ def check_loadable(obj: Any, where: str) -> None:
             check_loadable(k, f"{where} (a key)")
             check_loadable(v, f"{where}[{k!r}]")
     elif type(obj) in (list, tuple, set):
+        if only_scalars(obj):
+            return
         for i, v in enumerate(obj):
             check_loadable(v, f"{where}[{i}]")
     else:
@@ -210,7 +212,7 @@ def tensor_bytes(obj: Any) -> int:
     if isinstance(obj, Mapping):
         return sum(tensor_bytes(v) for v in obj.values())
     if isinstance(obj, list | tuple):
-        return sum(tensor_bytes(v) for v in obj)
+        return 0 if only_scalars(obj) else sum(tensor_bytes(v) for v in obj)
     return 0
 
 

@@ -57,15 +57,24 @@ def to_cpu(obj: Any, staging: StagingBuffers | None = None) -> Any:
     return copied
 
 
+_SCALARS = frozenset({int, float, bool, str, bytes, type(None)})
+
+
+def only_scalars(seq: list[Any] | tuple[Any, ...] | set[Any]) -> bool:
+    """Whether a sequence holds plain numbers/strings only (Python's RNG state is 625 ints):
+    the tree walks skip its items at C speed."""
+    return set(map(type, seq)) <= _SCALARS
+
+
 def _copy_tree(obj: Any, copy: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     if isinstance(obj, torch.Tensor):
         return copy(obj)
     if isinstance(obj, dict):
         return {k: _copy_tree(v, copy) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_copy_tree(v, copy) for v in obj]
+        return list(obj) if only_scalars(obj) else [_copy_tree(v, copy) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_copy_tree(v, copy) for v in obj)
+        return obj if only_scalars(obj) else tuple(_copy_tree(v, copy) for v in obj)
     return obj
 
 
