@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+import random
 import threading
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from ember import track
 from ember.errors import TrackingError
 from ember.track import _writer
-from ember.track._values import decode_point, encode_batch, encode_point
+from ember.track._values import decode_point, encode_point, encode_points, flatten_point
 
 
 def _raw_lines(run: track.Run, type_: str) -> list[str]:
@@ -61,16 +63,16 @@ def test_last_step_counts_points_still_queued_and_points_written() -> None:
         for step in range(5):
             run.log("train", {"loss": 1.0}, step=step)
         run.log("val", {"acc": 0.5}, step=3)
-        assert len(writer.queue) == 6
+        assert writer.queued() == 6
     assert writer.last_step("train") == 4  # read while queued...
     run.flush()
-    assert len(writer.queue) == 0
+    assert writer.queued() == 0 and writer.pending == []
     assert run.last_step("train") == 4 and run.last_step("val") == 3 and run.last_step("test") is None
     run.finish()
 
 
-def test_the_writer_wakes_early_when_wake_at_points_are_queued(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ember.track.run.WAKE_AT", 10)
+def test_the_writer_wakes_early_when_wake_at_slots_are_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ember.track.run.WAKE_AT", 70)  # 7 slots a point of one metric
     run = track.create_run(name="wake")
     writer = run._writer
     assert writer is not None
@@ -119,7 +121,19 @@ def test_ints_are_stored_exactly_and_ints_beyond_a_float_are_refused_at_the_call
 
 
 def _record(type_: str, step: int, metrics: dict, epoch: int | float | None = None, t: float = 1.5) -> tuple:
-    return (type_, tuple(metrics), step, epoch, t, *metrics.values())
+    return flatten_point(type_, step, epoch, t, metrics)
+
+
+def encode_batch(records: list[tuple], last_steps: dict[str, int], limit: int = 1 << 62) -> dict[str, list[str]]:
+    """Encode queued points the way the writer does, in chunks of ``limit`` points."""
+    buf = [slot for record in records for slot in record]
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(buf):
+        texts, i, _ = encode_points(buf, i, len(buf), last_steps, limit)
+        for type_, lines in texts.items():
+            out.setdefault(type_, []).extend(lines)
+    return out
 
 
 def test_encode_batch_keeps_the_order_of_each_type_across_interleaved_groups() -> None:
@@ -141,6 +155,51 @@ def test_encode_batch_keeps_the_order_of_each_type_across_interleaved_groups() -
     ]
     assert "".join(out["val"]) == '{"step":1,"epoch":0,"time":1.500,"metrics":{"acc":0.75}}\n'
     assert last == {"train": 3, "val": 7}  # a higher step already known is kept
+
+
+def test_runs_of_alike_points_are_found_even_where_a_slot_of_another_layout_looks_alike() -> None:
+    # Types that are also metric names, counts equal to values, runs of every length: the text
+    # must be what encoding point by point gives, whatever the chunk size.
+    rng = random.Random(0)
+    layouts = [("train", ("a",)), ("train", ("a", "b")), ("train", ("b",)), ("train", ("train",)),
+               ("a", ("train",)), ("val", ("val", "a")), ("val", ("b",))]  # fmt: skip
+    records = []
+    for step in range(600):
+        type_, names = rng.choice(layouts) if rng.random() < 0.3 else layouts[0]
+        values = {name: rng.choice([1, 2, 1.0, 0.5, 2**62, -3]) for name in names}
+        records.append(_record(type_, step, values, epoch=rng.choice([None, 1, 2, 1.5]), t=step / 3))
+    one_by_one: dict[str, list[str]] = {}
+    for record in records:
+        for type_, lines in encode_batch([record], {}).items():
+            one_by_one.setdefault(type_, []).extend(lines)
+    expected = {type_: "".join(lines) for type_, lines in one_by_one.items()}
+    for limit in (1, 3, 64, 1 << 62):
+        last: dict[str, int] = {}
+        assert {t: "".join(lines) for t, lines in encode_batch(records, last, limit).items()} == expected
+        assert last == {t: max(r[2] for r in records if r[0] == t) for t in expected}
+
+
+def test_run_log_queues_nothing_the_garbage_collector_tracks() -> None:
+    # A tuple or dict per queued point made the collector run every few hundred calls and a
+    # full collection of everything torch had allocated; atoms in one flat list do neither.
+    run = track.create_run(name="gc")
+    writer = run._writer
+    assert writer is not None
+    with writer._flush_lock:  # hold the writer off: every point stays queued
+        gc.collect()
+        gc.disable()
+        try:
+            before = gc.get_count()[0]
+            for step in range(5_000):
+                run.log("train", {"loss": step / 7, "lr": 0.1}, step=step, epoch=step // 1000)
+            grown = gc.get_count()[0] - before
+        finally:
+            gc.enable()
+        assert writer.queued() == 5_000
+        assert not any(map(gc.is_tracked, writer.pending))
+    assert grown < 50  # was 10,000: two tuples a point
+    run.finish()
+    assert [p["step"] for p in run.metrics("train")] == list(range(5_000))
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

@@ -11,14 +11,12 @@ string there can only mean one of these three. Readers turn them back into float
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import numbers
 import operator
 import re
 from collections.abc import Mapping
-from itertools import chain, groupby
 from pathlib import Path
 from typing import Any
 
@@ -193,94 +191,153 @@ def encode_metrics(metrics: Mapping[str, int | float]) -> str:
         return _dumps({k: _nonfinite_to_str(v) for k, v in metrics.items()})
 
 
-def _template(keys: tuple[str, ...]) -> str:
-    """A %-format for a queued record ``record[2:]``: step, epoch, time, then the values."""
+HEAD = 5
+"""Slots before the names in a queued point (see :func:`encode_points`)."""
+
+
+def _template(keys: tuple[str, ...], with_epoch: bool) -> str:
+    """A %-format for a point's step, epoch (when ``with_epoch``; else null), time and values."""
     fields = ",".join(_dumps(k).replace("%", "%%") + ":%r" for k in keys)
-    return '{"step":%d,"epoch":%s,"time":%.3f,"metrics":{' + fields + "}}\n"
+    epoch = "%s" if with_epoch else "null"
+    return '{"step":%d,"epoch":' + epoch + ',"time":%.3f,"metrics":{' + fields + "}}\n"
 
 
-_templates: dict[tuple[str, ...], str] = {}
-
-Record = tuple
-"""What ``Run.log`` queues: ``(type, names, step, epoch, time, value0, value1, ...)``.
-
-Only atoms and a tuple of str: the garbage collector stops tracking such a tuple at its first
-pass, so a long queue costs nothing in later collections (a dict inside would)."""
-
-_by_type_and_names = operator.itemgetter(0, 1)
-_format_args = operator.itemgetter(slice(2, None))
-_step = operator.itemgetter(2)
+_templates: dict[tuple[tuple[str, ...], bool], str] = {}
 
 
-@functools.lru_cache(maxsize=64)
-def _values_getter(count: int) -> operator.itemgetter:
-    """Picks the values out of a record with ``count`` metrics (one value, or a tuple of them)."""
-    return operator.itemgetter(*range(5, 5 + count))
+def _uniform(buf: list[Any], i: int, k: int, stride: int, type_: str, n: int, names: tuple[str, ...]) -> bool:
+    """Whether the ``k`` points from ``buf[i]`` all have this type and these metric names.
+
+    Sound even though the slices assume every point from ``i`` is ``stride`` slots long: the
+    first point that differs starts where the slices expect it, so its type, count or a name
+    fails the test.
+    """
+    hi = i + k * stride
+    if buf[i:hi:stride].count(type_) != k or buf[i + 1 : hi : stride].count(n) != k:
+        return False
+    return all(buf[i + j : hi : stride].count(name) == k for j, name in enumerate(names, HEAD))
 
 
-def _encode_careful(records: list[Record], template: str) -> str:
-    """The lines of records some of which hold NaN or infinities, deciding point by point."""
-    lines = []
+def _run_length(buf: list[Any], i: int, end: int, limit: int) -> int:
+    """How many consecutive points from ``buf[i]`` share its type and names (1 to ``limit``)."""
+    type_, n = buf[i], buf[i + 1]
+    names = tuple(buf[i + HEAD : i + HEAD + n])
+    stride = HEAD + 2 * n
+    most = min((end - i) // stride, limit)
+    if _uniform(buf, i, most, stride, type_, n, names):  # the usual case: one check, in C
+        return most
+    good, k = 1, 2  # gallop, then bisect between a length that passed and one that failed
+    while k < most and _uniform(buf, i, k, stride, type_, n, names):
+        good, k = k, 2 * k
+    bad = min(k, most)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if _uniform(buf, i, mid, stride, type_, n, names):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _all_finite(columns: list[list[Any]]) -> bool:
+    """Whether every value sums to a finite float, in C."""
+    try:
+        return all(math.isfinite(sum(column)) for column in columns)
+    except OverflowError:  # ints whose sum is beyond a float
+        return False
+
+
+def _encode_careful(
+    keys: tuple[str, ...], steps: list[int], epochs: list[Any], times: list[float], columns: list[list[Any]]
+) -> str:
+    """The lines of points some of which hold NaN or infinities, deciding point by point."""
+    template = _template(keys, True)
     isfinite = math.isfinite
-    for record in records:
-        values = record[5:]
+    lines = []
+    for step, epoch, t, *values in zip(steps, epochs, times, *columns, strict=True):
         try:
             finite = isfinite(sum(values))
         except OverflowError:  # ints whose sum is beyond a float
             finite = False
         if finite:
-            lines.append(template % record[2:])
+            lines.append(template % (step, epoch, t, *values))
             continue
-        _, keys, step, epoch, t = record[:5]
         metrics = encode_metrics(dict(zip(keys, values, strict=True)))
-        ep = "null" if epoch is None else repr(epoch)
-        lines.append(f'{{"step":{step},"epoch":{ep},"time":{t:.3f},"metrics":{metrics}}}\n')
+        lines.append(f'{{"step":{step},"epoch":{epoch},"time":{t:.3f},"metrics":{metrics}}}\n')
     return "".join(lines)
 
 
-def _all_finite(records: list[Record], count: int) -> bool:
-    """Whether the values of these records (``count`` a record) sum to a finite float, in C."""
-    values = _values_getter(count)
-    try:
-        return math.isfinite(sum(map(values, records) if count == 1 else chain.from_iterable(map(values, records))))
-    except OverflowError:  # ints whose sum is beyond a float
-        return False
+def encode_points(
+    buf: list[Any], start: int, end: int, last_steps: dict[str, int], limit: int = 1 << 62
+) -> tuple[dict[str, list[str]], int, int]:
+    """Text (whole lines) for the queued points in ``buf[start:end]``, by type, in order.
 
+    ``Run.log`` queues a point as consecutive slots of one flat list, added by one
+    ``list.extend`` (atomic under the GIL)::
 
-def encode_batch(batch: list[Record], last_steps: dict[str, int]) -> dict[str, list[str]]:
-    """Text (whole lines) for queued points, by type, in order; ``time`` to the millisecond.
+        type, n, step, epoch, time, name_1 ... name_n, value_1 ... value_n
 
-    ``last_steps`` (type -> highest step) is raised to the steps of the batch. This is the
-    writer thread's hot loop and it shares the GIL with training: consecutive points of one
-    type and the same metric names (the usual case) are checked with one ``sum`` and formatted
-    with one cached %-template mapped over them, so no Python code runs per point.
+    Only str, int, float and None: no object the garbage collector tracks, so a long queue
+    neither triggers nor slows collections. ``end`` must end a point (a ``len(buf)`` read at
+    any moment does). Stops after the first run of points that brings the count to ``limit``
+    or more (a run is cut at ``limit``); returns the text, the index after the last point
+    encoded, and the number of points. ``time`` is written to the millisecond.
+
+    ``last_steps`` (type -> highest step) is raised to the steps encoded. This is the writer
+    thread's hot loop and it shares the GIL with training: consecutive points of one type and
+    the same metric names (the usual case) are found with a few C-level slices, checked with
+    one ``sum`` a metric and formatted with one cached %-template mapped over them, so no Python
+    code runs per point.
     """
     out: dict[str, list[str]] = {}
     templates = _templates
-    for (type_, keys), group in groupby(batch, _by_type_and_names):
-        records = list(group)
-        template = templates.get(keys)
-        if template is None:
-            template = _template(keys)
-            if len(templates) < 1024:
-                templates[keys] = template
-        # %r would write NaN and infinities as nan, inf and -inf, which JSON does not have.
-        if _all_finite(records, len(keys)):
-            text = "".join(map(template.__mod__, map(_format_args, records)))
+    i = start
+    count = 0
+    while i < end and count < limit:
+        k = _run_length(buf, i, end, limit - count)
+        type_, n = buf[i], buf[i + 1]
+        stride = HEAD + 2 * n
+        hi = i + k * stride
+        keys = tuple(buf[i + HEAD : i + HEAD + n])
+        steps = buf[i + 2 : hi : stride]
+        epochs = buf[i + 3 : hi : stride]
+        times = buf[i + 4 : hi : stride]
+        columns = [buf[j:hi:stride] for j in range(i + HEAD + n, i + stride)]
+        if not _all_finite(columns):
+            # %r would write NaN and infinities as nan, inf and -inf, which JSON does not have.
+            text = _encode_careful(keys, steps, epochs, times, columns).replace('"epoch":None', '"epoch":null')
         else:
-            text = _encode_careful(records, template)
-        # %s wrote an epoch of None as None ('"epoch":None' cannot occur elsewhere: the quotes
-        # of a metric name are escaped).
-        out.setdefault(type_, []).append(text.replace('"epoch":None', '"epoch":null'))
-        top = max(map(_step, records))
+            with_epoch = epochs.count(None) != k
+            template = templates.get((keys, with_epoch))
+            if template is None:
+                template = _template(keys, with_epoch)
+                if len(templates) < 1024:
+                    templates[keys, with_epoch] = template
+            if with_epoch:
+                rows = zip(steps, epochs, times, *columns, strict=True)
+                # %s wrote an epoch of None as None ('"epoch":None' cannot occur elsewhere: the
+                # quotes of a metric name are escaped).
+                text = "".join(map(template.__mod__, rows)).replace('"epoch":None', '"epoch":null')
+            else:
+                text = "".join(map(template.__mod__, zip(steps, times, *columns, strict=True)))
+        out.setdefault(type_, []).append(text)
+        top = max(steps)
         if top > last_steps.get(type_, -1):
             last_steps[type_] = top
-    return out
+        i = hi
+        count += k
+    return out, i, count
+
+
+def flatten_point(type_: str, step: int, epoch: int | float | None, time: float, metrics: dict) -> tuple:
+    """The slots ``Run.log`` queues for a point (see :func:`encode_points`)."""
+    return (type_, len(metrics), step, epoch, time, *metrics, *metrics.values())
 
 
 def encode_point(step: int, epoch: int | float | None, time: float, metrics: dict) -> str:
     """One JSON Lines record (with its newline) for a logged point."""
-    return encode_batch([("", tuple(metrics), step, epoch, time, *metrics.values())], {})[""][0]
+    buf = list(flatten_point("", step, epoch, time, metrics))
+    return encode_points(buf, 0, len(buf), {})[0][""][0]
 
 
 def decode_point(line: bytes | str) -> Point:

@@ -1,11 +1,12 @@
 """The buffered, append-only writer behind ``Run.log`` and the stdout/stderr tee.
 
-``Run.log`` only validates and appends a tuple to a :class:`collections.deque` (an atomic
-append under the GIL: no lock per call). A daemon thread wakes every ``interval`` seconds
-(sooner when many points wait), takes the points queued so far off the front of the deque,
-encodes them and appends them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per
-chunk of points, through file descriptors opened once. Nothing is fsynced: a crash loses at
-most the last interval.
+``Run.log`` only validates and extends one flat list with the slots of a point (one
+``list.extend``, atomic under the GIL: no lock per call; see
+:func:`ember.track._values.encode_points` for the layout). A daemon thread wakes every
+``interval`` seconds (sooner when the list grows long), encodes the points queued so far, appends
+them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per chunk of points, through file
+descriptors opened once, and then drops them from the front of the list. Nothing is fsynced: a
+crash loses at most the last interval.
 Unbuffered descriptors also mean a forked child (a DataLoader worker) holds no copy of
 unwritten bytes that it could write a second time.
 """
@@ -15,20 +16,22 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from ember.track._fs import write_all
-from ember.track._values import Record, encode_batch
+from ember.track._values import HEAD, encode_points
 
 FLUSH_INTERVAL_S = 0.5
-# Queued points that wake the writer before its interval is up: bounds the memory a tight
-# logging loop holds (a queued point of one metric takes about 300 bytes).
-WAKE_AT = 50_000
-# Points encoded and written at a time: bounds the text held in memory during a flush.
-_CHUNK = 10_000
+# Queued slots (7 for a point of one metric, 2 more a metric) that wake the writer before its
+# interval is up: bounds the memory a tight logging loop holds, about 20 bytes a slot (a point of
+# one metric takes 140 bytes with its float value, time and step), so about 20 MB.
+WAKE_AT = 1 << 20
+# Points encoded and written at a time: bounds the text held during a flush, and the time the
+# writer holds the GIL in one C call (~4 ms here, under the 5 ms switch interval; 20,000 at a
+# time halved the rate of a thread logging meanwhile).
+_CHUNK = 5_000
 
 
 class LogSink:
@@ -98,9 +101,10 @@ def remove_tee(out: TeeStream, err: TeeStream) -> None:
 class Writer:
     """Buffers points and console text of one run and appends them from a daemon thread.
 
-    ``Run.log`` appends records (see :data:`ember.track._values.Record`) to :attr:`queue` itself
-    and calls :meth:`wake` when it holds :data:`WAKE_AT` of them; everything else happens
-    under the flush lock.
+    ``Run.log`` extends :attr:`pending` itself (see :func:`ember.track._values.encode_points`)
+    and calls :meth:`wake` when it holds :data:`WAKE_AT` slots; everything else happens under
+    the flush lock. Only the writer removes slots, from the front; the list is never replaced
+    while the run is open, so a caller holding it cannot add to a list nobody reads.
     """
 
     def __init__(
@@ -115,7 +119,7 @@ class Writer:
         self._tick = tick
         self._interval = interval
         self._flush_lock = threading.Lock()
-        self.queue: deque[Record] = deque()
+        self.pending: list[Any] = []
         self._fds: dict[str, int] = {}
         self._wake = threading.Event()
         self._closing = False
@@ -135,10 +139,22 @@ class Writer:
         """The highest step of ``type_`` queued or written (or given at creation), or None."""
         with self._flush_lock:  # never between a point leaving the queue and being counted
             top = self._last_steps.get(type_, -1)
-            for record in list(self.queue):  # list() copies the deque in one step under the GIL
-                if record[0] == type_ and record[2] > top:
-                    top = record[2]
+            pending = self.pending[:]  # copied in one step under the GIL: whole points
+            i, end = 0, len(pending)
+            while i < end:
+                if pending[i] == type_ and pending[i + 2] > top:
+                    top = pending[i + 2]
+                i += HEAD + 2 * pending[i + 1]
         return None if top < 0 else top
+
+    def queued(self) -> int:
+        """How many points wait in :attr:`pending`."""
+        pending = self.pending[:]
+        i = count = 0
+        while i < len(pending):
+            i += HEAD + 2 * pending[i + 1]
+            count += 1
+        return count
 
     def _fd(self, key: str, path: Path) -> int:
         fd = self._fds.get(key)
@@ -150,26 +166,27 @@ class Writer:
     def flush(self) -> None:
         """Append everything queued so far to the files (no fsync)."""
         with self._flush_lock:
-            popleft = self.queue.popleft
-            left = len(self.queue)  # points queued from now on wait for the next flush
-            lost = 0
+            pending = self.pending
+            end = len(pending)  # ends a point; points queued from now on wait for the next flush
+            done = lost = 0
             try:
-                while left:
-                    n = lost = min(left, _CHUNK)
-                    chunk = [popleft() for _ in range(n)]
-                    for type_, lines in encode_batch(chunk, self._last_steps).items():
+                while done < end:
+                    texts, done, lost = encode_points(pending, done, end, self._last_steps, _CHUNK)
+                    for type_, lines in texts.items():
                         write_all(self._fd(type_, self._metrics_dir / f"{type_}.jsonl"), "".join(lines).encode())
-                    left -= n
                 lost = 0
                 text = self.sink.drain()
                 if text:
                     write_all(self._fd(":stdout", self._stdout_path), text)
             except OSError as e:
-                # The points still queued stay there for the next flush to try again.
+                # The points of the chunk that failed are lost; those after it stay queued for
+                # the next flush to try again.
                 self.error = (
                     f"writing to {self._metrics_dir.parent} failed ({e}); up to {lost} points "
                     "or some console output were lost"
                 )
+            finally:
+                del pending[:done]  # Run.log only ever extends the end: this is all ours
 
     def _loop(self) -> None:
         while not self._closing:
@@ -196,7 +213,7 @@ class Writer:
         """In a forked child: drop the parent's queued data and descriptors, never write."""
         # Another thread may have held this lock at the fork: the child gets a fresh one.
         self._flush_lock = threading.Lock()
-        self.queue = deque()
+        self.pending = []
         self.sink.enabled = False
         self.sink._lock = threading.Lock()
         self.sink._parts = []

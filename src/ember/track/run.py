@@ -218,7 +218,8 @@ class Run:
         type_ = TYPE_CACHE.get(type) if type.__class__ is str else None
         if type_ is None:
             type_ = normalize_type(type)
-        if metrics.__class__ is dict and metrics:
+        plain = metrics.__class__ is dict and metrics
+        if plain:
             for name, value in metrics.items():
                 kind = value.__class__
                 if (
@@ -226,9 +227,9 @@ class Run:
                     or not name
                     or (kind is not float and (kind is not int or not -INT_LIMIT < value < INT_LIMIT))
                 ):
-                    metrics = coerce_metrics(metrics)
+                    plain = False
                     break
-        else:
+        if not plain:
             metrics = coerce_metrics(metrics)
         if step.__class__ is not int or step < 0:
             step = check_step(step)
@@ -239,9 +240,15 @@ class Run:
             self._check_open()
             self._raise_writer_error()
             raise AssertionError("unreachable: an open run without error has a writer")
-        queue = writer.queue
-        queue.append((type_, tuple(metrics), step, epoch, _time(), *metrics.values()))  # a _values.Record
-        if len(queue) >= WAKE_AT:
+        # One atomic extend of atoms only (see _values.encode_points): the temporary tuple is
+        # freed at once, so a tight loop leaves nothing for the garbage collector to count,
+        # track or scan, and never triggers a collection.
+        pending = writer.pending
+        if plain and len(metrics) == 1:  # name and value hold its one item: no unpacking
+            pending.extend((type_, 1, step, epoch, _time(), name, value))
+        else:
+            pending.extend((type_, len(metrics), step, epoch, _time(), *metrics, *metrics.values()))
+        if len(pending) >= WAKE_AT:
             writer.wake()
 
     def last_step(self, type: str) -> int | None:
