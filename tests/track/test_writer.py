@@ -222,3 +222,24 @@ def test_metric_names_that_look_like_the_encoding_are_kept_verbatim(name: str) -
 def test_time_is_written_to_the_millisecond() -> None:
     point = decode_point(encode_point(0, None, 1779272100.1234567, {"loss": 1.0}))
     assert point["time"] == 1779272100.123
+
+
+def test_a_writer_thread_that_dies_of_a_bug_makes_every_later_call_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = track.create_run(name="writer-bug")
+
+    def broken(*args: object) -> None:
+        raise ValueError("a bug in the encoder")
+
+    monkeypatch.setattr(_writer, "encode_points", broken)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the traceback it would print
+    run.log("train", {"loss": 1.0}, step=0)
+    run._writer.wake()  # type: ignore[union-attr]
+    run._writer._thread.join(5)  # type: ignore[union-attr]
+    for step in (1, 2):  # not only once: nothing would write the points any more
+        with pytest.raises(TrackingError, match=r"background writer .* stopped: ValueError"):
+            run.log("train", {"loss": 2.0}, step=step)
+    monkeypatch.undo()
+    with pytest.raises(TrackingError, match="stopped"):  # finish still writes what is queued, then says so
+        run.finish("Failed")
+    assert track.load_run(run.path).status == "Failed"
+    assert [p["step"] for p in run.metrics("train")] == [0]  # steps 1, 2 were refused, step 0 kept

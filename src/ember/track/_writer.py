@@ -124,6 +124,7 @@ class Writer:
         self._wake = threading.Event()
         self._closing = False
         self.error: str | None = None
+        self.stopped: str | None = None  # set when the thread died of a bug: every later call says so
         self._last_steps: dict[str, int] = dict(last_steps or {})
         self.sink = LogSink()
         self._thread = threading.Thread(target=self._loop, name=f"ember-track-writer-{folder.name}", daemon=True)
@@ -189,13 +190,20 @@ class Writer:
                 del pending[:done]  # Run.log only ever extends the end: this is all ours
 
     def _loop(self) -> None:
-        while not self._closing:
-            self._wake.wait(self._interval)
-            self._wake.clear()
-            if self._closing:
-                break
-            self.flush()
-            self._tick()
+        try:
+            while not self._closing:
+                self._wake.wait(self._interval)
+                self._wake.clear()
+                if self._closing:
+                    break
+                self.flush()
+                self._tick()
+        except Exception as e:
+            # A bug, not a disk error (flush handles OSError): the next log()/flush() raises it
+            # (Run checks writer.error), and threading's excepthook prints the traceback.
+            self.stopped = f"the background writer of {self._metrics_dir.parent} stopped: {e!r}"
+            self.error = self.stopped
+            raise
 
     def close(self) -> None:
         """Stop the thread, write what is left and close the files."""

@@ -186,7 +186,7 @@ class Run:
     def _raise_writer_error(self) -> None:
         writer = self._writer
         if writer is not None and writer.error is not None:
-            message, writer.error = writer.error, None
+            message, writer.error = writer.error, writer.stopped  # a dead writer keeps saying so
             raise TrackingError(message)
 
     def log(
