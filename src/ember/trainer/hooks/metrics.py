@@ -43,9 +43,7 @@ class _AveragedMetric(BaseHook):
     def _reset(self, phase: str) -> None:
         self._sum[phase], self._seen[phase] = None, 0
 
-    def _add(
-        self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1
-    ) -> None:
+    def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1) -> None:
         """Add ``total * scale`` to the phase's sum (one in-place op) and ``count`` to its count."""
         acc, device = self._sum[phase], self.trainer.engine.device
         if acc is None:
