@@ -73,14 +73,14 @@ def test_launch_from_torch_without_torchrun_names_the_variables(monkeypatch: pyt
 
 @pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/task"), reason="reads /proc (Linux)")
 def test_exit_settling_waits_while_a_native_thread_is_busy_and_not_otherwise() -> None:
-    """The atexit settle loop (see ember.launcher._leave_process_group) waits for busy threads."""
+    """The atexit settle loop (see ember._exit) waits for busy threads."""
     import threading
     import time
 
-    from ember import launcher
+    from ember._exit import settle_native_threads
 
     start = time.perf_counter()
-    launcher._settle_native_threads(2.0)
+    settle_native_threads(2.0)
     idle_s = time.perf_counter() - start
     stop = threading.Event()
 
@@ -94,7 +94,7 @@ def test_exit_settling_waits_while_a_native_thread_is_busy_and_not_otherwise() -
     try:
         time.sleep(0.05)
         start = time.perf_counter()
-        launcher._settle_native_threads(0.5)
+        settle_native_threads(0.5)
         busy_s = time.perf_counter() - start
     finally:
         stop.set()

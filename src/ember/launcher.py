@@ -6,14 +6,10 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import random
-import threading
-import time
 from collections.abc import Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ember import context as _context
+from ember._exit import leave_process_group_at_exit
 from ember.config import ConfigSource, load_config
 from ember.errors import LaunchError
 
@@ -105,7 +102,7 @@ def launch(
                 f"{world_size} with backend {backend!r}: {exc}"
             ) from None
         group_backend = backend
-        atexit.register(_leave_process_group)  # see its docstring: an abort at exit otherwise
+        leave_process_group_at_exit()  # see its docstring: an abort at exit otherwise
         mesh = _build_mesh(layout, device)
 
     base_seed = cfg.seed if cfg.seed is not None else seed
@@ -222,54 +219,6 @@ def _build_mesh(layout: _context.ParallelLayout, device: torch.device) -> Any:
         return layout.build_mesh(device.type)
     except (RuntimeError, ValueError) as exc:
         raise LaunchError(f"could not build the device mesh {layout} on {device.type}: {exc}") from None
-
-
-def _leave_process_group() -> None:
-    """At interpreter exit: destroy the process group, then let the backend's threads settle.
-
-    A gloo worker thread finishes a collective by dropping its reference to the tensors, which
-    needs the GIL when Python still knows them (any tensor passed in from Python). The main
-    thread returns from ``wait()`` first and may reach interpreter finalization before that
-    thread got the GIL (it waits up to the 5 ms switch interval, longer when descheduled on a
-    busy machine); CPython 3.11 then ends the thread with ``pthread_exit``, whose unwinding
-    through a ``noexcept`` destructor calls ``std::terminate``: "terminate called without an
-    active exception" and SIGABRT after the script had finished (seen in about 1 of 20 two-
-    process runs here). Sleeping releases the GIL to such a thread; the loop ends once no
-    other thread of the process is runnable on two checks in a row (bounded by ``_SETTLE_S``).
-    """
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    _settle_native_threads(_SETTLE_S)
-
-
-_SETTLE_S = 1.0
-
-
-def _settle_native_threads(limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    quiet = 0
-    while quiet < 2 and time.monotonic() < deadline:
-        time.sleep(0.002)  # releases the GIL: a thread waiting for it takes it now
-        quiet = 0 if _other_threads_runnable() else quiet + 1
-
-
-def _other_threads_runnable() -> bool:
-    """Whether a thread of this process other than the caller is running or runnable (Linux)."""
-    me = str(threading.get_native_id())
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:  # not Linux: the sleeps alone
-        return False
-    for tid in tids:
-        if tid == me:
-            continue
-        try:
-            stat = Path("/proc/self/task", tid, "stat").read_text()
-        except OSError:  # the thread has just exited
-            continue
-        if stat.rpartition(")")[2].split()[0] == "R":
-            return True
-    return False
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:

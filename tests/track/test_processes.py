@@ -88,6 +88,7 @@ def test_seed004_workflow_under_two_gloo_processes_leaves_one_run_with_rank0_met
     assert sorted(res) == [0, 1]
     assert res[1]["active"] is False and res[1]["path"] is None and res[1]["artifact"] is None
     assert res[0]["bad_metric_raised"] and res[1]["bad_metric_raised"]  # both ranks raise alike
+    assert res[0]["exit_guard"] and res[1]["exit_guard"]  # tracking found the user's group
     runs = st.list_runs(store)
     assert len(runs) == 1 and str(runs[0].path) == res[0]["path"]
     info = runs[0]

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ember._exit import leave_process_group_at_exit
 from ember.errors import TrackingError
 
 RUNS_DIR = "runs"
@@ -34,6 +35,7 @@ def get_rank() -> int:
     # torch.distributed cannot be initialised unless torch was imported: no import here.
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
+        leave_process_group_at_exit()  # a group the user made: the same exit guard as ember.launch
         return int(dist.get_rank())
     raw = os.environ.get("RANK", "0")
     try:

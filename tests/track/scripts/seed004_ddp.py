@@ -17,6 +17,7 @@ from tests.dist import report
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ember import _exit as ember_exit
 from ember import track
 from ember.errors import TrackingError
 
@@ -90,6 +91,7 @@ report(
         "logged": logged,
         "bad_metric_raised": bad_metric_raised,
         "pid": os.getpid(),
+        "exit_guard": ember_exit._registered,  # gloo's exit race, guarded as under ember.launch
     }
 )
 dist.destroy_process_group()
