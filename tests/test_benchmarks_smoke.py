@@ -8,10 +8,12 @@ flags a contender that did different work, and writes its results files.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from benchmarks.__main__ import main
 from benchmarks.harness import Contender, Group, Outcome, Timer, run_group
 
@@ -60,3 +62,32 @@ def test_a_contender_that_did_different_work_is_flagged_and_a_missing_peer_is_no
     assert result["base"].status == "ok"
     assert result["cheat"].status == "different work"
     assert result["peer"].status == "not installed"
+
+
+def test_instruction_counts_run_each_contender_and_difference_two_sizes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """benchmarks.instructions with a stand-in valgrind: the real workers run, the counts are fake."""
+    from benchmarks import instructions
+
+    fake = tmp_path / "bin" / "valgrind"
+    fake.parent.mkdir()
+    # Runs the command after valgrind's options, then reports 1,000 instructions a batch for the
+    # hand loop and 1,010 for the others, on top of a fixed start-up cost.
+    fake.write_text(
+        "#!/bin/sh\n"
+        'while [ "${1#--}" != "$1" ]; do shift; done\n'  # drop valgrind's options
+        '"$@" || exit $?\n'  # python -m benchmarks.instructions --worker TARGET BATCHES PARAMS
+        'per=1010; case "$5" in *hand_loop) per=1000;; esac\n'
+        'echo "==1== Collected : $((5000000 + $6 * per))" >&2\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    two = [c for c in instructions.contenders(with_peers=False) if c.name in ("hand loop", "ember Trainer, no hooks")]
+    monkeypatch.setattr(instructions, "contenders", lambda with_peers: two)  # 4 runs instead of 10
+    assert instructions.main(["--small", "1", "--large", "3", "--jobs", "2", "--out", str(tmp_path)]) == 0
+    [json_path] = tmp_path.glob("*-instructions.json")
+    rows = {r["contender"]: r for r in json.loads(json_path.read_text())["rows"]}
+    assert rows["hand loop"]["instructions_per_step"] == 1000 and rows["hand loop"]["ratio"] == 1.0
+    assert rows["ember Trainer, no hooks"]["instructions_per_step"] == 1010
+    assert "| ember Trainer, no hooks | 1,010 | 1.0100x | +10 |" in json_path.with_suffix(".md").read_text()

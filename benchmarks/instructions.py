@@ -1,0 +1,125 @@
+"""Instructions per training step under callgrind: the step-overhead case without the noise.
+
+``python -m benchmarks.instructions [--small 50] [--large 250] [--jobs 2]``
+
+On a shared VM the time of a ~0.7 ms step moves by 10–60% between runs, which hides an
+overhead of a few percent. The number of instructions executed does not move: this runs each
+contender of case 1 (tiny MLP, same code as ``benchmarks.case_step``) under
+``valgrind --tool=callgrind`` twice, with ``small`` and ``large`` batches in one epoch, and
+divides the difference of the totals by the difference of the steps. Start-up, imports and
+``fit``'s set-up cancel out; what is left is the cost of one step, the data generation of one
+batch included (the same for every contender).
+
+Instructions are not time: cache misses and branch mispredictions are not counted, and a
+vectorised kernel does more work per instruction than the interpreter. The figure is a noise-free
+lower bound of the Python overhead, to read beside case 1's timings. Needs ``valgrind``;
+takes ~15 minutes (callgrind runs ~50× slower than native). Writes
+``benchmarks/results/<date>-<host>-instructions.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from benchmarks.case_step import contenders
+from benchmarks.harness import Timer, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
+
+
+def _params(batches: int, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"model": "mlp", "batch_size": 64, "batches": batches, "epochs": 1, "seed": 0, **extra}
+
+
+def worker(target: str, batches: int, extra_json: str) -> None:
+    """Run one contender in this process (the child that callgrind watches)."""
+    import torch
+
+    torch.set_num_threads(1)
+    resolve(target)(_params(batches, json.loads(extra_json)), Timer())
+
+
+def count(target: str, batches: int, extra: dict[str, Any]) -> int:
+    """Instructions the whole child process executed (valgrind's ``Collected`` total)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={tmp}/out",
+            sys.executable, "-m", "benchmarks.instructions", "--worker", target, str(batches), json.dumps(extra),
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    found = _COLLECTED.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run of {target} ({batches} batches) failed:\n{proc.stderr[-3000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=50, help="batches of the short run (default 50)")
+    parser.add_argument("--large", type=int, default=250, help="batches of the long run (default 250)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="callgrind runs at once")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"results folder (default {RESULTS})")
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args.worker[0], int(args.worker[1]), args.worker[2])
+        return 0
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+    if not 0 < args.small < args.large:
+        parser.error("need 0 < --small < --large")
+
+    chosen = contenders(with_peers=False)
+    jobs = [(c, n) for c in chosen for n in (args.small, args.large)]
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        totals = list(pool.map(lambda job: count(job[0].fn, job[1], dict(job[0].params)), jobs))
+    steps = args.large - args.small
+    per_step = {c.name: (totals[2 * i + 1] - totals[2 * i]) / steps for i, c in enumerate(chosen)}
+    base = per_step[chosen[0].name]
+    rows = [{"contender": name, "instructions_per_step": round(v), "ratio": v / base} for name, v in per_step.items()]
+
+    today, host = dt.date.today().isoformat(), socket.gethostname().split(".")[0]
+    record = {"date": today, "host": host, "python": sys.version.split()[0], "small": args.small,
+              "large": args.large, "rows": rows}  # fmt: skip
+    lines = [
+        f"### Instructions per step, tiny MLP 784-128-10, batch 64 ({today}, {host})",
+        "",
+        f"`python -m benchmarks.instructions --small {args.small} --large {args.large}`: callgrind totals of a "
+        f"{args.large}- and a {args.small}-batch run, difference over {steps} steps.",
+        "",
+        "| contender | instructions per step | ratio to the hand loop | overhead per step |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['contender']} | {r['instructions_per_step']:,} | {r['ratio']:.4f}x | "
+            f"{r['instructions_per_step'] - round(base):+,} |"
+            for r in rows
+        ),
+        "",
+    ]
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = args.out / f"{today}-{host}-instructions"
+    stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    stem.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {stem}.json and {stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
