@@ -45,3 +45,14 @@ def test_ember_run_starts_n_processes_and_passes_script_arguments() -> None:
         reports = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank*.json"))]
     assert [r["rank"] for r in reports] == [0, 1]
     assert all(r["world_size"] == 2 and r["argv"] == ["--lr", "0.1"] and r["rdzv_fix"] == "1" for r in reports)
+
+
+def test_a_training_scripts_imports_leave_the_sharded_checkpoint_stack_unloaded() -> None:
+    """torch.distributed.checkpoint pulls in DTensor and sympy (~2.5 s here); only FSDP/TP saves need it."""
+    code = (
+        "import sys, ember; from ember.trainer import Trainer, hooks; from ember import track; "
+        "import ember.checkpoint; ember.initialize; "
+        "print(sorted(m for m in ('torch.distributed.checkpoint', 'sympy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 
 from ember import distributed
 from ember.checkpoint.io import _fsync_dir, load_file, remove_checkpoint, save_file
@@ -97,6 +95,8 @@ def save_sharded(
     Example:
         >>> save_sharded("ckpt/ckpt-e0001-s000000008.ckpt", trainer)
     """
+    import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
+
     from ember.checkpoint import agree_on_error
 
     final = Path(path)
@@ -171,6 +171,8 @@ def check_complete(path: Path) -> dict[str, Any]:
     entries: ``{name: TensorStorageMetadata or BytesStorageMetadata}``. DCP reads its metadata
     with :mod:`pickle`: read sharded checkpoints from places you trust.
     """
+    import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
+
     reader = dcp.FileSystemReader(path)
     try:
         metadata = reader.read_metadata()
@@ -200,6 +202,8 @@ def load_shards(path: str | os.PathLike[str], engine: Engine) -> dict[str, Any]:
     Returns what ``engine.load_state_dict`` takes with the rest of the engine state:
     ``{"model": ..., "optimizer": ..., "sharded": True}``, each rank holding its own shards.
     """
+    import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
+
     model_state, optimizer_state = engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
     alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     try:
@@ -226,6 +230,9 @@ def full_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         >>> weights = full_model_state("ckpt/ckpt-e0002-s000000012.ckpt")
         >>> Net().load_state_dict(weights)
     """
+    import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+
     path = Path(path)
     read_sharded(path)
     entries = check_complete(path)
