@@ -83,10 +83,10 @@ def _first_tensor(batch: Any) -> torch.Tensor | None:
     if isinstance(batch, torch.Tensor):
         return batch
     items: Iterable[Any] = ()
-    if isinstance(batch, Mapping):
-        items = batch.values()
-    elif isinstance(batch, (list, tuple)):
+    if isinstance(batch, (list, tuple)):  # before Mapping: an ABC check costs more
         items = batch
+    elif isinstance(batch, Mapping):
+        items = batch.values()
     for item in items:
         found = _first_tensor(item)
         if found is not None:

@@ -67,6 +67,7 @@ class Control:
         self._pending: distributed.PendingMax | None = None
         self._updates = 0  # lagged safe points passed
         self._exchange_at = 1  # the lagged safe point of the next exchange
+        self._multi = False  # several ranks: read once per fit by reset(), the group cannot change within one
         self._exchanged = (0, time.perf_counter())  # safe point and time of the last exchange
 
     # -- hooks --------------------------------------------------------------------------------
@@ -135,6 +136,7 @@ class Control:
         """Forget stop requests and errors (at the start of ``fit``)."""
         self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
         self.preempted, self._preempt, self._pending = False, None, None
+        self._multi = distributed.is_active()
 
     def request_stop(self, reason: str) -> None:
         """Ask every rank to stop at the next safe point."""
@@ -167,7 +169,7 @@ class Control:
         this one's exchange without waiting for it (see the module docstring).
         """
         local = self.stop_requested or self._error is not None or self._preempt is not None
-        if not distributed.is_active():
+        if not (self._multi if lagged else distributed.is_active()):
             if not local:
                 return False
             if self._preempt is not None:

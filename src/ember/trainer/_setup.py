@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ember.trainer.trainer import Trainer
 
 REQUIRED_KEYS = ("loss", "output", "label", "batch_size")
+_REQUIRED = frozenset(REQUIRED_KEYS)
 
 
 @dataclass
@@ -163,6 +164,8 @@ def epoch_batches(loader: DataLoader[Any], epoch: int, consumed: int, logger: Di
 
 def check_result(result: Any, where: str) -> None:
     """A step's result must be a dict with loss, output, label and batch_size."""
+    if type(result) is dict and result.keys() >= _REQUIRED:  # the common case, without an ABC check
+        return
     if not isinstance(result, Mapping):
         raise TrainerError(f"{where} must return a dict with {', '.join(REQUIRED_KEYS)}; got {type(result).__name__}")
     missing = [k for k in REQUIRED_KEYS if k not in result]
