@@ -13,7 +13,7 @@ batch included (the same for every contender).
 Instructions are not time: cache misses and branch mispredictions are not counted, and a
 vectorised kernel does more work per instruction than the interpreter. The figure is a noise-free
 lower bound of the Python overhead, to read beside case 1's timings. Needs ``valgrind``;
-takes ~15 minutes (callgrind runs ~50× slower than native). Writes
+takes ~25 minutes on 2 cores (callgrind runs ~50× slower than native). Writes
 ``benchmarks/results/<date>-<host>-instructions.{json,md}``.
 """
 

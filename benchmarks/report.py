@@ -51,19 +51,16 @@ def evaluate_targets(cases: Mapping[str, Any]) -> list[Json]:
                 "ratio_cpu")  # fmt: skip
     out.append(_target("tracked Trainer vs untracked (CPU time)", "<= 1.03x", r, None if r is None else r <= 1.03,
                        f"{r:.3f}x" if r else ""))  # fmt: skip
-    torch_mbs = _median(_find(cases, "checkpoint", "save", "torch.save"), "MB_per_s")
     ember_mbs = _median(_find(cases, "checkpoint", "save", "ember checkpoint.save"), "MB_per_s")
-    ratio = ember_mbs / torch_mbs if ember_mbs and torch_mbs else None
-    out.append(_target("checkpoint save throughput vs torch.save", ">= 0.9x", ratio,
-                       None if ratio is None else ratio >= 0.9,
-                       f"{ratio:.2f}x ({ember_mbs:,.0f} vs {torch_mbs:,.0f} MB/s)" if ratio else ""))  # fmt: skip
-    # Not an issue target: the same comparison against a save as durable as ember's (the issue's
-    # torch.save stops at the page cache, ember's atomic save fsyncs), shown beside the target.
-    fsync_mbs = _median(_find(cases, "checkpoint", "save", "torch.save + fsync"), "MB_per_s")
-    ratio = ember_mbs / fsync_mbs if ember_mbs and fsync_mbs else None
-    out.append(_target("checkpoint save throughput vs torch.save + fsync (same durability; context)", ">= 0.9x",
-                       ratio, None if ratio is None else ratio >= 0.9,
-                       f"{ratio:.2f}x ({ember_mbs:,.0f} vs {fsync_mbs:,.0f} MB/s)" if ratio else ""))  # fmt: skip
+    # The issue's target is against torch.save, which stops at the page cache; the second line
+    # (not an issue target) compares with a save as durable as ember's atomic, fsynced one.
+    for baseline, label in (("torch.save", "torch.save"),
+                            ("torch.save + fsync", "torch.save + fsync (same durability; context)")):  # fmt: skip
+        base_mbs = _median(_find(cases, "checkpoint", "save", baseline), "MB_per_s")
+        ratio = ember_mbs / base_mbs if ember_mbs and base_mbs else None
+        out.append(_target(f"checkpoint save throughput vs {label}", ">= 0.9x", ratio,
+                           None if ratio is None else ratio >= 0.9,
+                           f"{ratio:.2f}x ({ember_mbs:,.0f} vs {base_mbs:,.0f} MB/s)" if ratio else ""))  # fmt: skip
     sync = _median(_find(cases, "checkpoint", "training stall", "CheckpointHook (sync)"), "stall_ms_per_save")
     asyn = _median(_find(cases, "checkpoint", "training stall", "CheckpointHook (async_save)"), "stall_ms_per_save")
     frac = asyn / sync if asyn is not None and sync else None

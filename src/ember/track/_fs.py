@@ -31,7 +31,11 @@ def hostname() -> str:
 
 
 def get_rank() -> int:
-    """The global rank: torch.distributed's when initialised, else ``$RANK``, else 0."""
+    """The global rank: torch.distributed's when initialised, else ``$RANK``, else 0.
+
+    Every tracking entry point asks this first, so it is also where a process group the user
+    created is noticed: the exit guard of :mod:`ember._exit` is registered for it (once).
+    """
     # torch.distributed cannot be initialised unless torch was imported: no import here.
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
