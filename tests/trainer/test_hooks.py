@@ -152,6 +152,27 @@ def test_after_hook_is_attached_runs_at_registration() -> None:
     assert calls == [0]
 
 
+def test_per_batch_calls_a_hooks_settings_make_no_ops_are_skipped() -> None:
+    engine = make_engine()
+    sched = torch.optim.lr_scheduler.StepLR(engine.optimizer, step_size=1)
+    by_epoch, by_step = hooks.LRSchedulerHook(sched, by_epoch=True), hooks.LRSchedulerHook(sched, by_epoch=False)
+    assert "after_train_iter" not in by_epoch.events() and "after_train_epoch" in by_epoch.events()
+    assert "after_train_iter" in by_step.events()
+    test_only = hooks.AccuracyHook()  # measures "test" by default
+    assert not {"after_train_iter", "before_train_epoch", "after_train_epoch"} & set(test_only.events())
+    assert {"after_test_iter", "after_test_epoch"} <= set(test_only.events())
+    assert "after_train_iter" in hooks.AccuracyHook(on=("train", "test")).events()
+    # the loss still goes to the step storage every batch when only the test loss is averaged
+    loss_hook = hooks.LossHook(on="test")
+    assert "after_train_iter" in loss_hook.events() and "after_train_epoch" not in loss_hook.events()
+    trainer = Trainer(engine)
+    trainer.fit(loader(8, 8), epochs=2, test_dataloader=loader(8, 8), hooks=[by_epoch, test_only, loss_hook])
+    assert [h.name for h, _ in trainer._control._calls["after_train_iter"]] == [loss_hook.name]
+    assert sched.last_epoch == 2  # stepped at each epoch's end, not per batch
+    assert len(trainer.history.values("test/accuracy")) == 2 and "train/loss" not in trainer.history
+    assert trainer.storage.latest_step("train/loss") == trainer.cur_step
+
+
 def test_stop_training_exception_ends_fit_cleanly_after_the_current_update() -> None:
     events: list[str] = []
 

@@ -29,6 +29,8 @@ def split_batch(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
 
     Override :meth:`Trainer.train_step` for other layouts.
     """
+    if type(batch) is tuple and len(batch) == 2:  # the common (inputs, label) pair, without the checks below
+        return (batch[0],), {}, batch[1]
     if isinstance(batch, torch.Tensor):
         return (batch,), {}, None
     if isinstance(batch, (tuple, list)):
@@ -70,6 +72,9 @@ def predict(engine: Any, data: Any) -> Any:
 
 def batch_size(batch: Any) -> int:
     """The number of samples in ``batch``: the first dimension of its first tensor."""
+    first = batch[0] if type(batch) is tuple and batch else batch
+    if type(first) is torch.Tensor and first.dim() > 0:  # the common case, without the search below
+        return first.shape[0]
     tensor = _first_tensor(batch)
     if tensor is None or tensor.dim() == 0:
         raise TrainerError(

@@ -35,7 +35,7 @@ def _check_scalar(name: str, value: Any) -> Scalar:
                 f"scalar {name!r} must be a number or a one-element tensor, got a tensor of shape "
                 f"{tuple(value.shape)}: reduce it (e.g. .mean()) first"
             )
-        return value.detach()
+        return value.detach() if value.requires_grad else value  # detaching again would only cost time
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TrainerError(f"scalar {name!r} must be a number or a one-element tensor, got {type(value).__name__}")
     return value

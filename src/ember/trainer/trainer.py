@@ -114,6 +114,7 @@ class Trainer(TrainerState):
         if schedule is not None and not isinstance(schedule, Schedule):
             raise TrainerError(f"schedule must have forward_backward() and forward(), got {type(schedule).__name__}")
         self.engine = engine
+        self._batches_to_device = engine.device.type != "cpu"  # hooks compare labels with outputs there
         self.logger = logger if logger is not None else get_dist_logger()
         self.schedule: Schedule = (
             schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
@@ -394,11 +395,10 @@ class Trainer(TrainerState):
 
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
-        device = self.engine.device
-        if device.type != "cpu":  # labels too: hooks compare them with the outputs
-            batch = _batch.to_device(batch, device)
+        if self._batches_to_device:  # labels too: hooks compare them with the outputs
+            batch = _batch.to_device(batch, self.engine.device)
         args, kwargs, label = _batch.split_batch(batch)
-        output = self.engine(*args, **kwargs)
+        output = self.engine(*args, **kwargs) if kwargs else self.engine(*args)
         loss = self.compute_loss(output, label)
         return {"loss": loss, "output": output, "label": label, "batch_size": _batch.batch_size(batch)}
 

@@ -243,7 +243,12 @@ class BaseHook:
             )
 
     def events(self) -> list[str]:
-        """The lifecycle methods this hook's class overrides."""
+        """The lifecycle methods the Trainer calls on this hook: those its class overrides.
+
+        A subclass may leave out a method its settings make a no-op (a metric hook that does not
+        measure ``"train"`` drops ``after_train_iter``): the Trainer then skips that call every
+        batch. Read once, when the hooks are registered.
+        """
         return [e for e in EVENTS if getattr(type(self), e) is not getattr(BaseHook, e)]
 
     def __repr__(self) -> str:

@@ -94,6 +94,10 @@ class LRSchedulerHook(BaseHook):
             self.lr_scheduler.load_state_dict(self._pending)
             self._pending = None
 
+    def events(self) -> list[str]:
+        """The overridden lifecycle methods; without ``after_train_iter`` when stepping by epoch."""
+        return [e for e in super().events() if not (self.by_epoch and e == "after_train_iter")]
+
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Step after an applied optimizer update (``by_epoch=False``)."""
         if not self.by_epoch and self.trainer.step_applied:

@@ -17,7 +17,7 @@ import torch
 
 from ember import distributed
 from ember.errors import HookError
-from ember.trainer.hooks._util import accumulator, check_phases
+from ember.trainer.hooks._util import PHASES, accumulator, check_phases
 from ember.trainer.hooks.base import BaseHook, Priority
 from ember.trainer.storage import Mode
 
@@ -30,6 +30,7 @@ class _AveragedMetric(BaseHook):
     metric_name = "metric"
     mode: Mode = "max"
     state_per_rank = True  # each rank sums its own shard's batches
+    _always: frozenset[str] = frozenset()  # events called even for a phase it does not measure
 
     def __init__(self, on: str | Iterable[str], priority: int | str, name: str | None) -> None:
         super().__init__(priority, name)
@@ -39,22 +40,36 @@ class _AveragedMetric(BaseHook):
         # [sum, count] tensor cost ~10x more per step on a tiny model.
         self._sum: dict[str, torch.Tensor | None] = {"train": None, "test": None}
         self._seen: dict[str, torch.Tensor | float] = {"train": 0, "test": 0}
+        self._restored: set[str] = set()  # phases whose sums were loaded from a checkpoint (on the CPU)
+
+    def events(self) -> list[str]:
+        """The overridden lifecycle methods, less those of a phase this hook does not measure."""
+        unmeasured = {f"{when}_{phase}_{part}" for phase in PHASES if phase not in self.on
+                      for when in ("before", "after") for part in ("epoch", "iter")}  # fmt: skip
+        return [e for e in super().events() if e not in unmeasured or e in self._always]
 
     def _reset(self, phase: str) -> None:
         self._sum[phase], self._seen[phase] = None, 0
 
     def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1) -> None:
         """Add ``total * scale`` to the phase's sum (one in-place op) and ``count`` to its count."""
-        acc, device = self._sum[phase], self.trainer.engine.device
-        if acc is None:
-            acc = self._sum[phase] = accumulator(device)[0].clone()
-        elif acc.device != device:  # restored from a checkpoint onto the CPU
-            acc = self._sum[phase] = acc.to(device)
+        acc = self._sum[phase]
+        if acc is None or phase in self._restored:  # none yet, or restored from a checkpoint onto the CPU
+            acc = self._accumulator(phase)
         if isinstance(total, torch.Tensor):
-            acc.add_(total.detach(), alpha=scale)
+            acc.add_(total.detach() if total.requires_grad else total, alpha=scale)
         else:
             acc += total * scale
         self._seen[phase] = self._seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
+
+    def _accumulator(self, phase: str) -> torch.Tensor:
+        acc, device = self._sum[phase], self.trainer.engine.device
+        if acc is None:
+            acc = self._sum[phase] = accumulator(device)[0].clone()
+        elif acc.device != device:
+            acc = self._sum[phase] = acc.to(device)
+        self._restored.discard(phase)
+        return acc
 
     def _packed(self, phase: str, device: torch.device) -> torch.Tensor | None:
         """``[sum, count]`` as one float64 tensor (for the all-reduce and checkpoints)."""
@@ -111,6 +126,7 @@ class _AveragedMetric(BaseHook):
                 self._reset(phase)
             else:
                 self._sum[phase], self._seen[phase] = acc[0].clone(), acc[1].item()
+                self._restored.add(phase)
 
 
 class LossHook(_AveragedMetric):
@@ -132,6 +148,7 @@ class LossHook(_AveragedMetric):
 
     metric_name = "loss"
     mode: Mode = "min"
+    _always = frozenset({"after_train_iter"})  # puts every batch's loss into the step storage
 
     def __init__(
         self,
