@@ -54,6 +54,11 @@ def small_cnn() -> nn.Module:
     )  # fmt: skip
 
 
+def linear() -> nn.Module:
+    """One 8 → 10 linear layer on 8 features: a step that is nearly all framework overhead."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(8, 10))
+
+
 def wide_mlp(hidden: int) -> nn.Module:
     """A large MLP for checkpoint sizes (parameters ≈ 2·hidden² + 784·hidden)."""
     return nn.Sequential(
@@ -70,8 +75,8 @@ def unwrap(items: list[Batch]) -> Batch:
 LOADER_KWARGS: dict[str, Any] = {"batch_size": 1, "shuffle": False, "collate_fn": unwrap}
 """How every contender's DataLoader is built (peers that build their own get these)."""
 
-MODELS = {"mlp": tiny_mlp, "cnn": small_cnn}
-SHAPES = {"mlp": (1, 28, 28), "cnn": (1, 28, 28)}
+MODELS = {"mlp": tiny_mlp, "cnn": small_cnn, "linear": linear}
+SHAPES = {"mlp": (1, 28, 28), "cnn": (1, 28, 28), "linear": (8,)}
 
 
 class Workload:

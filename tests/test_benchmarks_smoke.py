@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from benchmarks.__main__ import main
 from benchmarks.harness import Contender, Group, Outcome, Timer, run_group
 
@@ -91,3 +92,36 @@ def test_instruction_counts_run_each_contender_and_difference_two_sizes(
     assert rows["hand loop"]["instructions_per_step"] == 1000 and rows["hand loop"]["ratio"] == 1.0
     assert rows["ember Trainer, no hooks"]["instructions_per_step"] == 1010
     assert "| ember Trainer, no hooks | 1,010 | 1.0100x | +10 |" in json_path.with_suffix(".md").read_text()
+
+
+def test_in_process_overhead_runs_every_contender_interleaved_and_checks_the_work(tmp_path: Path) -> None:
+    """benchmarks.overhead at a tiny size: every contender trains, ends equal, and is reported."""
+    from benchmarks import overhead
+
+    threads = torch.get_num_threads()
+    args = ["--model", "linear", "--rounds", "2", "--batches", "3", "--epochs", "2", "--out", str(tmp_path)]
+    assert overhead.main(args) == 0
+    assert torch.get_num_threads() == threads  # the one-thread setting does not leak into the caller
+    [json_path] = tmp_path.glob("*-overhead-linear.json")
+    record = json.loads(json_path.read_text())
+    assert record["steps_per_run"] == 6
+    rows = {r["contender"]: r for r in record["rows"]}
+    assert list(rows) == list(overhead.CONTENDERS)
+    assert all(len(r["cpu_s"]) == 2 and all(t > 0 for t in r["cpu_s"]) for r in rows.values())
+    assert rows["hand loop"]["paired_ratio"] == 1.0 and rows["hand loop"]["overhead_us_per_step"] == 0.0
+    assert "| ember Trainer, default hooks |" in json_path.with_suffix(".md").read_text()
+
+
+def test_in_process_overhead_refuses_contenders_that_did_different_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import overhead
+
+    real_build = overhead.build
+
+    def build(name: str, params: dict[str, object]) -> object:
+        run, w = real_build(name, {**params, "seed": 1} if name == "ember Engine loop" else params)
+        return run, w
+
+    monkeypatch.setattr(overhead, "build", build)
+    params = {"model": "linear", "batch_size": 64, "batches": 2, "epochs": 1, "seed": 0}
+    with pytest.raises(RuntimeError, match="different work"):
+        overhead.measure(params, rounds=1, log=lambda _: None)
