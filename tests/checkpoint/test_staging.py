@@ -1,13 +1,7 @@
-"""Saving fast: StagingBuffers (CPU copies for async saves, prepared ahead and reused), early write-back."""
+"""Saving fast: StagingBuffers (CPU copies for async saves, prepared ahead and reused)."""
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from pathlib import Path
-
-import pytest
 import torch
 
 from ember.checkpoint import state
@@ -50,23 +44,3 @@ def test_a_tensor_of_a_new_shape_gets_a_new_buffer_and_stale_ones_are_dropped() 
     assert out["a"].shape == (6,) and torch.equal(out["b"], torch.ones(4))
     state.to_cpu({"c": torch.ones(2)}, staging)
     assert len(staging._used) == 1 and not staging._free
-
-
-def test_a_save_starts_writing_back_while_torch_save_is_still_writing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from ember.checkpoint import io
-
-    assert io._start_writeback() is not None or not sys.platform.startswith("linux")
-    sizes: list[int] = []
-    monkeypatch.setattr(io, "_start_writeback", lambda: lambda fd: sizes.append(os.fstat(fd).st_size) or 0)
-    real_save = torch.save
-
-    def slow_save(obj: object, path: Path) -> None:  # long enough for the thread to look twice
-        real_save(obj, path)
-        time.sleep(0.05)
-
-    monkeypatch.setattr(torch, "save", slow_save)
-    io.save_file({"w": torch.ones(1000)}, tmp_path / "a.ckpt")
-    assert sizes and sizes[-1] > 4000  # it pushed the file torch.save had written
-    assert torch.equal(io.load_file(tmp_path / "a.ckpt")["w"], torch.ones(1000))

@@ -9,16 +9,13 @@ half-written one under a name that :func:`find_checkpoints` returns.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
 import pickle
 import re
 import shutil
-import sys
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,68 +77,16 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -
 
 
 def save_file(obj: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``obj`` with ``torch.save`` to a temporary file, then rename it to ``path`` atomically."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, _early_writeback(tmp):
-        torch.save(obj, tmp)  # a path, not a file object: torch's C++ writer is the fast one
+    """Write ``obj`` with ``torch.save`` to a temporary file, then rename it to ``path`` atomically.
 
-
-_WRITEBACK_EVERY_S = 0.005
-_SYNC_FILE_RANGE_WRITE = 2  # <fcntl.h>: start write-back of dirty pages, do not wait
-
-
-@functools.cache
-def _start_writeback() -> Callable[[int], int] | None:
-    """Linux's ``sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE)`` (not in :mod:`os`), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        call = libc.sync_file_range
-    except (OSError, AttributeError):  # not glibc/musl with the call: no early write-back
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return lambda fd: int(call(fd, 0, 0, _SYNC_FILE_RANGE_WRITE))
-
-
-@contextlib.contextmanager
-def _early_writeback(path: Path) -> Iterator[None]:
-    """Start writing ``path``'s pages to disk while it is still being written.
-
-    The fsync that makes a checkpoint durable otherwise starts the whole write-back only once
-    ``torch.save`` is done: on this machine a 110 MB save took ~90 ms with that fsync and ~60 ms
-    without. A thread asks the kernel every few milliseconds to start writing back what is
-    written so far (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, which does not wait and keeps
-    the pages cached), so the final fsync finds little left: ~70 ms. Off Linux nothing happens.
+    The cost over a plain ``torch.save`` is the flush to disk (fsync), which makes the file
+    survive a power loss. Starting that flush early, from a thread calling Linux's
+    ``sync_file_range`` while ``torch.save`` was still writing, was tried and dropped: the
+    typical save got faster, but some took 2–4× longer, and on average it lost (docs/performance.md).
     """
-    start = _start_writeback()
-    if start is None:
-        yield
-        return
-    done = threading.Event()
-
-    def push() -> None:
-        fd = None
-        try:
-            while not done.wait(_WRITEBACK_EVERY_S):
-                if fd is None:
-                    try:
-                        fd = os.open(path, os.O_RDONLY)
-                    except FileNotFoundError:
-                        continue  # torch.save has not created it yet
-                start(fd)  # a failure only means no head start: the fsync after the save decides
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    pusher = threading.Thread(target=push, name="ember-writeback", daemon=True)
-    pusher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        pusher.join()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)  # a path, not a file object: torch's C++ writer is the fast one
 
 
 def load_file(
