@@ -20,7 +20,7 @@ from ember.server.perms import make_home
 from ember.server.settings import ServerError, Settings
 
 
-def _sessions(settings: Settings):  # type: ignore[no-untyped-def]
+def _sessions(settings: Settings):
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     check_database(engine)
@@ -58,7 +58,7 @@ def add_user(settings: Settings, name: str, is_admin: bool = False) -> str:
         raise ServerError(f"user {name!r} exists already") from None
 
 
-def _add(session, name: str, is_admin: bool) -> str:  # type: ignore[no-untyped-def]
+def _add(session, name: str, is_admin: bool) -> str:
     user = User(name=name, is_admin=is_admin, created=now())
     session.add(user)
     session.flush()

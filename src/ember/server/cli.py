@@ -14,7 +14,7 @@ from ember._cli import run_commands
 from ember.errors import EmberError
 
 
-def _settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _settings(args: argparse.Namespace):
     from ember.server.settings import MiB, Settings
 
     body = int(args.max_body_mb * MiB) if getattr(args, "max_body_mb", None) else None

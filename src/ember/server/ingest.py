@@ -31,10 +31,12 @@ _NONFINITE = {"NaN": None, "Infinity": math.inf, "-Infinity": -math.inf}
 def _dialect_insert(session: Session) -> Callable[..., Any]:
     """The ``insert`` construct with ``ON CONFLICT`` support for the session's database."""
     if session.get_bind().dialect.name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    else:
-        from sqlalchemy.dialects.postgresql import insert
-    return insert
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql.insert
 
 
 def insert_ignore(session: Session, table: Any, rows: list[dict[str, Any]], keys: list[str]) -> None:
@@ -123,7 +125,7 @@ def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch
 def _stored(value: float | str) -> float | None:
     """A sent value as the column stores it: NaN as NULL, the strings as floats."""
     if value.__class__ is float:
-        return value if value == value else None  # type: ignore[return-value]
+        return value if value == value else None
     return _NONFINITE[value]  # type: ignore[index]
 
 

@@ -82,9 +82,9 @@ def _packages() -> dict[str, str]:
             text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("")
             if not text:
                 continue  # a leftover folder without metadata: nothing importable was installed
-            meta = email.message_from_string(text)
-            if meta["Name"] and meta["Version"]:
-                found.setdefault(_normalized(meta["Name"]), meta["Version"])
+            message = email.message_from_string(text)
+            if message["Name"] and message["Version"]:
+                found.setdefault(_normalized(message["Name"]), message["Version"])
     return dict(sorted(found.items()))
 
 

@@ -13,6 +13,7 @@ from ember.trainer.placeholders import Placeholders
 from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
 
 if TYPE_CHECKING:
+    from ember.engine import Engine
     from ember.trainer._control import Control
     from ember.trainer._setup import Run
     from ember.trainer.hooks.base import BaseHook
@@ -44,6 +45,7 @@ class TrainerState:
     _resume_samples: int | None = None
     train_dataloader: Any
     logger: Any
+    engine: Engine
 
     def stop(self, reason: str = "") -> None:
         """End training cleanly at the next safe point (after the current optimizer update).
