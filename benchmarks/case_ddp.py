@@ -78,14 +78,17 @@ def _child(rank: int, kind: str, params: dict[str, Any], out_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
+    from ember._exit import leave_process_group_at_exit
+
+    # Teardown only (outside the timer): leave the gloo group at exit without the abort that
+    # can end a plain init_process_group script (see ember._exit); ember.launch does the same.
+    leave_process_group_at_exit()
     torch.set_num_threads(1)
     timer = Timer()
     w = (_hand if kind == "hand" else _ember)(rank, params, timer)
     dist.barrier()
     result = {"cpu_s": timer.cpu_s, "wall_s": timer.wall_s, "steps": w.steps, "loss": w.final_loss()}
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def ddp_run(params: Mapping[str, Any], timer: Timer) -> Outcome:
