@@ -24,8 +24,8 @@ $(VENV)/.dev-installed: $(PY) pyproject.toml constraints.txt
 demo: $(VENV)/.demo-installed
 	$(PY) examples/demo.py
 
-## the whole suite: lint, then every test
-test: $(VENV)/.dev-installed lint
+## the whole suite: lint, type check, then every test
+test: $(VENV)/.dev-installed lint typecheck
 	$(PY) -m pytest
 
 $(VENV)/.bench-installed: $(PY) pyproject.toml constraints.txt
