@@ -8,7 +8,7 @@ and ends with the same loss (checked by the harness).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -23,18 +23,34 @@ def _outcome(w: Workload, timer: Timer) -> Outcome:
     return Outcome(work=w.final_loss(), extra={"us_per_step_cpu": timer.cpu_s / w.steps * 1e6})
 
 
+def hand_epochs(w: Workload, loader: Iterable[Any]) -> None:
+    """The hand loop's training run: ``w.epochs`` epochs of PyTorch's own loop, nothing else."""
+    model, opt, crit = w.model, w.optimizer, w.criterion
+    for _ in range(w.epochs):
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+
+
+def engine_epochs(engine: Any, loader: Iterable[Any], epochs: int) -> None:
+    """The same run with ember's Engine standing in for model, optimizer and loss."""
+    for _ in range(epochs):
+        for x, y in loader:
+            engine.zero_grad()
+            loss = engine.criterion(engine(x), y)
+            engine.backward(loss)
+            engine.step()
+
+
 def hand_loop(params: Mapping[str, Any], timer: Timer) -> Outcome:
     """The limit: PyTorch's own loop, nothing else."""
     w = Workload(params)
-    model, opt, crit, loader = w.model, w.optimizer, w.criterion, w.loader()
-    model.train()
+    loader = w.loader()
+    w.model.train()
     with timer:
-        for _ in range(w.epochs):
-            for x, y in loader:
-                opt.zero_grad(set_to_none=True)
-                loss = crit(model(x), y)
-                loss.backward()
-                opt.step()
+        hand_epochs(w, loader)
     return _outcome(w, timer)
 
 
@@ -51,12 +67,7 @@ def ember_engine(params: Mapping[str, Any], timer: Timer) -> Outcome:
     engine, loader = _engine(w), w.loader()
     engine.train()
     with timer:
-        for _ in range(w.epochs):
-            for x, y in loader:
-                engine.zero_grad()
-                loss = engine.criterion(engine(x), y)
-                engine.backward(loss)
-                engine.step()
+        engine_epochs(engine, loader, w.epochs)
     return _outcome(w, timer)
 
 

@@ -48,31 +48,12 @@ def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Worklo
     w = Workload(params)
     loader, epochs = w.loader(), w.epochs
     if name == "hand loop":
-        model, opt, crit = w.model, w.optimizer, w.criterion
-        model.train()
-
-        def hand() -> None:
-            for _ in range(epochs):
-                for x, y in loader:
-                    opt.zero_grad(set_to_none=True)
-                    loss = crit(model(x), y)
-                    loss.backward()
-                    opt.step()
-
-        return hand, w
+        w.model.train()
+        return lambda: case_step.hand_epochs(w, loader), w
     engine = case_step._engine(w)
     if name == "ember Engine loop":
         engine.train()
-
-        def engine_loop() -> None:
-            for _ in range(epochs):
-                for x, y in loader:
-                    engine.zero_grad()
-                    loss = engine.criterion(engine(x), y)
-                    engine.backward(loss)
-                    engine.step()
-
-        return engine_loop, w
+        return lambda: case_step.engine_epochs(engine, loader, epochs), w
     import ember
     from ember.trainer import Trainer
 

@@ -40,7 +40,6 @@ class _AveragedMetric(BaseHook):
         # [sum, count] tensor cost ~10x more per step on a tiny model.
         self._sum: dict[str, torch.Tensor | None] = {"train": None, "test": None}
         self._seen: dict[str, torch.Tensor | float] = {"train": 0, "test": 0}
-        self._restored: set[str] = set()  # phases whose sums were loaded from a checkpoint (on the CPU)
 
     def events(self) -> list[str]:
         """The overridden lifecycle methods, less those of a phase this hook does not measure."""
@@ -53,23 +52,16 @@ class _AveragedMetric(BaseHook):
 
     def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1) -> None:
         """Add ``total * scale`` to the phase's sum (one in-place op) and ``count`` to its count."""
-        acc = self._sum[phase]
-        if acc is None or phase in self._restored:  # none yet, or restored from a checkpoint onto the CPU
-            acc = self._accumulator(phase)
+        acc, device = self._sum[phase], self.trainer.engine.device
+        if acc is None:
+            acc = self._sum[phase] = accumulator(device)[0].clone()
+        elif acc.device != device:  # restored from a checkpoint onto the CPU
+            acc = self._sum[phase] = acc.to(device)
         if isinstance(total, torch.Tensor):
             acc.add_(total.detach() if total.requires_grad else total, alpha=scale)
         else:
             acc += total * scale
         self._seen[phase] = self._seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
-
-    def _accumulator(self, phase: str) -> torch.Tensor:
-        acc, device = self._sum[phase], self.trainer.engine.device
-        if acc is None:
-            acc = self._sum[phase] = accumulator(device)[0].clone()
-        elif acc.device != device:
-            acc = self._sum[phase] = acc.to(device)
-        self._restored.discard(phase)
-        return acc
 
     def _packed(self, phase: str, device: torch.device) -> torch.Tensor | None:
         """``[sum, count]`` as one float64 tensor (for the all-reduce and checkpoints)."""
@@ -126,7 +118,6 @@ class _AveragedMetric(BaseHook):
                 self._reset(phase)
             else:
                 self._sum[phase], self._seen[phase] = acc[0].clone(), acc[1].item()
-                self._restored.add(phase)
 
 
 class LossHook(_AveragedMetric):
