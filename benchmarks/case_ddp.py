@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmarks.case_step import hand_epochs
 from benchmarks.harness import Contender, Group, Outcome, Timer
 
 M = "benchmarks.case_ddp"
@@ -44,15 +45,9 @@ def _hand(rank: int, params: Mapping[str, Any], timer: Timer) -> Any:
 
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     w = _shard(params, rank)
-    model = DistributedDataParallel(w.model)
-    opt, crit, loader = w.optimizer, w.criterion, w.loader()
+    model, loader = DistributedDataParallel(w.model), w.loader()
     with timer:
-        for _ in range(w.epochs):
-            for x, y in loader:
-                opt.zero_grad(set_to_none=True)
-                loss = crit(model(x), y)
-                loss.backward()
-                opt.step()
+        hand_epochs(w, loader, model)
     return w
 
 

@@ -23,9 +23,12 @@ def _outcome(w: Workload, timer: Timer) -> Outcome:
     return Outcome(work=w.final_loss(), extra={"us_per_step_cpu": timer.cpu_s / w.steps * 1e6})
 
 
-def hand_epochs(w: Workload, loader: Iterable[Any]) -> None:
-    """The hand loop's training run: ``w.epochs`` epochs of PyTorch's own loop, nothing else."""
-    model, opt, crit = w.model, w.optimizer, w.criterion
+def hand_epochs(w: Workload, loader: Iterable[Any], model: Any = None) -> None:
+    """The hand loop's training run: ``w.epochs`` epochs of PyTorch's own loop, nothing else.
+
+    ``model``: what the forward runs through instead of ``w.model`` (the DDP wrapper in case 4).
+    """
+    model, opt, crit = w.model if model is None else model, w.optimizer, w.criterion
     for _ in range(w.epochs):
         for x, y in loader:
             opt.zero_grad(set_to_none=True)
