@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -121,13 +122,12 @@ def mark_last(iterable: Iterable[T], total: int | None, start: int) -> Iterator[
     """Yield ``(item, is_last)`` for an epoch of ``total`` batches of which ``start`` were consumed.
 
     With a known length nothing is read ahead (reading batch k+1 before batch k's hooks ran
-    would move random state a checkpoint taken there records); without one, look one ahead.
+    would move random state a checkpoint taken there records), and no Python frame runs per
+    item; without one, look one ahead.
     """
     if total is None:
-        yield from with_last(iterable)
-        return
-    for i, item in enumerate(iterable, start=start + 1):
-        yield item, i == total
+        return with_last(iterable)
+    return zip(iterable, map(total.__eq__, itertools.count(start + 1)), strict=False)  # the count is endless
 
 
 def with_last(iterable: Iterable[T]) -> Iterator[tuple[T, bool]]:

@@ -83,7 +83,8 @@ class Control:
             seen.add(id(hook))
         _resolve_names(hooks)
         self.hooks = [h for _, h in sorted(enumerate(hooks), key=lambda ih: (ih[1].priority, ih[0]))]
-        self._calls = {e: [(h, getattr(h, e)) for h in self.hooks if e in h.events()] for e in EVENTS}
+        handled = [(h, frozenset(h.events())) for h in self.hooks]
+        self._calls = {e: [(h, getattr(h, e)) for h, events in handled if e in events] for e in EVENTS}
         for hook in self.hooks:
             hook._attach(owner)
         self.call("after_hook_is_attached")
@@ -103,6 +104,10 @@ class Control:
         lines = [f"  {h.priority:>3}  {h.name:<24} {', '.join(e for e in h.events() if e != 'after_hook_is_attached')}"
                  for h in self.hooks]  # fmt: skip
         return "hooks, in the order they run (priority, name, events):\n" + "\n".join(lines)
+
+    def handles(self, event: str) -> bool:
+        """Whether any hook handles ``event`` (the loop skips the call of one that none does)."""
+        return bool(self._calls[event])
 
     def call(self, event: str, *args: Any) -> None:
         """Run ``event`` on every hook that handles it, in order (see the module docstring)."""
