@@ -19,6 +19,7 @@ from torchmetrics.regression import MeanSquaredError
 from ember.data import ResumableSampler
 from ember.errors import HookError
 from ember.trainer import Placeholders, Trainer, hooks
+from ember.trainer.hooks import metrics as metrics_module
 from tests.models import tiny_dataset, tiny_mlp
 from tests.trainer.helpers import RecordingLogger, all_equal, loader, make_engine, params
 
@@ -197,6 +198,26 @@ def test_loss_hook_puts_per_step_losses_in_storage_as_tensors() -> None:
     kept = trainer.storage._buffers["train/loss"]
     assert len(kept) == 4 and all(isinstance(v, torch.Tensor) for _, v in kept)
     assert [s for s, _ in kept] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("fold_every", [3, 128])
+def test_loss_hook_folds_its_pending_losses_into_the_exact_weighted_mean(
+    fold_every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Losses are summed in groups (fold_every 3: several folds, the uneven last batch in a run of
+    its own scale); the epoch's value is the float64 sample-weighted mean of the batch losses."""
+    monkeypatch.setattr(metrics_module, "_FOLD_EVERY", fold_every)
+    seen: list[tuple[float, int]] = []
+
+    class Record(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            seen.append((loss.item(), len(label)))
+
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(37, 4), epochs=1, hooks=[hooks.LossHook(on="train"), Record()])
+    assert [n for _, n in seen] == [4] * 9 + [1]
+    expected = sum(loss * n for loss, n in seen) / 37
+    assert trainer.history.values("train/loss") == [pytest.approx(expected, rel=1e-12)]
 
 
 def test_accuracy_topk_and_custom_function() -> None:

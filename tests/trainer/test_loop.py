@@ -13,6 +13,7 @@ from torchmetrics.classification import MulticlassAccuracy
 import ember
 from ember.errors import TrainerError
 from ember.trainer import Trainer, hooks
+from ember.trainer.hooks import metrics as metrics_module
 from tests.models import tiny_dataset, tiny_mlp
 from tests.trainer.helpers import RecordingLogger, all_equal, loader, make_engine, params
 
@@ -241,6 +242,26 @@ def test_train_step_override_gives_a_custom_loss_and_dict_batches_work() -> None
     assert plain.cur_step == 4
 
 
+def test_compute_loss_and_train_step_replaced_on_a_subclass_or_the_instance_are_called() -> None:
+    """The default step calls the criterion directly only while compute_loss/train_step are Trainer's own."""
+    calls: list[str] = []
+
+    class Scaled(Trainer):
+        def compute_loss(self, output: Any, label: Any) -> torch.Tensor:
+            calls.append("subclass")
+            return 2 * super().compute_loss(output, label)
+
+    Scaled(make_engine()).fit(loader(16, 8), epochs=1)
+    trainer = Trainer(make_engine())
+    plain_loss = trainer.compute_loss
+    trainer.compute_loss = lambda output, label: calls.append("instance") or plain_loss(output, label)  # type: ignore[method-assign]
+    trainer.fit(loader(16, 8), epochs=1)
+    plain_step = trainer.train_step
+    trainer.train_step = lambda batch: calls.append("step") or plain_step(batch)  # type: ignore[method-assign]
+    trainer.fit(loader(16, 8), epochs=1)
+    assert calls == ["subclass"] * 2 + ["instance"] * 2 + ["step", "instance"] * 2
+
+
 def test_a_train_step_that_returns_no_loss_is_a_clear_error() -> None:
     class Bad(Trainer):
         def train_step(self, batch: Any) -> dict[str, Any]:
@@ -348,11 +369,13 @@ def _resumable_run(
     return trainer
 
 
+@pytest.mark.parametrize("fold_every", [4, 128], ids=["folds-4", "folds-128"])  # metric hooks' pending values
 @pytest.mark.parametrize("restore_in_hook", [True, False], ids=["from-before_train", "before-fit"])
 @pytest.mark.parametrize("stop_at", [5, 9, 12])  # mid-cycle in epoch 1, epoch 1's last batch, mid epoch 2
 def test_resuming_from_saved_trainer_engine_and_hook_state_ends_bit_identical(
-    stop_at: int, restore_in_hook: bool
+    stop_at: int, restore_in_hook: bool, fold_every: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(metrics_module, "_FOLD_EVERY", fold_every)
     reference = _resumable_run(None, {})
     saved: dict[str, Any] = {}
     with pytest.raises(RuntimeError, match="killed"):

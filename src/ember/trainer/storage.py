@@ -85,7 +85,8 @@ class StepStorage:
 
         A tensor is detached and kept as is: do not modify it in place afterwards.
         """
-        value = _check_scalar(name, value)
+        if type(value) is not torch.Tensor or value.requires_grad or value.dim() != 0:  # else nothing to check
+            value = _check_scalar(name, value)
         buf = self._buffers.get(name)
         if buf is None:
             buf = self._buffers[name] = deque(maxlen=self.window)

@@ -10,6 +10,7 @@ sample counts exactly once.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -24,6 +25,10 @@ from ember.trainer.storage import Mode
 __all__ = ["AccuracyHook", "LossHook", "MetricHook"]
 
 
+_FOLD_EVERY = 128
+"""Per-batch tensors a metric hook collects before folding them into its float64 sum."""
+
+
 class _AveragedMetric(BaseHook):
     """Accumulates per-sample sums per phase; records the cross-rank mean at each epoch end."""
 
@@ -35,11 +40,14 @@ class _AveragedMetric(BaseHook):
     def __init__(self, on: str | Iterable[str], priority: int | str, name: str | None) -> None:
         super().__init__(priority, name)
         self.on = check_phases(on, type(self).__name__)
-        # The sum is a 0-dim float64 tensor (no host sync per batch); the count stays a Python
-        # number unless a hook counts with tensors. One in-place add each: indexing a packed
-        # [sum, count] tensor cost ~10x more per step on a tiny model.
+        # The sum is a 0-dim float64 tensor on the device (no host sync per batch); the count
+        # stays a Python number unless a hook counts with tensors. A batch's tensor is not added
+        # at once: it waits in `_pending` (with its scale) and _FOLD_EVERY of them are added in
+        # one go, because one tensor op per batch is measurable on a small model.
         self._sum: dict[str, torch.Tensor | None] = {"train": None, "test": None}
         self._seen: dict[str, torch.Tensor | float] = {"train": 0, "test": 0}
+        self._pending: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+        self._scales: dict[str, list[int | float]] = {"train": [], "test": []}
 
     def events(self) -> list[str]:
         """The overridden lifecycle methods, less those of a phase this hook does not measure."""
@@ -49,31 +57,64 @@ class _AveragedMetric(BaseHook):
 
     def _reset(self, phase: str) -> None:
         self._sum[phase], self._seen[phase] = None, 0
+        self._pending[phase], self._scales[phase] = [], []
 
     def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1) -> None:
-        """Add ``total * scale`` to the phase's sum (one in-place op) and ``count`` to its count."""
-        acc, device = self._sum[phase], self.trainer.engine.device
-        if acc is None:
-            acc = self._sum[phase] = accumulator(device)[0].clone()
-        elif acc.device != device:  # restored from a checkpoint onto the CPU
-            acc = self._sum[phase] = acc.to(device)
+        """Add ``total * scale`` to the phase's sum and ``count`` to its count."""
         if isinstance(total, torch.Tensor):
-            acc.add_(total.detach() if total.requires_grad else total, alpha=scale)
+            if total.requires_grad:
+                total = total.detach()
+            if total.dim() != 0:
+                total = _one_value(total, self.name)
+            pending = self._pending[phase]
+            pending.append(total)
+            self._scales[phase].append(scale)
+            if len(pending) >= _FOLD_EVERY:
+                self._fold(phase)
         else:
-            acc += total * scale
+            self._fold(phase)
+            self._accumulator(phase, self.trainer.engine.device).add_(total * scale)
         self._seen[phase] = self._seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
 
+    def _accumulator(self, phase: str, device: torch.device) -> torch.Tensor:
+        """The phase's running sum on ``device`` (created, or moved there after a restore)."""
+        acc = self._sum[phase]
+        if acc is None:
+            acc = self._sum[phase] = accumulator(device)[0].clone()
+        elif acc.device != device:
+            acc = self._sum[phase] = acc.to(device)
+        return acc
+
+    def _fold(self, phase: str) -> None:
+        """Add the pending tensors to the sum: one sum per run of equal scales (usually one)."""
+        pending, scales = self._pending[phase], self._scales[phase]
+        if not pending:
+            return
+        device = pending[-1].device  # where new values are made; restored ones wait on the CPU
+        if pending[0].device != device:
+            pending = [v.to(device) for v in pending]
+        values = torch.stack(pending)
+        acc = self._accumulator(phase, device)
+        begin = 0
+        for scale, same in itertools.groupby(scales):
+            end = begin + len(list(same))
+            acc.add_(values[begin:end].sum(dtype=acc.dtype), alpha=scale)
+            begin = end
+        self._pending[phase], self._scales[phase] = [], []
+
     def _packed(self, phase: str, device: torch.device) -> torch.Tensor | None:
-        """``[sum, count]`` as one float64 tensor (for the all-reduce and checkpoints)."""
+        """``[sum, count]`` of the folded values as one float64 tensor (None: nothing added)."""
         total = self._sum[phase]
-        if total is None:
+        if total is None and not self._pending[phase]:
             return None
         acc = accumulator(device)
-        acc[0] = total
+        if total is not None:
+            acc[0] = total
         acc[1] = self._seen[phase]
         return acc
 
     def _finish(self, phase: str) -> None:
+        self._fold(phase)
         acc = self._packed(phase, self.trainer.engine.device)
         local = acc if acc is not None else accumulator(self.trainer.engine.device)
         reduced = distributed.all_reduce(local.to(distributed.collective_device()))
@@ -106,18 +147,33 @@ class _AveragedMetric(BaseHook):
         return int(self.trainer.step_result["batch_size"])
 
     def state_dict(self) -> dict[str, Any]:
-        """The running sums of an epoch in progress (this rank's)."""
-        return {"acc": {p: self._packed(p, torch.device("cpu")) for p in self._sum}}
+        """The running sums of an epoch in progress (this rank's), and the values not yet folded
+        into them (kept apart, so a resumed run adds them up exactly as an uninterrupted one)."""
+        state: dict[str, Any] = {"acc": {p: self._packed(p, torch.device("cpu")) for p in self._sum}}
+        pending = {p: {"values": torch.stack(v).cpu(), "scales": list(self._scales[p])}
+                   for p, v in self._pending.items() if v}  # fmt: skip
+        if pending:
+            state["pending"] = pending
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the running sums."""
         if "acc" not in state:
             raise HookError(f"hook {self.name!r}: state has no 'acc'; pass what state_dict() returned")
         for phase, acc in state["acc"].items():
-            if acc is None:
-                self._reset(phase)
-            else:
+            self._reset(phase)
+            if acc is not None:
                 self._sum[phase], self._seen[phase] = acc[0].clone(), acc[1].item()
+        for phase, saved in state.get("pending", {}).items():
+            self._pending[phase], self._scales[phase] = list(saved["values"].unbind()), list(saved["scales"])
+
+
+def _one_value(total: torch.Tensor, hook: str) -> torch.Tensor:
+    if total.numel() != 1:
+        raise HookError(
+            f"hook {hook!r}: a batch's metric must be one number, got a tensor of shape {tuple(total.shape)}"
+        )
+    return total.reshape(())
 
 
 class LossHook(_AveragedMetric):
@@ -151,11 +207,20 @@ class LossHook(_AveragedMetric):
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this batch's loss to the epoch's sum and to the step storage."""
-        loss = loss.detach()
-        self.trainer.storage.put_scalar("train/loss", loss)
-        if "train" in self.on:
-            n = self._batch_size()
+        loss, trainer = loss.detach(), self.trainer
+        trainer.storage.put_scalar("train/loss", loss)
+        if "train" not in self.on:
+            return
+        n = int(trainer.step_result["batch_size"])
+        if loss.dim() != 0:
             self._add("train", loss, n, scale=n)
+            return
+        pending = self._pending["train"]  # _add, inlined: this runs every batch
+        pending.append(loss)
+        self._scales["train"].append(n)
+        self._seen["train"] += n
+        if len(pending) >= _FOLD_EVERY:
+            self._fold("train")
 
     def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this test batch's loss to the sum."""
