@@ -8,7 +8,9 @@ loop's tiny-MLP time spanned 1.52–2.14 s within one 5-round run), more than th
 Here each contender is built once, in one process, and the rounds alternate between them: a
 round is one whole run per contender, as long as case 1's (``epochs`` epochs of ``batches``
 batches), in an order rotated by the round number. Neighbouring runs share the machine's
-state of the moment, so the per-round paired ratio is stable to about 1%.
+state of the moment, so on a quiet day the per-round paired ratio is stable to about 1%. On a
+busy one (paired ratios spanning 0.7–1.8× within a run) read each contender's fastest run
+instead: neighbours only ever add time, so the minimum is the estimate they touch least.
 
 ``--model linear`` trains a single 8→10 linear layer, where a step is almost all framework and
 dispatch overhead: the difference to the hand loop is then the Python that ember adds per
@@ -63,49 +65,78 @@ def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Worklo
     return lambda: trainer.fit(loader, epochs=epochs, hooks=chosen), w
 
 
-def measure(params: dict[str, Any], rounds: int, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the contenders ``rounds`` times, interleaved, after one untimed warm-up run each."""
+def measure(
+    params: dict[str, Any], rounds: int, log: Callable[[str], None] = print, short: int | None = None
+) -> dict[str, Any]:
+    """Run the contenders ``rounds`` times, interleaved, after one untimed warm-up run each.
+
+    ``short``: also run every contender with ``short`` batches per epoch (same epochs) in the
+    same rounds, and report the marginal cost of a step (see :func:`_marginal`).
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _measure(params, rounds, log)
+        return _measure(params, rounds, log, short)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(params: dict[str, Any], rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
-    built = {name: build(name, params) for name in CONTENDERS}
+def _measure(params: dict[str, Any], rounds: int, log: Callable[[str], None], short: int | None) -> dict[str, Any]:
+    sizes = [params["batches"]] if short is None else [params["batches"], short]
+    built = {(name, n): build(name, {**params, "batches": n}) for name in CONTENDERS for n in sizes}
     for run, _ in built.values():
         run()
-    cpu: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    keys = list(built)
+    cpu: dict[tuple[str, int], list[float]] = {key: [] for key in keys}
     for r in range(rounds):
-        order = CONTENDERS[r % len(CONTENDERS) :] + CONTENDERS[: r % len(CONTENDERS)]
-        for name in order:
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
             t0 = time.process_time()
-            built[name][0]()
-            cpu[name].append(time.process_time() - t0)
-        log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {cpu[n][-1]:.3f} s" for n in CONTENDERS))
-    losses = {name: w.final_loss() for name, (_, w) in built.items()}
-    base_loss = losses[CONTENDERS[0]]
-    if any(abs(v - base_loss) > 1e-5 * abs(base_loss) for v in losses.values()):
-        raise RuntimeError(f"the contenders did different work: final losses {losses}")
-    steps = built[CONTENDERS[0]][1].steps
-    hand = cpu[CONTENDERS[0]]
+            built[key][0]()
+            cpu[key].append(time.process_time() - t0)
+        log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {cpu[n, sizes[0]][-1]:.3f} s" for n in CONTENDERS))
+    losses = {key: w.final_loss() for key, (_, w) in built.items()}
+    for n in sizes:
+        base_loss = losses[CONTENDERS[0], n]
+        if any(abs(losses[name, n] - base_loss) > 1e-5 * abs(base_loss) for name in CONTENDERS):
+            raise RuntimeError(f"the contenders did different work: final losses {losses}")
+    long = sizes[0]
+    steps = built[CONTENDERS[0], long][1].steps
+    hand = cpu[CONTENDERS[0], long]
     rows = []
     for name in CONTENDERS:
-        us = statistics.median(cpu[name]) / steps * 1e6
-        paired = [a / b for a, b in zip(cpu[name], hand, strict=True)]
+        times = cpu[name, long]
+        us = statistics.median(times) / steps * 1e6
+        paired = [a / b for a, b in zip(times, hand, strict=True)]
         rows.append({
             "contender": name,
             "us_per_step": us,
             "overhead_us_per_step": us - statistics.median(hand) / steps * 1e6,
-            "ratio": statistics.median(cpu[name]) / statistics.median(hand),
+            "ratio": statistics.median(times) / statistics.median(hand),
             "paired_ratio": statistics.median(paired),
             "paired_min": min(paired),
             "paired_max": max(paired),
-            "cpu_s": cpu[name],
+            "fastest_us_per_step": min(times) / steps * 1e6,
+            "fastest_ratio": min(times) / min(hand),
+            "cpu_s": times,
         })  # fmt: skip
-    return {"params": params, "rounds": rounds, "steps_per_run": steps, "final_loss": base_loss, "rows": rows}
+        if short is not None:
+            rows[-1].update(_marginal(cpu[name, long], cpu[name, short], params["epochs"] * (long - short), steps))
+            rows[-1]["cpu_s_short"] = cpu[name, short]
+    if short is not None:
+        for row in rows:
+            row["marginal_overhead_us"] = row["marginal_us_per_step"] - rows[0]["marginal_us_per_step"]
+    record = {"params": params, "rounds": rounds, "steps_per_run": steps, "final_loss": losses[CONTENDERS[0], long]}
+    return {**record, "short_batches": short, "rows": rows}
+
+
+def _marginal(long: list[float], short: list[float], extra_steps: int, steps: int) -> dict[str, float]:
+    """The cost of one more step, from the fastest long and short runs; and what is left of a run.
+
+    The two runs differ only in batches per epoch, so set-up, per-``fit`` and per-epoch costs
+    cancel in the difference: ``(fastest long - fastest short) / extra steps``.
+    """
+    per_step = (min(long) - min(short)) / extra_steps
+    return {"marginal_us_per_step": per_step * 1e6, "fixed_ms_per_run": (min(long) - per_step * steps) * 1e3}
 
 
 def markdown(record: dict[str, Any]) -> str:
@@ -119,15 +150,36 @@ def markdown(record: dict[str, Any]) -> str:
         f"run per contender, one process, one torch thread; process CPU time. Every contender ended "
         f"with loss {record['final_loss']:.6g}.",
         "",
-        "| contender | µs per step (median) | overhead vs the hand loop | ratio of medians | paired ratio (min–max) |",
-        "|---|---|---|---|---|",
+        "| contender | µs per step (median) | overhead vs the hand loop | ratio of medians | paired ratio (min–max) "
+        "| fastest run: µs per step | ratio of fastest runs |",
+        "|---|---|---|---|---|---|---|",
         *(
             f"| {r['contender']} | {r['us_per_step']:,.1f} | {r['overhead_us_per_step']:+,.1f} µs | "
-            f"{r['ratio']:.3f}x | {r['paired_ratio']:.3f}x ({r['paired_min']:.3f}–{r['paired_max']:.3f}) |"
+            f"{r['ratio']:.3f}x | {r['paired_ratio']:.3f}x ({r['paired_min']:.3f}–{r['paired_max']:.3f}) | "
+            f"{r['fastest_us_per_step']:,.1f} | {r['fastest_ratio']:.3f}x |"
             for r in record["rows"]
         ),
         "",
+        "Neighbours on a shared machine only ever add time, so each contender's fastest run is the "
+        "estimate least touched by them; the paired ratio compares runs made moments apart.",
+        "",
     ]
+    if record.get("short_batches"):
+        base = record["rows"][0]["marginal_us_per_step"]
+        lines += [
+            f"Marginal cost of a step: the fastest {p['batches']}-batch run less the fastest "
+            f"{record['short_batches']}-batch run (same epochs, interleaved in the same rounds), over the "
+            "steps between them. Set-up, per-`fit` and per-epoch costs cancel; they are the last column.",
+            "",
+            "| contender | µs per step | over the hand loop | ratio | rest of a run (set-up, fit, epochs) |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {r['contender']} | {r['marginal_us_per_step']:,.1f} | {r['marginal_overhead_us']:+,.1f} µs | "
+                f"{r['marginal_us_per_step'] / base:.3f}x | {r['fixed_ms_per_run']:,.2f} ms |"
+                for r in record["rows"]
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -138,12 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     parser.add_argument("--batches", type=int, default=200, help="batches per epoch (default 200, as case 1)")
     parser.add_argument("--epochs", type=int, default=10, help="epochs per run (default 10, as case 1)")
+    parser.add_argument("--short", type=int, help="also run SHORT batches per epoch: report the marginal step cost")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results folder (default {RESULTS})")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.batches < 1 or args.epochs < 1:
         parser.error("--rounds, --batches and --epochs must be at least 1")
+    if args.short is not None and not 0 < args.short < args.batches:
+        parser.error("--short must be between 0 and --batches")
     params = {"model": args.model, "batch_size": 64, "batches": args.batches, "epochs": args.epochs, "seed": 0}
-    record = measure(params, args.rounds)
+    record = measure(params, args.rounds, short=args.short)
     record.update(
         date=dt.date.today().isoformat(),
         host=socket.gethostname().split(".")[0],

@@ -99,7 +99,8 @@ def test_in_process_overhead_runs_every_contender_interleaved_and_checks_the_wor
     from benchmarks import overhead
 
     threads = torch.get_num_threads()
-    args = ["--model", "linear", "--rounds", "2", "--batches", "3", "--epochs", "2", "--out", str(tmp_path)]
+    args = ["--model", "linear", "--rounds", "2", "--batches", "3", "--epochs", "2", "--short", "1"]
+    args += ["--out", str(tmp_path)]
     assert overhead.main(args) == 0
     assert torch.get_num_threads() == threads  # the one-thread setting does not leak into the caller
     [json_path] = tmp_path.glob("*-overhead-linear.json")
@@ -109,7 +110,10 @@ def test_in_process_overhead_runs_every_contender_interleaved_and_checks_the_wor
     assert list(rows) == list(overhead.CONTENDERS)
     assert all(len(r["cpu_s"]) == 2 and all(t > 0 for t in r["cpu_s"]) for r in rows.values())
     assert rows["hand loop"]["paired_ratio"] == 1.0 and rows["hand loop"]["overhead_us_per_step"] == 0.0
-    assert "| ember Trainer, default hooks |" in json_path.with_suffix(".md").read_text()
+    assert rows["hand loop"]["marginal_overhead_us"] == 0.0 and record["short_batches"] == 1
+    assert all(len(r["cpu_s_short"]) == 2 and "fixed_ms_per_run" in r for r in rows.values())
+    text = json_path.with_suffix(".md").read_text()
+    assert text.count("| ember Trainer, default hooks |") == 2  # the run table and the marginal one
 
 
 def test_in_process_overhead_refuses_contenders_that_did_different_work(monkeypatch: pytest.MonkeyPatch) -> None:
