@@ -1,0 +1,126 @@
+"""The durable checkpoint writer: write-behind, complete writes, torch's CRC option left alone."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ember.checkpoint import io as ckpt_io
+from ember.checkpoint.io import load_file, save_file
+
+
+def _state() -> dict[str, Any]:
+    g = torch.Generator().manual_seed(0)
+    return {"w": torch.randn(300, 300, generator=g), "b": torch.randn(300, generator=g), "step": 7}
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(
+        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a
+    )
+
+
+def test_write_back_is_started_for_each_written_range_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+    real = ckpt_io._sync_file_range()
+
+    def recording(fd: int, offset: int, length: int, flags: int) -> int:
+        calls.append((offset, length))
+        return real(fd, offset, length, flags) if real is not None else 0
+
+    monkeypatch.setattr(ckpt_io, "_sync_file_range", lambda: recording)
+    monkeypatch.setattr(ckpt_io, "_WRITE_BEHIND_BYTES", 64 << 10)
+    state = _state()
+    save_file(state, tmp_path / "a.ckpt")
+
+    assert _same(load_file(tmp_path / "a.ckpt"), state)
+    size = (tmp_path / "a.ckpt").stat().st_size
+    assert len(calls) >= 5  # ~360 kB of tensors in 64 kB steps, the large one in slices
+    assert calls[0][0] == 0
+    assert all(off == prev_off + prev_len for (prev_off, prev_len), (off, _) in itertools.pairwise(calls))
+    assert all(length >= 64 << 10 for _, length in calls)
+    assert calls[-1][0] + calls[-1][1] <= size
+
+
+def test_a_failing_write_back_request_stops_the_requests_and_the_save_still_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def unsupported(fd: int, offset: int, length: int, flags: int) -> int:
+        calls.append(offset)
+        return -1
+
+    monkeypatch.setattr(ckpt_io, "_sync_file_range", lambda: unsupported)
+    monkeypatch.setattr(ckpt_io, "_WRITE_BEHIND_BYTES", 64 << 10)
+    state = _state()
+    save_file(state, tmp_path / "a.ckpt")
+    assert calls == [0]
+    assert _same(load_file(tmp_path / "a.ckpt"), state)
+
+
+def test_short_raw_writes_are_completed(monkeypatch: pytest.MonkeyPatch) -> None:
+    class ShortWrites(io.RawIOBase):
+        def __init__(self) -> None:
+            self.data = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def fileno(self) -> int:
+            return -1
+
+        def write(self, b: Any) -> int:
+            chunk = bytes(memoryview(b)[:1000])  # at most 1,000 bytes per call, as a raw file may
+            self.data += chunk
+            return len(chunk)
+
+    monkeypatch.setattr(ckpt_io, "_sync_file_range", lambda: None)
+    raw = ShortWrites()
+    writer = ckpt_io._WriteBehind(raw)  # type: ignore[arg-type]
+    state = _state()
+    torch.save(state, writer)
+    assert _same(torch.load(io.BytesIO(bytes(raw.data)), weights_only=True), state)
+
+
+@pytest.mark.parametrize("user_setting", [True, False])
+def test_torchs_crc_option_is_left_as_it_was_after_a_save_and_after_a_failed_one(
+    tmp_path: Path, user_setting: bool
+) -> None:
+    before = torch.serialization.get_crc32_options()
+    torch.serialization.set_crc32_options(user_setting)
+    try:
+        save_file(_state(), tmp_path / "a.ckpt")
+        assert torch.serialization.get_crc32_options() is user_setting
+        with pytest.raises(Exception):  # noqa: B017 - whatever pickle raises for a lambda
+            save_file({"f": lambda: 0}, tmp_path / "b.ckpt")
+        assert torch.serialization.get_crc32_options() is user_setting
+        assert not (tmp_path / "b.ckpt").exists()
+        assert not list(tmp_path.glob(".*tmp*"))
+        # the lock was released both times: another thread can save
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (save_file(_state(), tmp_path / "c.ckpt"), done.set()))
+        thread.start()
+        thread.join(timeout=60)
+        assert done.is_set()
+    finally:
+        torch.serialization.set_crc32_options(before)
+
+
+def test_crcs_are_off_only_until_the_first_write(tmp_path: Path) -> None:
+    seen: list[bool] = []
+    with open(tmp_path / "x", "wb", buffering=0) as raw:
+        writer = ckpt_io._WriteBehind(raw)
+        with ckpt_io._crc32_off_until_first_write(writer):
+            seen.append(torch.serialization.get_crc32_options())
+            writer.write(b"x")
+            seen.append(torch.serialization.get_crc32_options())
+    assert seen == [False, True]
