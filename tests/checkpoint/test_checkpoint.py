@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +255,96 @@ def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path:
         a, b = checkpoint.read(tmp_path / "sync" / name), checkpoint.read(tmp_path / "async" / name)
         assert all(torch.equal(a["engine"]["model"][k], v) for k, v in b["engine"]["model"].items())
         assert a["trainer"] == b["trainer"] and a["ranks"][0]["rng"]["python"] == b["ranks"][0]["rng"]["python"]
+
+
+def _slow_background_copies(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.2) -> None:
+    """Make async_save's background copy of parameters and optimizer state take ``seconds`` longer."""
+    from ember.checkpoint.state import StagingBuffers
+
+    real = StagingBuffers.take_deferred
+
+    def slow(self: StagingBuffers) -> Any:
+        job = real(self)
+        if job is None:
+            return None
+
+        def later() -> None:
+            time.sleep(seconds)
+            job()
+
+        return later
+
+    monkeypatch.setattr(StagingBuffers, "take_deferred", slow)
+
+
+class _Negate(hooks.BaseHook):
+    """Negates the parameters in place for the test pass and back (exact), as EMAHook swaps weights in."""
+
+    priority = hooks.Priority.HIGHEST
+
+    def before_test_epoch(self) -> None:
+        self._flip()
+
+    def after_test_epoch(self) -> None:
+        self._flip()
+
+    @torch.no_grad()
+    def _flip(self) -> None:
+        for p in self.trainer.engine.model.parameters():
+            p.neg_()
+
+
+def _same_checkpoints(a_dir: Path, b_dir: Path) -> None:
+    assert names(a_dir) == names(b_dir) and names(a_dir)
+    for name in names(a_dir):
+        a, b = checkpoint.read(a_dir / name), checkpoint.read(b_dir / name)
+        assert all(torch.equal(a["engine"]["model"][k], v) for k, v in b["engine"]["model"].items()), name
+        opt_a, opt_b = a["engine"]["optimizer"]["state"], b["engine"]["optimizer"]["state"]
+        assert all(torch.equal(opt_a[i]["momentum_buffer"], s["momentum_buffer"]) for i, s in opt_b.items()), name
+
+
+@pytest.mark.parametrize(
+    "case, kwargs",
+    [
+        # one micro-step per update, saves mid-epoch: the optimizer step is the first change after a save
+        ("step", {"config": {"gradient_accumulation": 1}, "every_n_steps": 3}),
+        # saves on an epoch's last batch, then a hook negates the weights for the test pass
+        ("hook", {"extra": [_Negate()], "every_n_steps": 5, "every_n_epochs": None}),
+    ],
+)
+def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_changes_the_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, kwargs: dict[str, Any]
+) -> None:
+    common.run(tmp_path / "sync", **kwargs)
+    _slow_background_copies(monkeypatch)
+    if case == "step":  # the optimizer's pre-step hook alone must hold the step back
+        from ember.trainer._control import Control
+
+        monkeypatch.setattr(Control, "hold_until", lambda self, ready: None)
+    kwargs = {**kwargs, "extra": [_Negate()]} if case == "hook" else kwargs
+    trainer = common.run(tmp_path / "async", async_save=True, **kwargs)
+    _same_checkpoints(tmp_path / "sync", tmp_path / "async")
+    hook = trainer.get_hook("CheckpointHook")
+    assert hook.stall_s >= 0.15  # type: ignore[attr-defined]  # the waits for the slowed copies are counted
+
+
+def test_an_in_place_change_outside_the_step_during_the_background_copy_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_background_copies(monkeypatch)
+    trainer, train, _ = common.build()
+    plain = trainer.train_step
+
+    def train_step(batch: Any) -> dict[str, Any]:
+        with torch.no_grad():
+            next(trainer.engine.model.parameters()).add_(0.0)  # a change torch sees (version counter)
+        return plain(batch)
+
+    trainer.train_step = train_step  # type: ignore[method-assign]
+    ckpt = hooks.CheckpointHook(tmp_path, every_n_steps=1, every_n_epochs=None, save_last=False, async_save=True)
+    with pytest.raises(CheckpointError, match="modified in place while async_save was copying"):
+        trainer.fit(train, epochs=1, hooks=[ckpt])
+    assert not checkpoint.find_checkpoints(tmp_path)
 
 
 def test_staging_buffers_are_reused_from_save_to_save_and_hold_exact_copies() -> None:

@@ -299,19 +299,32 @@ class AsyncWriter:
     """Writes checkpoints in a background thread; the next write waits for the previous one.
 
     The caller hands over a state already copied to CPU memory, so training may change its
-    tensors while the file is being written.
+    tensors while the file is being written; or a state whose last copies ``prepare`` makes
+    first, in the same thread (see :meth:`submit`).
     """
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def submit(self, obj: Any, path: str | os.PathLike[str], then: Any = None) -> None:
-        """Write ``obj`` to ``path`` in the background, then call ``then()`` (if given)."""
+    def submit(
+        self, obj: Any, path: str | os.PathLike[str], then: Any = None, prepare: Callable[[], None] | None = None
+    ) -> threading.Event:
+        """Write ``obj`` to ``path`` in the background, then call ``then()`` (if given).
+
+        ``prepare()``, if given, runs first in the background thread (the copies that complete
+        ``obj``); the returned event is set once it has run, or failed (nothing is written then).
+        """
         self.wait()
+        prepared = threading.Event()
 
         def work() -> None:
             try:
+                try:
+                    if prepare is not None:
+                        prepare()
+                finally:
+                    prepared.set()
                 save_file(obj, path)
                 if then is not None:
                     then()
@@ -320,6 +333,7 @@ class AsyncWriter:
 
         self._thread = threading.Thread(target=work, name="ember-checkpoint-writer", daemon=False)
         self._thread.start()
+        return prepared
 
     def wait(self) -> None:
         """Block until the pending write (if any) finished; re-raise its error here."""
@@ -328,4 +342,6 @@ class AsyncWriter:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
+            if isinstance(error, CheckpointError):
+                raise error
             raise CheckpointError(f"a background checkpoint write failed: {error}") from error

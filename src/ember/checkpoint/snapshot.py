@@ -23,7 +23,7 @@ The dict (see ``docs/checkpoint.md``)::
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,7 +46,7 @@ SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 
 def capture(
     trainer: Trainer, reason: str = "manual", copy: bool | StagingBuffers = False,
-    shards: Mapping[str, Any] | None = None,
+    shards: Mapping[str, Any] | None = None, defer: Callable[[torch.Tensor], bool] | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Collect ``trainer``'s full state; a collective. Rank 0 gets the dict, other ranks None.
 
@@ -57,6 +57,8 @@ def capture(
         copy: copy every tensor to CPU memory now (for writing in the background while
             training changes the live tensors); a :class:`StagingBuffers` to copy into its
             reused memory (the previous write from it must have finished).
+        defer: with a :class:`StagingBuffers`, the CPU tensors to copy later, by the job
+            ``copy.take_deferred()`` returns (see :class:`StagingBuffers`).
         shards: for a sharded checkpoint, the description of its ``torch.distributed.checkpoint``
             part, kept as the ``shards`` section: the model and optimizer are then left out of
             ``engine`` (the caller saves them with DCP) and nothing is gathered.
@@ -102,7 +104,7 @@ def capture(
     check_loadable(state["hooks"], "hooks")
     check_loadable(ranks, "ranks")
     if copy is not False:
-        state = to_cpu(state, copy if isinstance(copy, StagingBuffers) else None)
+        state = to_cpu(state, copy, defer) if isinstance(copy, StagingBuffers) else to_cpu(state)
     state["meta"]["sizes"] = {k: tensor_bytes(state[k]) for k in SECTIONS}
     return state
 

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ember.errors import CheckpointError
+
 
 def rng_state() -> dict[str, Any]:
     """This process's Python, NumPy, torch CPU and CUDA generator states (plain, safe-to-load types)."""
@@ -43,15 +45,16 @@ def _as_tuple(value: Any) -> Any:
     return value
 
 
-def to_cpu(obj: Any, staging: StagingBuffers | None = None) -> Any:
+def to_cpu(obj: Any, staging: StagingBuffers | None = None, defer: Callable[[torch.Tensor], bool] | None = None) -> Any:
     """A deep copy of ``obj`` with every tensor cloned to CPU (for writing in the background).
 
     With ``staging``, the copies go into its buffers, reused from the previous call where the
-    tensors match (see :class:`StagingBuffers`).
+    tensors match (see :class:`StagingBuffers`); CPU tensors for which ``defer`` is true get
+    their buffers but are copied only by :meth:`StagingBuffers.take_deferred`'s job.
     """
     if staging is None:
         return _copy_tree(obj, lambda t: t.detach().to("cpu", copy=True))
-    staging.start()
+    staging.start(defer)
     copied = _copy_tree(obj, staging.copy)
     staging.finish()
     return copied
@@ -90,6 +93,13 @@ class StagingBuffers:
 
     The buffers of one save are overwritten by the next, so the caller must wait for the
     previous write to finish first (:class:`~ember.checkpoint.AsyncWriter` does).
+
+    Tensors that only the optimizer step changes (parameters, optimizer state) need not be
+    copied before training goes on, only before that step: :meth:`start` takes a ``defer``
+    test, such CPU tensors are left out of :meth:`finish`, and :meth:`take_deferred` returns
+    the job that copies them, to run in the background while the next batch's forward and
+    backward pass run (as CheckFreq does). The job refuses a copy whose source was modified in
+    place meanwhile (its version counter moved), so a checkpoint never mixes two states.
     """
 
     def __init__(self) -> None:
@@ -97,6 +107,8 @@ class StagingBuffers:
         self._free: dict[tuple[Any, ...], list[torch.Tensor]] = {}
         self._cuda = False
         self._deferred: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._defer: Callable[[torch.Tensor], bool] | None = None
+        self._later: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         self._preparing: threading.Thread | None = None
 
     @staticmethod
@@ -119,14 +131,18 @@ class StagingBuffers:
         self._preparing = threading.Thread(target=allocate, name="ember-staging-prepare", daemon=True)
         self._preparing.start()
 
-    def start(self) -> None:
-        """Begin a copy of a whole state: the last save's buffers become free for reuse."""
+    def start(self, defer: Callable[[torch.Tensor], bool] | None = None) -> None:
+        """Begin a copy of a whole state: the last save's buffers become free for reuse.
+
+        ``defer``: which CPU tensors to leave for :meth:`take_deferred` (None: copy all now).
+        """
         if self._preparing is not None:
             self._preparing.join()
         for buf in self._used:
             self._free.setdefault(self._key(buf.shape, buf.dtype, buf.is_pinned()), []).append(buf)
         self._used, self._cuda = [], False
         self._deferred.clear()
+        self._defer, self._later = defer, []
 
     def copy(self, tensor: torch.Tensor) -> torch.Tensor:
         """The next tensor of the state, copied into a buffer."""
@@ -136,6 +152,9 @@ class StagingBuffers:
         free = self._free.get(self._key(src.shape, src.dtype, on_cuda))
         buf = free.pop() if free else torch.empty(src.shape, dtype=src.dtype, pin_memory=on_cuda)
         self._used.append(buf)
+        if not on_cuda and self._defer is not None and self._defer(src):
+            self._later.append((buf, src, src._version))  # copied by take_deferred()'s job
+            return buf
         if not on_cuda and src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES:
             self._deferred.append((buf, src))  # copied in parallel chunks by finish()
             return buf
@@ -150,6 +169,35 @@ class StagingBuffers:
             self._deferred.clear()
         if self._cuda:
             torch.cuda.synchronize()
+
+    def take_deferred(self) -> Callable[[], None] | None:
+        """The copies :meth:`copy` left for later, as one job (None when there are none).
+
+        Run it before anything changes those tensors in place (the optimizer step). It raises
+        :class:`~ember.errors.CheckpointError` when one of them was changed before its copy was
+        complete: the buffers would then mix the old and the new values.
+        """
+        later, self._later = self._later, []
+        if not later:
+            return None
+
+        def copy_later() -> None:
+            large = [(buf, src) for buf, src, _ in later if src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES]
+            if large:
+                _parallel_copy(large)
+            for buf, src, _ in later:
+                if not (src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES):
+                    buf.copy_(src)
+            moved = [src for _, src, version in later if src._version != version]
+            if moved:
+                shapes = ", ".join(str(tuple(t.shape)) for t in moved[:3])
+                raise CheckpointError(
+                    f"{len(moved)} parameter or optimizer tensor(s) (shapes {shapes}) were modified in place while "
+                    "async_save was copying them, outside the optimizer step and the hooks: the checkpoint would mix "
+                    "two states and was not written. Change them in a hook, or use async_save=False"
+                )
+
+        return copy_later
 
 
 _PARALLEL_COPY_BYTES = 1 << 20

@@ -69,6 +69,7 @@ class Control:
         self._exchange_at = 1  # the lagged safe point of the next exchange
         self._multi = False  # several ranks: read once per fit by reset(), the group cannot change within one
         self._exchanged = (0, time.perf_counter())  # safe point and time of the last exchange
+        self._hold: Callable[[], None] | None = None
 
     # -- hooks --------------------------------------------------------------------------------
     def register(self, hooks: Sequence[BaseHook], owner: Any) -> None:
@@ -109,8 +110,23 @@ class Control:
         """Whether any hook handles ``event`` (the loop skips the call of one that none does)."""
         return bool(self._calls[event])
 
+    def hold_until(self, ready: Callable[[], None]) -> None:
+        """Call ``ready()`` (once) before the next event is dispatched to any hook.
+
+        For work that must end before a hook could change what it reads: the background copy
+        of an ``async_save`` checkpoint (a hook may change the parameters in place).
+        """
+        self._hold = ready
+
+    def _release(self) -> None:
+        ready, self._hold = self._hold, None
+        if ready is not None:
+            ready()
+
     def call(self, event: str, *args: Any) -> None:
         """Run ``event`` on every hook that handles it, in order (see the module docstring)."""
+        if self._hold is not None:
+            self._release()
         for hook, method in self._calls[event]:
             try:
                 method(*args)
@@ -122,6 +138,8 @@ class Control:
     def call_all(self, event: str) -> Exception | None:
         """Run ``event`` on every hook even if some raise; return the first exception."""
         first: Exception | None = None
+        if self._hold is not None:
+            self._release()
         for hook, method in self._calls[event]:
             try:
                 method()

@@ -5,11 +5,14 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from ember import distributed
 from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
@@ -57,15 +60,22 @@ class CheckpointHook(BaseHook):
         save_best: a history metric (``"test/accuracy"``) whose best epoch is kept as well.
         mode: ``"max"`` or ``"min"``: which way ``save_best`` is better.
         save_last: save the final state when ``fit`` ends.
-        async_save: copy the state to CPU memory in the training thread and write it in a
-            background thread; the next save, and the end of ``fit``, wait for the write.
-            Single-file checkpoints only: sharded ones are written synchronously (a warning
-            says so once).
+        async_save: write in a background thread. The state is copied to CPU memory first: the
+            parameters and optimizer state (on the CPU) in the background too, while the next
+            batch's forward and backward pass run, and the optimizer step or the next hook
+            event waits for that copy; everything else (buffers, CUDA tensors, hook state,
+            RNG) at once, in the training thread. The next save, and the end of ``fit``, wait
+            for the write. Single-file checkpoints only: sharded ones are written
+            synchronously (a warning says so once).
         priority: default ``LOWEST`` (after every other hook).
         name: the hook's name (its own state, the best value, is saved under it).
 
     Attributes:
         last_path: the newest checkpoint this hook wrote (or is writing), or None.
+        stall_s: seconds training waited for this hook's saves in the last ``fit``: the
+            synchronous writes, or with ``async_save`` the copies to CPU memory and the waits
+            for a background copy or for the previous write (the wait for the last write when
+            ``fit`` ends is not counted).
         best_path: the best checkpoint by ``save_best``, or None.
         resumed_from: the checkpoint ``fit(resume=...)`` continued from, or None.
 
@@ -114,6 +124,9 @@ class CheckpointHook(BaseHook):
         self._staging_prepared = False
         self._saved: _Key | None = None
         self._warned_sync = False
+        self._copied: threading.Event | None = None  # set when the background copy of a save is done
+        self._step_hook: RemovableHandle | None = None
+        self.stall_s = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def after_hook_is_attached(self) -> None:
@@ -124,9 +137,14 @@ class CheckpointHook(BaseHook):
 
     def before_train(self) -> None:
         """Create the directory and remove temporaries of writes a crash interrupted (rank 0)."""
+        self.stall_s = 0.0
         if distributed.rank() == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.dir)
+        if self.async_save and self._step_hook is None:
+            # The optimizer step changes the parameters and its state in place: a background
+            # copy of them must be complete before it runs.
+            self._step_hook = self.trainer.engine.optimizer.register_step_pre_hook(self._before_step)
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Save every ``every_n_steps`` optimizer updates."""
@@ -154,6 +172,9 @@ class CheckpointHook(BaseHook):
 
     def after_train(self) -> None:
         """Wait for a background write to finish (raising its error, if any)."""
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
         self.wait()
 
     # -- called by the Trainer ----------------------------------------------------------------
@@ -173,6 +194,7 @@ class CheckpointHook(BaseHook):
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise CheckpointError if it failed."""
         self._writer.wait()
+        self._copied = None
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -218,7 +240,17 @@ class CheckpointHook(BaseHook):
         key = (epoch, epoch_iter, t.cur_step, t.micro_step)
         if key == self._saved:
             return path
-        self._writer.wait()  # one write at a time; its error surfaces here
+        started = time.perf_counter()
+        try:
+            self._writer.wait()  # one write at a time; its error surfaces here
+            self._copied = None
+            self._write(path, key, reason, best)
+        finally:
+            self.stall_s += time.perf_counter() - started
+        return path
+
+    def _write(self, path: Path, key: _Key, reason: str, best: bool) -> None:
+        t = self.trainer
         keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path) if p is not None)
         then = functools.partial(self._after_write, path.name, best, keep)
         if is_sharded(t.engine):
@@ -231,16 +263,35 @@ class CheckpointHook(BaseHook):
                 self._warned_sync = True
             save_sharded(path, t, reason=reason, then=then)  # a collective; rank 0 calls then()
             self._saved, self.last_path = key, path
-            return path
-        state = capture(t, reason=reason, copy=self._staging if self.async_save else False)
-        self._saved, self.last_path = key, path
-        if state is not None:
-            if self.async_save:
-                self._writer.submit(state, path, then)
-            else:
+            return
+        if not self.async_save:
+            state = capture(t, reason=reason)
+            self._saved, self.last_path = key, path
+            if state is not None:
                 save_file(state, path)
                 then()
-        return path
+            return
+        state = capture(t, reason=reason, copy=self._staging, defer=_changed_only_by_step(t.engine.optimizer))
+        self._saved, self.last_path = key, path
+        if state is not None:
+            copies = self._staging.take_deferred()
+            self._copied = self._writer.submit(state, path, then, prepare=copies)
+            if copies is not None:
+                t._control.hold_until(self._await_copy)
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._await_copy()
+
+    def _await_copy(self) -> None:
+        """Wait until the background copy of the last async save is complete."""
+        copied = self._copied
+        if copied is None:
+            return
+        if not copied.is_set():
+            started = time.perf_counter()
+            copied.wait()
+            self.stall_s += time.perf_counter() - started
+        self._copied = None
 
     def _after_write(self, name: str, best: bool, keep: frozenset[str]) -> None:
         """Point at the new file and apply retention (rank 0; in the writer thread when async)."""
@@ -254,3 +305,13 @@ class CheckpointHook(BaseHook):
         for f in found:
             if f.path.name not in newest and f.path.name not in keep:
                 remove_checkpoint(f.path)
+
+
+def _changed_only_by_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor], bool]:
+    """Whether a tensor shares memory with ``optimizer``'s parameters or state: what only its
+    step changes in place, so an async save may copy it in the background until then."""
+    tensors = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+    storages = {t.untyped_storage().data_ptr() for t in tensors}
+    storages.discard(0)  # empty tensors have no memory to share
+    return lambda t: t.untyped_storage().data_ptr() in storages
