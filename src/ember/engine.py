@@ -312,7 +312,8 @@ class Engine:
     def train(self, mode: bool = True) -> Engine:
         """Put the model in training mode (or evaluation mode with ``mode=False``)."""
         self._train_module.train(mode)
-        self._model.train(mode)
+        if self._model is not self._train_module:  # a wrapper's train() may not reach the model (compile)
+            self._model.train(mode)
         return self
 
     def eval(self) -> Engine:

@@ -68,6 +68,9 @@ class Control:
         self._updates = 0  # lagged safe points passed
         self._exchange_at = 1  # the lagged safe point of the next exchange
         self._multi = False  # several ranks: read once per fit by reset(), the group cannot change within one
+        self.must_agree = False
+        """Whether a per-update safe point has anything to do: several ranks, or a request here.
+        The loop skips ``agree(lagged=True)`` otherwise (a call per update on a tiny model)."""
         self._exchanged = (0, time.perf_counter())  # safe point and time of the last exchange
         self._hold: Callable[[], None] | None = None
 
@@ -159,17 +162,19 @@ class Control:
         """Forget stop requests and errors (at the start of ``fit``)."""
         self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
         self.preempted, self._preempt, self._pending = False, None, None
-        self._multi = distributed.is_active()
+        self._multi = self.must_agree = distributed.is_active()
 
     def request_stop(self, reason: str) -> None:
         """Ask every rank to stop at the next safe point."""
         if not self.stop_requested:
             self.stop_requested, self.stop_reason = True, reason
+        self.must_agree = True
 
     def request_preempt(self, reason: str) -> None:
         """Ask every rank to save and stop at the next safe point (called from a signal handler)."""
         if self._preempt is None:
             self._preempt = reason
+        self.must_agree = True
 
     def fail(self, exc: Exception, where: str) -> None:
         """Handle ``exc`` raised at ``where``: raise it now (one rank) or at the next safe point."""
@@ -179,6 +184,7 @@ class Control:
         _note(exc, f"raised by hook {where}")
         if not distributed.is_active():
             raise exc
+        self.must_agree = True
         if self._error is None:
             self._error = (exc, where)
             self.logger.error(f"{where} raised {exc!r}; every rank stops at the next safe point")

@@ -356,7 +356,7 @@ class Trainer(TrainerState):
                     ctl.call("after_train_iter", result["output"], result["label"], result["loss"])
                 else:
                     ctl.call("after_train_iter", None, None, result["loss"])
-            if engine.sync_gradients and (ctl.agree(lagged=True) or self.cur_step >= last_step):
+            if engine.sync_gradients and ((ctl.must_agree and ctl.agree(lagged=True)) or self.cur_step >= last_step):
                 break
         if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
             return
