@@ -1,6 +1,6 @@
 """Per-step overhead in one process: the hand loop, the Engine loop and the Trainer, interleaved.
 
-``python -m benchmarks.overhead [--model mlp|linear] [--rounds 15]``
+``python -m benchmarks.overhead [--model mlp|linear] [--rounds 15] [--short N] [--parts]``
 
 Case 1 runs every measurement in a fresh process. That isolates the contenders, but on a VM
 with noisy neighbours a process's speed moves by ~10% from one run to the next (the hand
@@ -43,6 +43,16 @@ from benchmarks.workloads import Workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONTENDERS = ("hand loop", "ember Engine loop", "ember Trainer, no hooks", "ember Trainer, default hooks")
+PARTS = (
+    "hand loop", "ember Engine loop", "ember Trainer, no hooks", "ember Trainer, LossHook",
+    "ember Trainer, LossHook + LRSchedulerHook", "ember Trainer, default hooks",
+)  # fmt: skip
+"""With ``--parts``: the default hook list grown one part at a time, to see what each costs."""
+_HOOKS_KEPT = {
+    "ember Trainer, no hooks": 0, "ember Trainer, LossHook": 1, "ember Trainer, LossHook + LRSchedulerHook": 2,
+    "ember Trainer, default hooks": 5,
+}  # fmt: skip
+"""How many of :func:`case_step.default_hooks` (loss, LR schedule, accuracy, metric log, memory log) each keeps."""
 
 
 def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Workload]:
@@ -61,12 +71,16 @@ def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Worklo
 
     logger = ember.get_dist_logger()
     trainer = Trainer(engine=engine, logger=logger)
-    chosen = case_step.default_hooks(w, logger) if name.endswith("default hooks") else []
+    chosen = case_step.default_hooks(w, logger)[: _HOOKS_KEPT[name]]
     return lambda: trainer.fit(loader, epochs=epochs, hooks=chosen), w
 
 
 def measure(
-    params: dict[str, Any], rounds: int, log: Callable[[str], None] = print, short: int | None = None
+    params: dict[str, Any],
+    rounds: int,
+    log: Callable[[str], None] = print,
+    short: int | None = None,
+    names: tuple[str, ...] = CONTENDERS,
 ) -> dict[str, Any]:
     """Run the contenders ``rounds`` times, interleaved, after one untimed warm-up run each.
 
@@ -76,14 +90,16 @@ def measure(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _measure(params, rounds, log, short)
+        return _measure(params, rounds, log, short, names)
     finally:
         torch.set_num_threads(threads)
 
 
-def _measure(params: dict[str, Any], rounds: int, log: Callable[[str], None], short: int | None) -> dict[str, Any]:
+def _measure(
+    params: dict[str, Any], rounds: int, log: Callable[[str], None], short: int | None, names: tuple[str, ...]
+) -> dict[str, Any]:
     sizes = [params["batches"]] if short is None else [params["batches"], short]
-    built = {(name, n): build(name, {**params, "batches": n}) for name in CONTENDERS for n in sizes}
+    built = {(name, n): build(name, {**params, "batches": n}) for name in names for n in sizes}
     for run, _ in built.values():
         run()
     keys = list(built)
@@ -93,17 +109,17 @@ def _measure(params: dict[str, Any], rounds: int, log: Callable[[str], None], sh
             t0 = time.process_time()
             built[key][0]()
             cpu[key].append(time.process_time() - t0)
-        log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {cpu[n, sizes[0]][-1]:.3f} s" for n in CONTENDERS))
+        log(f"  round {r + 1}/{rounds}: " + ", ".join(f"{n} {cpu[n, sizes[0]][-1]:.3f} s" for n in names))
     losses = {key: w.final_loss() for key, (_, w) in built.items()}
     for n in sizes:
-        base_loss = losses[CONTENDERS[0], n]
-        if any(abs(losses[name, n] - base_loss) > 1e-5 * abs(base_loss) for name in CONTENDERS):
+        base_loss = losses[names[0], n]
+        if any(abs(losses[name, n] - base_loss) > 1e-5 * abs(base_loss) for name in names):
             raise RuntimeError(f"the contenders did different work: final losses {losses}")
     long = sizes[0]
-    steps = built[CONTENDERS[0], long][1].steps
-    hand = cpu[CONTENDERS[0], long]
+    steps = built[names[0], long][1].steps
+    hand = cpu[names[0], long]
     rows = []
-    for name in CONTENDERS:
+    for name in names:
         times = cpu[name, long]
         us = statistics.median(times) / steps * 1e6
         paired = [a / b for a, b in zip(times, hand, strict=True)]
@@ -125,7 +141,7 @@ def _measure(params: dict[str, Any], rounds: int, log: Callable[[str], None], sh
     if short is not None:
         for row in rows:
             row["marginal_overhead_us"] = row["marginal_us_per_step"] - rows[0]["marginal_us_per_step"]
-    record = {"params": params, "rounds": rounds, "steps_per_run": steps, "final_loss": losses[CONTENDERS[0], long]}
+    record = {"params": params, "rounds": rounds, "steps_per_run": steps, "final_loss": losses[names[0], long]}
     return {**record, "short_batches": short, "rows": rows}
 
 
@@ -191,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=200, help="batches per epoch (default 200, as case 1)")
     parser.add_argument("--epochs", type=int, default=10, help="epochs per run (default 10, as case 1)")
     parser.add_argument("--short", type=int, help="also run SHORT batches per epoch: report the marginal step cost")
+    parser.add_argument(
+        "--parts", action="store_true", help="also the Trainer with the LossHook, then the LR schedule added"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results folder (default {RESULTS})")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.batches < 1 or args.epochs < 1:
@@ -198,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.short is not None and not 0 < args.short < args.batches:
         parser.error("--short must be between 0 and --batches")
     params = {"model": args.model, "batch_size": 64, "batches": args.batches, "epochs": args.epochs, "seed": 0}
-    record = measure(params, args.rounds, short=args.short)
+    record = measure(params, args.rounds, short=args.short, names=PARTS if args.parts else CONTENDERS)
     record.update(
         date=dt.date.today().isoformat(),
         host=socket.gethostname().split(".")[0],
@@ -207,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         command="python -m benchmarks.overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"{record['date']}-{record['host']}-overhead-{args.model}"
+    stem = args.out / f"{record['date']}-{record['host']}-overhead-{args.model}{'-parts' if args.parts else ''}"
     stem.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     text = markdown(record)
     stem.with_suffix(".md").write_text(text)

@@ -116,6 +116,16 @@ def test_in_process_overhead_runs_every_contender_interleaved_and_checks_the_wor
     assert text.count("| ember Trainer, default hooks |") == 2  # the run table and the marginal one
 
 
+def test_in_process_overhead_parts_add_the_default_hooks_one_part_at_a_time(tmp_path: Path) -> None:
+    from benchmarks import overhead
+
+    args = ["--model", "linear", "--rounds", "1", "--batches", "2", "--epochs", "1", "--parts", "--out", str(tmp_path)]
+    assert overhead.main(args) == 0
+    [json_path] = tmp_path.glob("*-overhead-linear-parts.json")
+    rows = json.loads(json_path.read_text())["rows"]
+    assert [r["contender"] for r in rows] == list(overhead.PARTS)
+
+
 def test_in_process_overhead_refuses_contenders_that_did_different_work(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import overhead
 
