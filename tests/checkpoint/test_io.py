@@ -124,3 +124,21 @@ def test_crcs_are_off_only_until_the_first_write(tmp_path: Path) -> None:
             writer.write(b"x")
             seen.append(torch.serialization.get_crc32_options())
     assert seen == [False, True]
+
+
+def test_checkpoints_skip_zip_crcs_and_shared_weights_keep_them(tmp_path: Path) -> None:
+    import zipfile
+
+    import ember
+    from ember import checkpoint
+    from tests.models import tiny_mlp
+
+    save_file(_state(), tmp_path / "a.ckpt")
+    with zipfile.ZipFile(tmp_path / "a.ckpt") as z:
+        assert any(name.endswith("data.pkl") for name in z.namelist())  # a valid zip directory
+        assert z.testzip() is not None  # the records carry no CRC-32 (torch.load does not check them)
+    model = tiny_mlp(0)
+    engine = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))[0]
+    checkpoint.save_model(tmp_path / "weights.pt", engine)
+    with zipfile.ZipFile(tmp_path / "weights.pt") as z:
+        assert z.testzip() is None  # the file for sharing: every CRC right
