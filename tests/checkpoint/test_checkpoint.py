@@ -328,6 +328,30 @@ def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_chang
     assert hook.stall_s >= 0.15  # type: ignore[attr-defined]  # the waits for the slowed copies are counted
 
 
+class _Touch(hooks.BaseHook):
+    """Writes the weights in place without changing them (their version counter moves), after
+    the CheckpointHook in the same event."""
+
+    priority = hooks.Priority.LOWEST
+
+    @torch.no_grad()
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        for p in self.trainer.engine.model.parameters():
+            p.mul_(1.0)
+
+
+def test_a_hook_after_the_checkpoint_hook_in_the_same_event_waits_for_the_background_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_background_copies(monkeypatch)
+    trainer, train, _ = common.build()
+    ckpt = hooks.CheckpointHook(
+        tmp_path, every_n_steps=1, every_n_epochs=None, keep_last=None, save_last=False, async_save=True
+    )
+    trainer.fit(train, epochs=1, hooks=[ckpt, _Touch()])  # would raise CheckpointError if _Touch did not wait
+    assert len(checkpoint.find_checkpoints(tmp_path)) == trainer.cur_step
+
+
 def test_an_in_place_change_outside_the_step_during_the_background_copy_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,7 +114,7 @@ class Control:
         return bool(self._calls[event])
 
     def hold_until(self, ready: Callable[[], None]) -> None:
-        """Call ``ready()`` (once) before the next event is dispatched to any hook.
+        """Call ``ready()`` (once) before the next hook runs, in this event or a later one.
 
         For work that must end before a hook could change what it reads: the background copy
         of an ``async_save`` checkpoint (a hook may change the parameters in place).
@@ -128,9 +128,9 @@ class Control:
 
     def call(self, event: str, *args: Any) -> None:
         """Run ``event`` on every hook that handles it, in order (see the module docstring)."""
-        if self._hold is not None:
-            self._release()
         for hook, method in self._calls[event]:
+            if self._hold is not None:  # also between two hooks: the first may have set it
+                self._release()
             try:
                 method(*args)
             except StopTraining as stop:
@@ -141,9 +141,9 @@ class Control:
     def call_all(self, event: str) -> Exception | None:
         """Run ``event`` on every hook even if some raise; return the first exception."""
         first: Exception | None = None
-        if self._hold is not None:
-            self._release()
         for hook, method in self._calls[event]:
+            if self._hold is not None:
+                self._release()
             try:
                 method()
             except StopTraining:

@@ -62,8 +62,8 @@ class CheckpointHook(BaseHook):
         save_last: save the final state when ``fit`` ends.
         async_save: write in a background thread. The state is copied to CPU memory first: the
             parameters and optimizer state (on the CPU) in the background too, while the next
-            batch's forward and backward pass run, and the optimizer step or the next hook
-            event waits for that copy; everything else (buffers, CUDA tensors, hook state,
+            batch's forward and backward pass run, and the optimizer step or the next hook to
+            run waits for that copy; everything else (buffers, CUDA tensors, hook state,
             RNG) at once, in the training thread. The next save, and the end of ``fit``, wait
             for the write. Single-file checkpoints only: sharded ones are written
             synchronously (a warning says so once).
