@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
+import ember
 from ember import checkpoint
 from ember.checkpoint.io import BEST_POINTER, POINTER, find_checkpoints, read_pointer
 from ember.cli import main as ember_main
 from ember.errors import CheckpointError, HookError, TrainerError
-from ember.trainer import PREEMPTED_EXIT_CODE, Preempted, hooks
+from ember.trainer import PREEMPTED_EXIT_CODE, Preempted, Trainer, hooks
 from tests.checkpoint import common
 from tests.checkpoint.common import Crash, params
 from tests.models import tiny_mlp
@@ -258,23 +260,16 @@ def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path:
 
 
 def _slow_background_copies(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.2) -> None:
-    """Make async_save's background copy of parameters and optimizer state take ``seconds`` longer."""
-    from ember.checkpoint.state import StagingBuffers
+    """Make background_copy's copy of parameters and optimizer state start ``seconds`` later."""
+    from ember.checkpoint.state import DeferredCopy
 
-    real = StagingBuffers.take_deferred
+    real = DeferredCopy.run
 
-    def slow(self: StagingBuffers) -> Any:
-        job = real(self)
-        if job is None:
-            return None
+    def slow(self: DeferredCopy) -> None:
+        time.sleep(seconds)
+        real(self)
 
-        def later() -> None:
-            time.sleep(seconds)
-            job()
-
-        return later
-
-    monkeypatch.setattr(StagingBuffers, "take_deferred", slow)
+    monkeypatch.setattr(DeferredCopy, "run", slow)
 
 
 class _Negate(hooks.BaseHook):
@@ -294,6 +289,13 @@ class _Negate(hooks.BaseHook):
             p.neg_()
 
 
+def _same_weights(a_dir: Path, b_dir: Path) -> None:
+    assert names(a_dir) == names(b_dir) and names(a_dir)
+    for name in names(a_dir):
+        a, b = checkpoint.read(a_dir / name), checkpoint.read(b_dir / name)
+        assert all(torch.equal(a["engine"]["model"][k], v) for k, v in b["engine"]["model"].items()), name
+
+
 def _same_checkpoints(a_dir: Path, b_dir: Path) -> None:
     assert names(a_dir) == names(b_dir) and names(a_dir)
     for name in names(a_dir):
@@ -303,6 +305,7 @@ def _same_checkpoints(a_dir: Path, b_dir: Path) -> None:
         assert all(torch.equal(opt_a[i]["momentum_buffer"], s["momentum_buffer"]) for i, s in opt_b.items()), name
 
 
+@pytest.mark.parametrize("background_copy", [False, True], ids=["optimizer-state", "and-parameters"])
 @pytest.mark.parametrize(
     "case, kwargs",
     [
@@ -312,8 +315,8 @@ def _same_checkpoints(a_dir: Path, b_dir: Path) -> None:
         ("hook", {"extra": [_Negate()], "every_n_steps": 5, "every_n_epochs": None}),
     ],
 )
-def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_changes_the_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, kwargs: dict[str, Any]
+def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_changes_the_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, kwargs: dict[str, Any], background_copy: bool
 ) -> None:
     common.run(tmp_path / "sync", **kwargs)
     _slow_background_copies(monkeypatch)
@@ -322,8 +325,8 @@ def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_chang
 
         monkeypatch.setattr(Control, "hold_until", lambda self, ready: None)
     kwargs = {**kwargs, "extra": [_Negate()]} if case == "hook" else kwargs
-    trainer = common.run(tmp_path / "async", async_save=True, **kwargs)
-    _same_checkpoints(tmp_path / "sync", tmp_path / "async")
+    trainer = common.run(tmp_path / "async", async_save=True, background_copy=background_copy, **kwargs)
+    _same_checkpoints(tmp_path / "sync", tmp_path / "async")  # weights and momentum buffers
     hook = trainer.get_hook("CheckpointHook")
     assert hook.stall_s >= 0.15  # type: ignore[attr-defined]  # the waits for the slowed copies are counted
 
@@ -346,29 +349,66 @@ def test_a_hook_after_the_checkpoint_hook_in_the_same_event_waits_for_the_backgr
     _slow_background_copies(monkeypatch)
     trainer, train, _ = common.build()
     ckpt = hooks.CheckpointHook(
-        tmp_path, every_n_steps=1, every_n_epochs=None, keep_last=None, save_last=False, async_save=True
+        tmp_path,
+        every_n_steps=1,
+        every_n_epochs=None,
+        keep_last=None,
+        save_last=False,
+        async_save=True,
+        background_copy=True,
     )
     trainer.fit(train, epochs=1, hooks=[ckpt, _Touch()])  # would raise CheckpointError if _Touch did not wait
     assert len(checkpoint.find_checkpoints(tmp_path)) == trainer.cur_step
 
 
-def test_an_in_place_change_outside_the_step_during_the_background_copy_is_refused(
+class _RenormEmbedding(nn.Module):
+    """An embedding whose forward renormalises its rows in place (``max_norm``), then a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 6, max_norm=0.5)
+        self.head = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x).mean(1))
+
+
+def _renorm_trainer() -> tuple[Trainer, list[tuple[torch.Tensor, torch.Tensor]]]:
+    torch.manual_seed(0)
+    model = _RenormEmbedding()
+    engine = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.5), nn.CrossEntropyLoss())[0]
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randint(0, 10, (8, 4), generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(6)]
+    return Trainer(engine), data
+
+
+def test_async_save_copies_at_once_by_default_so_a_forward_that_writes_its_weights_is_saved_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slow_background_copies(monkeypatch)  # would only matter with background_copy=True
+    for kind, async_save in (("sync", False), ("async", True)):
+        trainer, data = _renorm_trainer()
+        ckpt = hooks.CheckpointHook(tmp_path / kind, every_n_steps=2, every_n_epochs=None, keep_last=None,
+                                    save_last=False, async_save=async_save)  # fmt: skip
+        trainer.fit(data, epochs=1, hooks=[ckpt])
+    _same_weights(tmp_path / "sync", tmp_path / "async")
+
+
+def test_background_copy_refuses_a_checkpoint_whose_weights_the_forward_changed_in_place(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _slow_background_copies(monkeypatch)
-    trainer, train, _ = common.build()
-    plain = trainer.train_step
-
-    def train_step(batch: Any) -> dict[str, Any]:
-        with torch.no_grad():
-            next(trainer.engine.model.parameters()).add_(0.0)  # a change torch sees (version counter)
-        return plain(batch)
-
-    trainer.train_step = train_step  # type: ignore[method-assign]
-    ckpt = hooks.CheckpointHook(tmp_path, every_n_steps=1, every_n_epochs=None, save_last=False, async_save=True)
-    with pytest.raises(CheckpointError, match="modified in place while async_save was copying"):
-        trainer.fit(train, epochs=1, hooks=[ckpt])
+    trainer, data = _renorm_trainer()
+    ckpt = hooks.CheckpointHook(tmp_path, every_n_steps=2, every_n_epochs=None, save_last=False, async_save=True,
+                                background_copy=True)  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"changed in place between the save and the optimizer step"):
+        trainer.fit(data, epochs=1, hooks=[ckpt])
     assert not checkpoint.find_checkpoints(tmp_path)
+
+
+def test_background_copy_needs_async_save() -> None:
+    with pytest.raises(HookError, match="needs async_save=True"):
+        hooks.CheckpointHook("ckpt", background_copy=True)
 
 
 def test_staging_buffers_are_reused_from_save_to_save_and_hold_exact_copies() -> None:

@@ -46,7 +46,8 @@ def test_write_back_is_started_for_each_written_range_once_in_order(
     assert len(calls) >= 5  # ~360 kB of tensors in 64 kB steps, the large one in slices
     assert calls[0][0] == 0
     assert all(off == prev_off + prev_len for (prev_off, prev_len), (off, _) in itertools.pairwise(calls))
-    assert all(length >= 64 << 10 for _, length in calls)
+    assert all(length >= (64 << 10) - 4096 for _, length in calls)
+    assert all(length % 4096 == 0 for _, length in calls)  # whole pages: the last, partial one waits
     assert calls[-1][0] + calls[-1][1] <= size
 
 
@@ -107,7 +108,7 @@ def test_torchs_crc_option_is_left_as_it_was_after_a_save_and_after_a_failed_one
         assert not list(tmp_path.glob(".*tmp*"))
         # the lock was released both times: another thread can save
         done = threading.Event()
-        thread = threading.Thread(target=lambda: (save_file(_state(), tmp_path / "c.ckpt"), done.set()))
+        thread = threading.Thread(target=lambda: (save_file(_state(), tmp_path / "c.ckpt"), done.set()), daemon=True)
         thread.start()
         thread.join(timeout=60)
         assert done.is_set()
@@ -142,3 +143,28 @@ def test_checkpoints_skip_zip_crcs_and_shared_weights_keep_them(tmp_path: Path) 
     checkpoint.save_model(tmp_path / "weights.pt", engine)
     with zipfile.ZipFile(tmp_path / "weights.pt") as z:
         assert z.testzip() is None  # the file for sharing: every CRC right
+
+
+def test_weights_for_sharing_wait_until_no_checkpoint_has_the_crcs_switched_off(tmp_path: Path) -> None:
+    import time
+    import zipfile
+
+    import ember
+    from ember import checkpoint
+    from tests.models import tiny_mlp
+
+    model = tiny_mlp(0)
+    engine = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))[0]
+    ckpt_io._CRC32_LOCK.acquire()  # as a checkpoint save between switching CRCs off and its first write
+    torch.serialization.set_crc32_options(False)
+    try:
+        thread = threading.Thread(target=checkpoint.save_model, args=(tmp_path / "w.pt", engine), daemon=True)
+        thread.start()
+        time.sleep(0.2)
+        assert thread.is_alive()  # waiting for the window to close
+    finally:
+        torch.serialization.set_crc32_options(True)
+        ckpt_io._CRC32_LOCK.release()
+    thread.join(timeout=60)
+    with zipfile.ZipFile(tmp_path / "w.pt") as z:
+        assert z.testzip() is None

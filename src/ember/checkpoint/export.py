@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember.checkpoint.io import atomic_path
+from ember.checkpoint.io import atomic_path, crc32_kept
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -58,6 +58,6 @@ def write_weights(weights: dict[str, Any], path: str | os.PathLike[str]) -> Path
         with atomic_path(path) as tmp:
             save_safetensors(tensors, str(tmp))
     else:
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, crc32_kept():  # zip-reading model scanners check CRCs
             torch.save({k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in weights.items()}, tmp)
     return path

@@ -190,13 +190,21 @@ def _crc32_off_until_first_write(writer: _WriteBehind) -> Iterator[None]:
         yield
         return
     _CRC32_LOCK.acquire()  # released by restore(), at the first write, so saves overlap after it
-    previous, restored = get(), False
+    try:
+        previous = get()
+    except BaseException:
+        _CRC32_LOCK.release()
+        raise
+    restored = False
 
     def restore() -> None:
         nonlocal restored
-        if not restored:
-            restored = True
+        if restored:
+            return
+        restored = True
+        try:
             set_(previous)
+        finally:
             _CRC32_LOCK.release()
 
     writer.on_first_write = restore
@@ -205,6 +213,14 @@ def _crc32_off_until_first_write(writer: _WriteBehind) -> Iterator[None]:
         yield
     finally:
         restore()
+
+
+@contextlib.contextmanager
+def crc32_kept() -> Iterator[None]:
+    """Run a ``torch.save`` that keeps torch's CRC-32s (files meant for sharing): it waits until
+    no save of ember's has the option switched off."""
+    with _CRC32_LOCK:
+        yield
 
 
 def load_file(
@@ -309,22 +325,19 @@ class AsyncWriter:
 
     def submit(
         self, obj: Any, path: str | os.PathLike[str], then: Any = None, prepare: Callable[[], None] | None = None
-    ) -> threading.Event:
+    ) -> None:
         """Write ``obj`` to ``path`` in the background, then call ``then()`` (if given).
 
         ``prepare()``, if given, runs first in the background thread (the copies that complete
-        ``obj``); the returned event is set once it has run, or failed (nothing is written then).
+        ``obj``, :class:`~ember.checkpoint.state.DeferredCopy`); if it raises, nothing is
+        written and :meth:`wait` raises its error.
         """
         self.wait()
-        prepared = threading.Event()
 
         def work() -> None:
             try:
-                try:
-                    if prepare is not None:
-                        prepare()
-                finally:
-                    prepared.set()
+                if prepare is not None:
+                    prepare()
                 save_file(obj, path)
                 if then is not None:
                     then()
@@ -333,7 +346,6 @@ class AsyncWriter:
 
         self._thread = threading.Thread(target=work, name="ember-checkpoint-writer", daemon=False)
         self._thread.start()
-        return prepared
 
     def wait(self) -> None:
         """Block until the pending write (if any) finished; re-raise its error here."""

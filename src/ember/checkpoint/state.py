@@ -50,7 +50,8 @@ def to_cpu(obj: Any, staging: StagingBuffers | None = None, defer: Callable[[tor
 
     With ``staging``, the copies go into its buffers, reused from the previous call where the
     tensors match (see :class:`StagingBuffers`); CPU tensors for which ``defer`` is true get
-    their buffers but are copied only by :meth:`StagingBuffers.take_deferred`'s job.
+    their buffers but are copied later, by the :class:`DeferredCopy` that
+    :meth:`StagingBuffers.take_deferred` returns.
     """
     if staging is None:
         return _copy_tree(obj, lambda t: t.detach().to("cpu", copy=True))
@@ -97,9 +98,8 @@ class StagingBuffers:
     Tensors that only the optimizer step changes (parameters, optimizer state) need not be
     copied before training goes on, only before that step: :meth:`start` takes a ``defer``
     test, such CPU tensors are left out of :meth:`finish`, and :meth:`take_deferred` returns
-    the job that copies them, to run in the background while the next batch's forward and
-    backward pass run (as CheckFreq does). The job refuses a copy whose source was modified in
-    place meanwhile (its version counter moved), so a checkpoint never mixes two states.
+    them as a :class:`DeferredCopy`, to copy in the background while the next batch's forward
+    and backward pass run (as CheckFreq does).
     """
 
     def __init__(self) -> None:
@@ -153,9 +153,9 @@ class StagingBuffers:
         buf = free.pop() if free else torch.empty(src.shape, dtype=src.dtype, pin_memory=on_cuda)
         self._used.append(buf)
         if not on_cuda and self._defer is not None and self._defer(src):
-            self._later.append((buf, src, src._version))  # copied by take_deferred()'s job
+            self._later.append((buf, src, src._version))  # copied by take_deferred()'s DeferredCopy
             return buf
-        if not on_cuda and src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES:
+        if not on_cuda and _parallel(src):
             self._deferred.append((buf, src))  # copied in parallel chunks by finish()
             return buf
         return buf.copy_(src, non_blocking=on_cuda)
@@ -170,34 +170,73 @@ class StagingBuffers:
         if self._cuda:
             torch.cuda.synchronize()
 
-    def take_deferred(self) -> Callable[[], None] | None:
-        """The copies :meth:`copy` left for later, as one job (None when there are none).
-
-        Run it before anything changes those tensors in place (the optimizer step). It raises
-        :class:`~ember.errors.CheckpointError` when one of them was changed before its copy was
-        complete: the buffers would then mix the old and the new values.
-        """
+    def take_deferred(self) -> DeferredCopy | None:
+        """The copies :meth:`copy` left for later (None when there are none)."""
         later, self._later = self._later, []
-        if not later:
-            return None
+        return DeferredCopy(later) if later else None
 
-        def copy_later() -> None:
-            large = [(buf, src) for buf, src, _ in later if src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES]
+
+class DeferredCopy:
+    """Copies of a checkpoint's tensors made in a background thread, checked in the training thread.
+
+    The writer thread calls :meth:`run`: it copies, then waits for the training thread's
+    :meth:`check` before the checkpoint may be written. The training thread calls
+    :meth:`wait_copied` and then :meth:`check` before anything may change the sources (the
+    optimizer step): ``check`` compares each source's version counter with the one it had when
+    the state was captured. It runs in the training thread because an in-place operation there
+    moves the counter only when it has finished; by then every one has. A change made where
+    torch does not count it (through ``.data``, or a NumPy view) is not seen.
+    """
+
+    def __init__(self, pairs: list[tuple[torch.Tensor, torch.Tensor, int]]) -> None:
+        self._pairs = pairs  # (buffer, source, the source's version when captured)
+        self._owner = threading.current_thread()  # the training thread, which calls check()
+        self._copied = threading.Event()
+        self._checked = threading.Event()
+        self._moved: list[torch.Tensor] = []
+
+    def run(self) -> None:
+        """Copy (in the writer thread), then wait for :meth:`check`.
+
+        Raises:
+            CheckpointError: a source was changed in place before the check (the copies may
+                mix two states: nothing is to be written), or the training thread ended
+                without checking.
+        """
+        try:
+            large = [(buf, src) for buf, src, _ in self._pairs if _parallel(src)]
             if large:
                 _parallel_copy(large)
-            for buf, src, _ in later:
-                if not (src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES):
+            for buf, src, _ in self._pairs:
+                if not _parallel(src):
                     buf.copy_(src)
-            moved = [src for _, src, version in later if src._version != version]
-            if moved:
-                shapes = ", ".join(str(tuple(t.shape)) for t in moved[:3])
-                raise CheckpointError(
-                    f"{len(moved)} parameter or optimizer tensor(s) (shapes {shapes}) were modified in place while "
-                    "async_save was copying them, outside the optimizer step and the hooks: the checkpoint would mix "
-                    "two states and was not written. Change them in a hook, or use async_save=False"
-                )
+        finally:
+            self._copied.set()
+        while not self._checked.wait(0.5):
+            if not self._owner.is_alive():
+                raise CheckpointError("the training thread ended before the checkpoint's background copy was checked")
+        if self._moved:
+            shapes = ", ".join(str(tuple(t.shape)) for t in self._moved[:3])
+            raise CheckpointError(
+                f"{len(self._moved)} tensor(s) of the optimizer's state or parameters (shapes {shapes}) were "
+                "changed in place between the save and the optimizer step, while async_save was copying them: "
+                "the checkpoint would mix two states and was not written. A model whose forward writes its own "
+                "weights (nn.Embedding(max_norm=...)) needs background_copy=False"
+            )
 
-        return copy_later
+    def wait_copied(self) -> None:
+        """Block (in the training thread) until the copies are made."""
+        self._copied.wait()
+
+    def check(self) -> None:
+        """Compare the sources' version counters (in the training thread, after :meth:`wait_copied`);
+        :meth:`run` then lets the write go on, or raises."""
+        self._moved = [src for _, src, version in self._pairs if src._version != version]
+        self._checked.set()
+
+
+def _parallel(src: torch.Tensor) -> bool:
+    return src.is_contiguous() and src.nbytes >= _PARALLEL_COPY_BYTES
 
 
 _PARALLEL_COPY_BYTES = 1 << 20

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -19,7 +18,7 @@ from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
 from ember.checkpoint.sharded import is_sharded, save_sharded
 from ember.checkpoint.snapshot import capture
-from ember.checkpoint.state import StagingBuffers
+from ember.checkpoint.state import DeferredCopy, StagingBuffers
 from ember.errors import HookError
 from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import epoch_value
@@ -61,12 +60,17 @@ class CheckpointHook(BaseHook):
         mode: ``"max"`` or ``"min"``: which way ``save_best`` is better.
         save_last: save the final state when ``fit`` ends.
         async_save: write in a background thread. The state is copied to CPU memory first: the
-            parameters and optimizer state (on the CPU) in the background too, while the next
-            batch's forward and backward pass run, and the optimizer step or the next hook to
-            run waits for that copy; everything else (buffers, CUDA tensors, hook state,
-            RNG) at once, in the training thread. The next save, and the end of ``fit``, wait
-            for the write. Single-file checkpoints only: sharded ones are written
-            synchronously (a warning says so once).
+            optimizer's state (on the CPU), which nothing but the optimizer step changes, in the
+            background while the next batch's forward and backward pass run (the optimizer
+            step, and the next hook to run, wait for that copy); everything else at once, in
+            the training thread. The next save, and the end of ``fit``, wait for the write.
+            Single-file checkpoints only: sharded ones are written synchronously (a warning
+            says so once).
+        background_copy: with ``async_save``, copy the parameters (those on the CPU) in the
+            background too. Only for models whose weights nothing but the optimizer step
+            changes in place: a change torch counts (``nn.Embedding(max_norm=...)``) refuses
+            the checkpoint with a ``CheckpointError``; one through ``.data`` would go unseen
+            (``docs/checkpoint.md``).
         priority: default ``LOWEST`` (after every other hook).
         name: the hook's name (its own state, the best value, is saved under it).
 
@@ -97,6 +101,7 @@ class CheckpointHook(BaseHook):
         mode: Literal["max", "min"] = "max",
         save_last: bool = True,
         async_save: bool = False,
+        background_copy: bool = False,
         priority: int | str | None = None,
         name: str | None = None,
     ) -> None:
@@ -124,7 +129,10 @@ class CheckpointHook(BaseHook):
         self._staging_prepared = False
         self._saved: _Key | None = None
         self._warned_sync = False
-        self._copied: threading.Event | None = None  # set when the background copy of a save is done
+        self.background_copy = bool(background_copy)
+        if self.background_copy and not self.async_save:
+            raise HookError("CheckpointHook(background_copy=True) needs async_save=True")
+        self._copying: DeferredCopy | None = None  # async_save: the last save's background copies, until checked
         self._step_hook: RemovableHandle | None = None
         self.stall_s = 0.0
 
@@ -141,8 +149,11 @@ class CheckpointHook(BaseHook):
         if distributed.rank() == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.dir)
-        if self.async_save and self._step_hook is None:
-            # The optimizer step changes the parameters and its state in place: a background
+        if self._step_hook is not None:  # an earlier fit that ended without after_train
+            self._step_hook.remove()
+            self._step_hook = None
+        if self.async_save:
+            # The optimizer step changes its state (and the parameters) in place: a background
             # copy of them must be complete before it runs.
             self._step_hook = self.trainer.engine.optimizer.register_step_pre_hook(self._before_step)
 
@@ -193,8 +204,8 @@ class CheckpointHook(BaseHook):
 
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise CheckpointError if it failed."""
+        self._await_copy()
         self._writer.wait()
-        self._copied = None
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -240,10 +251,10 @@ class CheckpointHook(BaseHook):
         key = (epoch, epoch_iter, t.cur_step, t.micro_step)
         if key == self._saved:
             return path
+        self._await_copy()  # counts its own wait
         started = time.perf_counter()
         try:
             self._writer.wait()  # one write at a time; its error surfaces here
-            self._copied = None
             self._write(path, key, reason, best)
         finally:
             self.stall_s += time.perf_counter() - started
@@ -271,27 +282,27 @@ class CheckpointHook(BaseHook):
                 save_file(state, path)
                 then()
             return
-        state = capture(t, reason=reason, copy=self._staging, defer=_changed_only_by_step(t.engine.optimizer))
+        defer = _changed_only_by_step(t.engine.optimizer, with_params=self.background_copy)
+        state = capture(t, reason=reason, copy=self._staging, defer=defer)
         self._saved, self.last_path = key, path
         if state is not None:
-            copies = self._staging.take_deferred()
-            self._copied = self._writer.submit(state, path, then, prepare=copies)
-            if copies is not None:
+            self._copying = self._staging.take_deferred()
+            self._writer.submit(state, path, then, prepare=None if self._copying is None else self._copying.run)
+            if self._copying is not None:
                 t._control.hold_until(self._await_copy)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._await_copy()
 
     def _await_copy(self) -> None:
-        """Wait until the background copy of the last async save is complete."""
-        copied = self._copied
-        if copied is None:
+        """Wait until the background copy of the last save is made, then check it (training thread)."""
+        copying, self._copying = self._copying, None
+        if copying is None:
             return
-        if not copied.is_set():
-            started = time.perf_counter()
-            copied.wait()
-            self.stall_s += time.perf_counter() - started
-        self._copied = None
+        started = time.perf_counter()
+        copying.wait_copied()
+        copying.check()
+        self.stall_s += time.perf_counter() - started
 
     def _after_write(self, name: str, best: bool, keep: frozenset[str]) -> None:
         """Point at the new file and apply retention (rank 0; in the writer thread when async)."""
@@ -307,10 +318,11 @@ class CheckpointHook(BaseHook):
                 remove_checkpoint(f.path)
 
 
-def _changed_only_by_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.Tensor], bool]:
-    """Whether a tensor shares memory with ``optimizer``'s parameters or state: what only its
-    step changes in place, so an async save may copy it in the background until then."""
-    tensors = [p for group in optimizer.param_groups for p in group["params"]]
+def _changed_only_by_step(optimizer: torch.optim.Optimizer, with_params: bool) -> Callable[[torch.Tensor], bool]:
+    """Whether a tensor shares memory with ``optimizer``'s state (or, ``with_params``, its
+    parameters): what only its step changes in place, so an async save may copy it in the
+    background until then. The parameters only on request: a model's forward may write them."""
+    tensors = [p for group in optimizer.param_groups for p in group["params"]] if with_params else []
     tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
     storages = {t.untyped_storage().data_ptr() for t in tensors}
     storages.discard(0)  # empty tensors have no memory to share
