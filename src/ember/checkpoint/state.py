@@ -95,11 +95,11 @@ class StagingBuffers:
     The buffers of one save are overwritten by the next, so the caller must wait for the
     previous write to finish first (:class:`~ember.checkpoint.AsyncWriter` does).
 
-    Tensors that only the optimizer step changes (parameters, optimizer state) need not be
-    copied before training goes on, only before that step: :meth:`start` takes a ``defer``
-    test, such CPU tensors are left out of :meth:`finish`, and :meth:`take_deferred` returns
-    them as a :class:`DeferredCopy`, to copy in the background while the next batch's forward
-    and backward pass run (as CheckFreq does).
+    Tensors that only the optimizer step changes (its state; for most models the parameters)
+    need not be copied before training goes on, only before that step: :meth:`start` takes a
+    ``defer`` test, such CPU tensors are left out of :meth:`finish`, and :meth:`take_deferred`
+    returns them as a :class:`DeferredCopy`, to copy in the background while the next batch's
+    forward and backward pass run (as CheckFreq does).
     """
 
     def __init__(self) -> None:
