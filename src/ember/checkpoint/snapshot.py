@@ -57,8 +57,8 @@ def capture(
         copy: copy every tensor to CPU memory now (for writing in the background while
             training changes the live tensors); a :class:`StagingBuffers` to copy into its
             reused memory (the previous write from it must have finished).
-        defer: with a :class:`StagingBuffers`, the CPU tensors to copy later, by the job
-            ``copy.take_deferred()`` returns (see :class:`StagingBuffers`).
+        defer: with a :class:`StagingBuffers`, the CPU tensors to copy later, by the
+            :class:`~ember.checkpoint.state.DeferredCopy` that ``copy.take_deferred()`` returns.
         shards: for a sharded checkpoint, the description of its ``torch.distributed.checkpoint``
             part, kept as the ``shards`` section: the model and optimizer are then left out of
             ``engine`` (the caller saves them with DCP) and nothing is gathered.
