@@ -204,12 +204,7 @@ class DeferredCopy:
                 without checking.
         """
         try:
-            large = [(buf, src) for buf, src, _ in self._pairs if _parallel(src)]
-            if large:
-                _parallel_copy(large)
-            for buf, src, _ in self._pairs:
-                if not _parallel(src):
-                    buf.copy_(src)
+            _parallel_copy([(buf, src) for buf, src, _ in self._pairs])
         finally:
             self._copied.set()
         while not self._checked.wait(0.5):
@@ -245,7 +240,8 @@ _copy_pool: ThreadPoolExecutor | None = None
 
 
 def _parallel_copy(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Copy ``src`` into ``dst`` for each pair, in chunks spread over a few threads.
+    """Copy ``src`` into ``dst`` for each pair: large contiguous tensors in chunks spread over a
+    few threads, the others here.
 
     One thread copies at well under the memory bandwidth (about 4 GB/s here), and the training
     loop is waiting on this copy: ``copy_`` releases the GIL, so the chunks run on every core
@@ -255,10 +251,13 @@ def _parallel_copy(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
     workers = min(4, os.cpu_count() or 1)
     chunks: list[tuple[torch.Tensor, torch.Tensor]] = []
     for dst, src in pairs:
+        if not _parallel(src):
+            dst.copy_(src)
+            continue
         flat_dst, flat_src = dst.view(-1), src.view(-1)
         step = max(1, _CHUNK_BYTES // src.element_size())
         chunks += [(flat_dst[i : i + step], flat_src[i : i + step]) for i in range(0, flat_src.numel(), step)]
-    if workers == 1 or len(chunks) == 1:
+    if workers == 1 or len(chunks) <= 1:
         for dst, src in chunks:
             dst.copy_(src)
         return

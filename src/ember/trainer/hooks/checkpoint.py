@@ -79,7 +79,7 @@ class CheckpointHook(BaseHook):
         stall_s: seconds training waited for this hook's saves in the last ``fit``: the
             synchronous writes, or with ``async_save`` the copies to CPU memory and the waits
             for a background copy or for the previous write (the wait for the last write when
-            ``fit`` ends is not counted).
+            ``fit`` ends is not counted; a background copy still running then is).
         best_path: the best checkpoint by ``save_best``, or None.
         resumed_from: the checkpoint ``fit(resume=...)`` continued from, or None.
 
