@@ -99,6 +99,49 @@ def test_a_lifecycle_method_with_the_wrong_signature_is_rejected() -> None:
         Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[NoArgs()])
 
 
+def test_lifecycle_methods_may_take_the_trainer_first_and_mix_with_the_native_form() -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class ColossalStyle(hooks.BaseHook):  # Colossal-AI / mmengine: the trainer is the first argument
+        def after_hook_is_attached(self, trainer: Any) -> None:
+            calls.append(("attached", trainer.cur_step))
+
+        def before_train(self, trainer: Any) -> None:
+            calls.append(("before_train", trainer is not None and trainer.fitting))
+
+        def after_train_iter(self, trainer: Any, output: Any, label: Any, loss: Any) -> None:
+            calls.append(("after_train_iter", (trainer.cur_step, tuple(output.shape), tuple(label.shape))))
+
+        def after_train_epoch(self, runner: Any) -> None:  # any name: the arguments decide
+            calls.append(("after_train_epoch", runner.cur_epoch))
+
+    class Native(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            calls.append(("native", self.trainer.cur_step))
+
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(8, 4), epochs=1, hooks=[ColossalStyle(), Native()])
+    assert calls == [
+        ("attached", 0),
+        ("before_train", True),
+        ("after_train_iter", (1, (4, 4), (4,))),
+        ("native", 1),
+        ("after_train_iter", (2, (4, 4), (4,))),
+        ("native", 2),
+        ("after_train_epoch", 0),
+    ]
+
+
+def test_a_method_taking_neither_form_names_both_in_its_error() -> None:
+    class Wrong(hooks.BaseHook):
+        def after_train_iter(self, trainer: Any, output: Any) -> None:  # type: ignore[override]
+            pass
+
+    wanted = r"must accept \(output, label, loss\), or the trainer first: \(trainer, output"
+    with pytest.raises(HookError, match=wanted):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[Wrong()])
+
+
 @pytest.mark.parametrize(
     ("hook_list", "fragment"),
     [

@@ -35,6 +35,7 @@ the remaining workers when one exits (torchrun does).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,7 @@ import torch
 
 from ember import distributed
 from ember.errors import HookError, TrainerError
-from ember.trainer.hooks.base import EVENTS, BaseHook, StopTraining, check_hook
+from ember.trainer.hooks.base import EVENTS, BaseHook, StopTraining, check_hook, takes_trainer
 
 if TYPE_CHECKING:
     from ember.logging import DistributedLogger
@@ -87,10 +88,10 @@ class Control:
             seen.add(id(hook))
         _resolve_names(hooks)
         self.hooks = [h for _, h in sorted(enumerate(hooks), key=lambda ih: (ih[1].priority, ih[0]))]
-        handled = [(h, frozenset(h.events())) for h in self.hooks]
-        self._calls = {e: [(h, getattr(h, e)) for h, events in handled if e in events] for e in EVENTS}
         for hook in self.hooks:
             hook._attach(owner)
+        handled = [(h, frozenset(h.events())) for h in self.hooks]
+        self._calls = {e: [(h, _bound(h, e)) for h, events in handled if e in events] for e in EVENTS}
         self.call("after_hook_is_attached")
 
     def snapshot(self) -> tuple[list[BaseHook], dict[str, list[tuple[BaseHook, Callable[..., Any]]]]]:
@@ -259,6 +260,12 @@ class Control:
             self._set_preempted(f"rank {src} {message}")
         elif not self.stop_requested:
             self.stop_requested, self.stop_reason = True, f"rank {src}: {message}"
+
+
+def _bound(hook: BaseHook, event: str) -> Callable[..., Any]:
+    """``hook.<event>``, with the (weakly referenced) trainer bound first when the method takes it."""
+    method = getattr(hook, event)
+    return functools.partial(method, hook.trainer) if takes_trainer(hook, event) else method
 
 
 def _resolve_names(hooks: Sequence[BaseHook]) -> None:

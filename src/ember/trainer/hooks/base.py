@@ -45,7 +45,7 @@ from ember.errors import HookError
 if TYPE_CHECKING:
     from ember.trainer.trainer import Trainer
 
-__all__ = ["EVENTS", "BaseHook", "Priority", "StopTraining", "check_hook", "get_priority"]
+__all__ = ["EVENTS", "BaseHook", "Priority", "StopTraining", "check_hook", "get_priority", "takes_trainer"]
 
 EVENTS: tuple[str, ...] = (
     "after_hook_is_attached",
@@ -134,8 +134,10 @@ class BaseHook:
 
     Override the lifecycle methods you need (see this module's docstring for when each runs);
     reach the trainer through :attr:`trainer` (a weak reference: a hook never keeps a trainer
-    alive). A hook with state returns it from :meth:`state_dict` and takes it back in
-    :meth:`load_state_dict`, so checkpoints resume it under its :attr:`name`.
+    alive), or let a lifecycle method take it as its first argument, as Colossal-AI's and
+    mmengine's hooks do (``def after_train_iter(self, trainer, output, label, loss)``). A hook
+    with state returns it from :meth:`state_dict` and takes it back in :meth:`load_state_dict`,
+    so checkpoints resume it under its :attr:`name`.
 
     Args:
         priority: when this hook runs relative to others in the same event (lower first):
@@ -302,9 +304,43 @@ def check_hook(hook: Any) -> None:
                 f"the lifecycle methods are {', '.join(EVENTS)} (prefix helpers with '_')"
             )
     for event in hook.events():
-        args = _EVENT_ARGS.get(event, ())
+        if _trainer_first(getattr(hook, event), _EVENT_ARGS.get(event, ())) is None:
+            args = _EVENT_ARGS.get(event, ())
+            plain = f"({', '.join(args)})" if args else "() (no arguments besides self)"
+            raise HookError(
+                f"{cls.__name__}.{event} must accept {plain}, or the trainer first: ({', '.join(('trainer', *args))})"
+            )
+
+
+def takes_trainer(hook: BaseHook, event: str) -> bool:
+    """Whether ``hook``'s ``event`` method takes the trainer as its first argument.
+
+    Both forms are lifecycle methods: ``after_train_iter(self, output, label, loss)`` (reach the
+    trainer through ``self.trainer``, as in detectron2) and ``after_train_iter(self, trainer,
+    output, label, loss)`` (as in Colossal-AI and mmengine). A method whose first parameter is
+    called ``trainer`` gets it; otherwise the arguments decide.
+    """
+    return bool(_trainer_first(getattr(hook, event), _EVENT_ARGS.get(event, ())))
+
+
+def _trainer_first(method: Any, args: tuple[str, ...]) -> bool | None:
+    """True: call ``method(trainer, *args)``; False: ``method(*args)``; None: it takes neither."""
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to inspect, call it plainly
+        return False
+
+    def binds(*values: Any) -> bool:
         try:
-            inspect.signature(getattr(hook, event)).bind(*args)
+            signature.bind(*values)
         except TypeError:
-            wanted = f"({', '.join(args)})" if args else "() (no arguments besides self)"
-            raise HookError(f"{cls.__name__}.{event} must accept {wanted}") from None
+            return False
+        return True
+
+    first = next(iter(signature.parameters.values()), None)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if first is not None and first.name == "trainer" and first.kind in positional and binds(None, *args):
+        return True
+    if binds(*args):
+        return False
+    return True if binds(None, *args) else None
