@@ -156,6 +156,28 @@ def test_bad_hook_lists_are_rejected_with_a_clear_error(hook_list: Any, fragment
         Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=hook_list())
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "metric"),
+    [
+        (lambda: hooks.LossHook(), lambda: hooks.LossHook(on="test"), "test/loss"),
+        (lambda: hooks.AccuracyHook(), lambda: hooks.MetricHook(lambda o, y: 1.0, "accuracy"), "test/accuracy"),
+        (lambda: hooks.LossHook(), lambda: hooks.MetricHook(lambda o, y: 0.0, "loss", on="train"), "train/loss"),
+    ],
+)
+def test_two_hooks_recording_one_metric_are_rejected_at_registration(first: Any, second: Any, metric: str) -> None:
+    trainer = Trainer(make_engine())
+    with pytest.raises(HookError, match=f"both record '{metric}'"):
+        trainer.fit(loader(8, 8), epochs=1, hooks=[first(), second()])
+    assert trainer.cur_step == 0  # refused before anything ran
+
+
+def test_hooks_recording_different_phases_of_one_metric_are_fine() -> None:
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(8, 8), epochs=1, test_dataloader=loader(8, 8),
+                hooks=[hooks.LossHook(on="train"), hooks.LossHook(on="test")])  # fmt: skip
+    assert {"train/loss", "test/loss"} <= set(trainer.history.names)
+
+
 @pytest.mark.parametrize("priority", [-1, 101, 1.5, "URGENT", True])
 def test_bad_priorities_are_rejected(priority: Any) -> None:
     with pytest.raises(HookError, match="priority"):
@@ -163,11 +185,21 @@ def test_bad_priorities_are_rejected(priority: Any) -> None:
 
 
 def test_default_names_get_numbered_suffixes_and_explicit_names_stay() -> None:
+    class Plain(hooks.BaseHook):
+        pass
+
     trainer = Trainer(make_engine())
-    hs = [hooks.LossHook(), hooks.LossHook(on="train"), hooks.AccuracyHook(name="acc"), hooks.LossHook(on="test")]
+    hs = [
+        Plain(),
+        hooks.LossHook(on="train"),
+        Plain(),
+        hooks.AccuracyHook(name="acc"),
+        hooks.LossHook(on="test"),
+        Plain(),
+    ]
     trainer.fit(loader(8, 8), epochs=1, hooks=hs)
-    assert [h.name for h in hs] == ["LossHook", "LossHook#2", "acc", "LossHook#3"]
-    assert trainer.get_hook("LossHook#2") is hs[1]
+    assert [h.name for h in hs] == ["Plain", "LossHook", "Plain#2", "acc", "LossHook#2", "Plain#3"]
+    assert trainer.get_hook("LossHook#2") is hs[4]
     with pytest.raises(TrainerError, match="no hook named"):
         trainer.get_hook("nope")
 

@@ -87,6 +87,7 @@ class Control:
                 raise HookError(f"hook {hook.name!r} was passed twice: pass each hook instance once")
             seen.add(id(hook))
         _resolve_names(hooks)
+        _check_records(hooks)
         self.hooks = [h for _, h in sorted(enumerate(hooks), key=lambda ih: (ih[1].priority, ih[0]))]
         for hook in self.hooks:
             hook._attach(owner)
@@ -266,6 +267,20 @@ def _bound(hook: BaseHook, event: str) -> Callable[..., Any]:
     """``hook.<event>``, with the (weakly referenced) trainer bound first when the method takes it."""
     method = getattr(hook, event)
     return functools.partial(method, hook.trainer) if takes_trainer(hook, event) else method
+
+
+def _check_records(hooks: Sequence[BaseHook]) -> None:
+    """No two hooks may record the same history metric (the later would silently overwrite)."""
+    owner: dict[str, BaseHook] = {}
+    for hook in hooks:
+        for metric in hook.records():
+            first = owner.setdefault(metric, hook)
+            if first is not hook:
+                raise HookError(
+                    f"hooks {first.name!r} and {hook.name!r} both record {metric!r}: each epoch the second would "
+                    "overwrite the first. Keep one of them, or let each measure its own phase (on='train' / "
+                    "on='test'); a MetricHook records under the metric name it is given"
+                )
 
 
 def _resolve_names(hooks: Sequence[BaseHook]) -> None:

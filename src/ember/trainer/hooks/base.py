@@ -244,6 +244,15 @@ class BaseHook:
                 "was the checkpoint written with a different hook under this name?"
             )
 
+    def records(self) -> list[str]:
+        """The history metrics this hook records (``["test/accuracy"]``); none by default.
+
+        Checked when the hooks are registered: two hooks recording one name would overwrite
+        each other every epoch, so that is an error. A hook that calls
+        ``trainer.record_metric`` should list the names here.
+        """
+        return []
+
     def events(self) -> list[str]:
         """The lifecycle methods the Trainer calls on this hook: those its class overrides.
 

@@ -49,6 +49,10 @@ class _AveragedMetric(BaseHook):
         self._pending: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
         self._scales: dict[str, list[int | float]] = {"train": [], "test": []}
 
+    def records(self) -> list[str]:
+        """``"<phase>/<metric>"`` for each phase measured."""
+        return [f"{phase}/{self.metric_name}" for phase in self.on]
+
     def events(self) -> list[str]:
         """The overridden lifecycle methods, less those of a phase this hook does not measure."""
         unmeasured = {f"{when}_{phase}_{part}" for phase in PHASES if phase not in self.on
