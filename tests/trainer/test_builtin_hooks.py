@@ -112,6 +112,42 @@ def test_early_stopping_keeps_training_while_the_metric_improves() -> None:
     assert trainer.cur_epoch == 4 and trainer.stop_reason is None
 
 
+def _flat_fit(trainer: Trainer, stopper: hooks.EarlyStoppingHook, epochs: int, **kwargs: Any) -> None:
+    """Fit on a test metric that never improves after its first value."""
+    flat = hooks.MetricHook(lambda out, y: torch.tensor(0.5), "score")
+    trainer.fit(loader(16, 8), epochs=epochs, test_dataloader=loader(8, 8), hooks=[flat, stopper], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("reset_on_fit", "reset_run_history", "stops_in_second_fit"),
+    [
+        (None, True, False),  # the run starts afresh: so does the patience count
+        (None, False, True),  # the run (history, counters) continues: so does the patience count
+        (True, False, False),  # explicit: every fit starts afresh
+        (False, True, True),  # explicit: never reset
+    ],
+)
+def test_early_stopping_state_follows_reset_run_history_or_reset_on_fit(
+    reset_on_fit: bool | None, reset_run_history: bool, stops_in_second_fit: bool
+) -> None:
+    stopper = hooks.EarlyStoppingHook("test/score", patience=2, mode="max", reset_on_fit=reset_on_fit)
+    trainer = Trainer(make_engine())
+    _flat_fit(trainer, stopper, epochs=2)
+    assert (stopper.wait, trainer.stop_reason) == (1, None)
+    _flat_fit(trainer, stopper, epochs=1, reset_run_history=reset_run_history)
+    assert (trainer.stop_reason is not None) == stops_in_second_fit
+    assert stopper.wait == (2 if stops_in_second_fit else 0)
+
+
+def test_early_stopping_keeps_a_loaded_state_even_when_it_resets_on_every_fit() -> None:
+    stopper = hooks.EarlyStoppingHook("test/score", patience=2, mode="max", reset_on_fit=True)
+    trainer = Trainer(make_engine())
+    trainer.load_hook_states({"EarlyStoppingHook": {"best": 0.9, "best_epoch": 0, "wait": 1}})
+    _flat_fit(trainer, stopper, epochs=3)
+    assert "did not improve for 2 epoch(s) (best 0.9 at epoch 1)" in (trainer.stop_reason or "")
+    assert trainer.cur_epoch == 1
+
+
 def test_early_stopping_names_a_monitor_that_no_hook_records() -> None:
     with pytest.raises(HookError, match="did you mean 'test/loss'"):
         Trainer(make_engine()).fit(loader(16, 8), epochs=2, test_dataloader=loader(8, 8),

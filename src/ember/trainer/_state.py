@@ -30,6 +30,7 @@ class TrainerState:
     epoch_iter: int
     samples_seen: int
     fitting: bool
+    history_reset: bool
     history: History
     storage: StepStorage
     placeholder_values: dict[Placeholders, int]

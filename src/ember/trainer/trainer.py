@@ -79,6 +79,8 @@ class Trainer(TrainerState):
         history: per-epoch metrics (:class:`~ember.trainer.storage.History`).
         storage: recent per-step scalars (:class:`~ember.trainer.storage.StepStorage`).
         step_applied: whether the last training batch's ``engine.step()`` updated parameters.
+        history_reset: whether the current (or last) ``fit`` began with ``reset_run_history=True``
+            (hooks whose state belongs to the run, like early stopping, start afresh then).
         step_result: the dict the last ``train_step``/``eval_step`` returned.
         placeholder_values: the numbers :class:`~ember.trainer.Placeholders` resolve to.
 
@@ -123,7 +125,7 @@ class Trainer(TrainerState):
         )
         self.history, self.storage = History(), StepStorage()
         self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
-        self.fitting, self.step_applied = False, False
+        self.fitting, self.step_applied, self.history_reset = False, False, False
         self.step_result: dict[str, Any] = {}
         self.placeholder_values: dict[Placeholders, int] = {}
         self.train_dataloader: Any = None
@@ -214,6 +216,7 @@ class Trainer(TrainerState):
                 "the training dataloader yields no batches (an empty dataset, or drop_last with too few)"
             )
         self._register(hooks, display_progress)  # before anything changes: bad hooks leave the trainer as it was
+        self.history_reset = bool(reset_run_history)
         if reset_run_history:
             self._reset_run()
         start_epoch, start_step = self._fit_origin()

@@ -83,11 +83,18 @@ class EarlyStoppingHook(BaseHook):
     late. Epochs without a test pass (``test_interval > 1``) are not counted. A monitored name
     that no hook records is an error naming what was recorded.
 
+    Its best value and patience count belong to the run: a ``fit`` with
+    ``reset_run_history=True`` starts them afresh, a ``fit`` that continues the history
+    continues them (``reset_on_fit`` overrides this). A fit that resumes a checkpoint keeps the
+    checkpoint's.
+
     Args:
         monitor: the history metric, e.g. ``"test/loss"`` or ``"test/accuracy"``.
         patience: epochs without improvement to tolerate.
         mode: ``"min"`` (lower is better) or ``"max"``.
         min_delta: the least change that counts as an improvement.
+        reset_on_fit: True: start afresh at every ``fit``; False: never; None (default): when
+            the ``fit`` resets the run history.
         priority: default ``NORMAL`` (after metric hooks, before checkpoints).
         name: hook name.
 
@@ -101,6 +108,7 @@ class EarlyStoppingHook(BaseHook):
         patience: int = 3,
         mode: Mode = "min",
         min_delta: float = 0.0,
+        reset_on_fit: bool | None = None,
         priority: int | str = Priority.NORMAL,
         name: str | None = None,
     ) -> None:
@@ -111,14 +119,23 @@ class EarlyStoppingHook(BaseHook):
             raise HookError(f"EarlyStoppingHook(patience=...) must be a positive int, got {patience!r}")
         if mode not in ("min", "max"):
             raise HookError(f"EarlyStoppingHook(mode=...) must be 'min' or 'max', got {mode!r}")
-        if not isinstance(min_delta, (int, float)) or min_delta < 0:
+        if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
             raise HookError(f"EarlyStoppingHook(min_delta=...) must be a number >= 0, got {min_delta!r}")
+        if reset_on_fit not in (None, True, False):
+            raise HookError(f"EarlyStoppingHook(reset_on_fit=...) must be True, False or None, got {reset_on_fit!r}")
         self.monitor, self.patience, self.mode, self.min_delta = monitor, patience, mode, float(min_delta)
+        self.reset_on_fit = reset_on_fit
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.wait = 0
+        self._restored = False  # a state was loaded since the last fit started: that fit keeps it
 
-    def _improved(self, value: float) -> bool:
+    def reset(self) -> None:
+        """Forget the best value and the patience count."""
+        self.best, self.best_epoch, self.wait = None, None, 0
+
+    def improved(self, value: float) -> bool:
+        """Whether ``value`` beats the best so far by more than ``min_delta`` (NaN never does)."""
         if math.isnan(value):
             return False
         if self.best is None:
@@ -127,19 +144,33 @@ class EarlyStoppingHook(BaseHook):
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
+    def observe(self, value: float, epoch: int) -> bool:
+        """Count one epoch's ``value``: keep it when it improved, else wait one epoch more.
+
+        Returns:
+            True when ``patience`` epochs in a row did not improve: time to stop.
+        """
+        if self.improved(value):
+            self.best, self.best_epoch, self.wait = value, epoch, 0
+            return False
+        self.wait += 1
+        return self.wait >= self.patience
+
+    def before_train(self) -> None:
+        """Start afresh when this fit begins a new run (see ``reset_on_fit``), unless it resumes a state."""
+        fresh = self.trainer.history_reset if self.reset_on_fit is None else self.reset_on_fit
+        if fresh and not self._restored:
+            self.reset()
+        self._restored = False
+
     def after_train_epoch(self) -> None:
         """Compare this epoch's value with the best; stop after ``patience`` bad epochs."""
         trainer = self.trainer
         value = epoch_value(trainer, self.monitor, "EarlyStoppingHook")
-        if value is None:
+        if value is None or not self.observe(value, trainer.cur_epoch):
             return
-        if self._improved(value):
-            self.best, self.best_epoch, self.wait = value, trainer.cur_epoch, 0
-            return
-        self.wait += 1
-        if self.wait >= self.patience:
-            best = "none" if self.best is None else f"{fmt(self.best)} at epoch {(self.best_epoch or 0) + 1}"
-            trainer.stop(f"early stopping: {self.monitor} did not improve for {self.patience} epoch(s) (best {best})")
+        best = "none" if self.best is None else f"{fmt(self.best)} at epoch {(self.best_epoch or 0) + 1}"
+        trainer.stop(f"early stopping: {self.monitor} did not improve for {self.patience} epoch(s) (best {best})")
 
     def state_dict(self) -> dict[str, Any]:
         """Best value, its epoch, and epochs waited."""
@@ -151,3 +182,4 @@ class EarlyStoppingHook(BaseHook):
         if missing:
             raise HookError(f"hook {self.name!r}: state lacks {sorted(missing)}; pass what state_dict() returned")
         self.best, self.best_epoch, self.wait = state["best"], state["best_epoch"], int(state["wait"])
+        self._restored = True
