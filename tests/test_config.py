@@ -23,6 +23,7 @@ DEFAULTS: dict[str, Any] = {
     "grad_scaler": {},
     "gradient_accumulation": 1,
     "clip_grad_norm": None,
+    "clip_grad_value": None,
     "gradient_handler": [],
     "parallel": {
         "data": None,
@@ -217,8 +218,39 @@ def test_shorthands_expand_to_the_normalized_form(given: dict[str, Any], path: t
     assert value == expected
 
 
+@pytest.mark.parametrize(
+    ("key", "ours"),
+    [
+        ("gradient_accumulaton", "gradient_accumulation"),  # one letter dropped
+        ("gradient_acumulaton", "gradient_accumulation"),  # two
+        ("clip_grad_nrom", "clip_grad_norm"),  # two letters swapped
+        ("determinstic", "deterministic"),
+        ("Seed", "seed"),
+        ("seeds", "seed"),
+        ("apm", "amp"),
+        ("clip_grad", "clip_grad_norm"),  # other libraries' names
+        ("grad_clip", "clip_grad_norm"),
+        ("max_grad_norm", "clip_grad_norm"),
+        ("gradient_clip_val", "clip_grad_norm"),
+        ("gradient_clip_value", "clip_grad_value"),
+        ("gradient_accumulation_steps", "gradient_accumulation"),
+        ("accumulate_grad_batches", "gradient_accumulation"),
+        ("mixed_precision", "amp"),
+        ("zero_optimization", "zero"),
+    ],
+)
+def test_a_typo_or_another_librarys_name_of_an_ember_key_is_an_error_with_did_you_mean(key: str, ours: str) -> None:
+    with pytest.raises(ConfigError, match=f"config key '{key}' .*did you mean '{ours}'"):
+        load_config({key: 1})
+
+
+@pytest.mark.parametrize("key", ["lr", "batch_size", "model", "epochs", "optimizer", "log_dir", "hidden", "seed_all"])
+def test_lower_case_user_keys_far_from_ember_keys_are_kept(key: str) -> None:
+    assert load_config({key: 7})[key] == 7
+
+
 def test_user_keys_in_all_caps_are_never_flagged_even_when_close_to_ember_keys() -> None:
-    cfg = load_config({"GRADIENT_ACCUMULATON": 3, "SEEDS": [1, 2], "lr": 0.1, "model": "cnn"})
+    cfg = load_config({"GRADIENT_ACCUMULATON": 3, "SEEDS": [1, 2], "MAX_GRAD_NORM": 2, "lr": 0.1, "model": "cnn"})
     assert (cfg.GRADIENT_ACCUMULATON, cfg.SEEDS, cfg.lr, cfg.model) == (3, [1, 2], 0.1, "cnn")
     assert cfg.gradient_accumulation == 1
 
@@ -384,6 +416,7 @@ def test_module_attribute_reads_launched_config_and_says_so_before_launch() -> N
         ({"gradient_accumulation": True}, None, ["'gradient_accumulation'", "True (bool)"]),
         ({"clip_grad_norm": -1.0}, None, ["'clip_grad_norm'", "positive max norm"]),
         ({"clip_grad_norm": 0}, None, ["'clip_grad_norm'", "None to disable"]),
+        ({"clip_grad_value": -0.5}, None, ["'clip_grad_value'", "a number > 0"]),
         ({"gradient_handler": [zero_grads, 3]}, None, ["'gradient_handler[1]'", "(int)"]),
         ({"gradient_handler": [{"type": "X"}]}, None, ["'gradient_handler[0]'", "registry"]),
         ({"gradient_handler": "clip"}, None, ["'gradient_handler'", "(str)"]),

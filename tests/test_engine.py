@@ -103,6 +103,29 @@ def test_micro_steps_neither_update_nor_clip_and_updates_respect_max_norm() -> N
     assert delta <= 0.05 + 1e-6
 
 
+def test_clip_grad_value_clamps_each_gradient_element_at_updates_only_like_a_hand_loop() -> None:
+    x, y = tiny_dataset(12)[:]
+    hand = tiny_mlp()
+    hand_opt = torch.optim.SGD(hand.parameters(), lr=0.5, momentum=0.9)
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    config = {"gradient_accumulation": 3, "clip_grad_value": 0.01}
+    engine, _, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), config=config)
+    for i in range(6):
+        xb, yb = x[(i % 3) * 4 : (i % 3 + 1) * 4], y[(i % 3) * 4 : (i % 3 + 1) * 4]
+        (nn.functional.cross_entropy(hand(xb), yb) / 3).backward()
+        if i % 3 == 2:  # the hand loop clamps the accumulated gradient once per update
+            torch.nn.utils.clip_grad_value_(hand.parameters(), 0.01)
+            hand_opt.step()
+            hand_opt.zero_grad()
+        engine.zero_grad()
+        engine.backward(engine.criterion(engine(xb), yb))
+        engine.step()
+    assert max(p.grad.abs().max().item() for p in model.parameters()) <= 0.01
+    for a, b in zip(params_of(hand), params_of(model), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_zero_grad_clears_only_at_cycle_start() -> None:
     model = tiny_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

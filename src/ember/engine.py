@@ -48,7 +48,7 @@ class Engine:
             from the user's: see :attr:`optimizer`).
         criterion: the loss function, called as ``criterion(output, label)``.
         config: the validated config (``amp``, ``gradient_accumulation``, ``clip_grad_norm``,
-            ``gradient_handler``, ``grad_scaler``).
+            ``clip_grad_value``, ``gradient_handler``, ``grad_scaler``).
         device: the device the model lives on.
         train_module: what the forward pass runs through while gradients are on (the DDP
             wrapper, a compiled module); defaults to ``model``.
@@ -93,6 +93,7 @@ class Engine:
         self._move_inputs = device.type != "cpu"
         self.gradient_accumulation: int = config.gradient_accumulation
         self.clip_grad_norm: float | None = config.clip_grad_norm
+        self.clip_grad_value: float | None = config.clip_grad_value
         self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(config.gradient_handler)
         self.precision = precision or make_precision(config.amp, device, dict(config.grad_scaler))
         self._params: list[nn.Parameter] = [p for g in optimizer.param_groups for p in g["params"]]
@@ -279,8 +280,9 @@ class Engine:
     def step(self) -> bool:
         """Update the parameters if the accumulation cycle is complete.
 
-        Unscales the gradients, applies the gradient handlers, clips by global norm, steps the
-        optimizer through the precision policy. Does nothing on non-boundary micro-steps.
+        Unscales the gradients, applies the gradient handlers, clamps them to
+        ``clip_grad_value``, clips them by global norm (``clip_grad_norm``), steps the optimizer
+        through the precision policy. Does nothing on non-boundary micro-steps.
 
         Returns:
             True when the parameters were updated; False on a non-boundary micro-step and on
@@ -294,6 +296,8 @@ class Engine:
             with_grads = [p for p in self._params if p.grad is not None]
             for handler in self.gradient_handlers:
                 handler(with_grads)
+        if self.clip_grad_value is not None:  # elementwise: the same on whole tensors and on shards
+            torch.nn.utils.clip_grad_value_(self._params, self.clip_grad_value)
         if self.clip_grad_norm is not None:
             self.last_grad_norm = self.parallel.clip_grad_norm_(self._params, self.clip_grad_norm)
         updated = self.precision.step(self._optimizer)

@@ -84,6 +84,12 @@ _CLIP = _check(
     float,
     optional=True,
 )
+_CLIP_VALUE = _check(
+    lambda v: _is_real(v) and v > 0,
+    "a number > 0 or None (each gradient element is clamped to [-value, value]; None disables)",
+    float,
+    optional=True,
+)
 _NAMES = _check(
     lambda v: isinstance(v, (list, tuple)) and all(isinstance(s, str) for s in v),
     "a list of module names (strings) or None",
@@ -226,6 +232,7 @@ _SCHEMA: dict[str, _Field] = {
     "grad_scaler": _Field(_Section(_SCALER_FIELDS), None),
     "gradient_accumulation": _Field(_int(1), 1),
     "clip_grad_norm": _Field(_CLIP, None),
+    "clip_grad_value": _Field(_CLIP_VALUE, None),
     "gradient_handler": _Field(_handlers, None),
     "parallel": _Field(_PARALLEL, None),
     "zero": _Field(_zero, None),
@@ -239,16 +246,79 @@ _FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})
 _KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters")
 
 
+# Other libraries' names for ember's settings: users bring them along, and a typo must never
+# silently do nothing, so each is an error naming ember's key.
+_PEER_ALIASES: dict[str, tuple[str, str]] = {
+    "clip_grad": ("clip_grad_norm", "mmengine"),
+    "grad_clip": ("clip_grad_norm", "mmcv/mmdet"),
+    "max_grad_norm": ("clip_grad_norm", "HF Transformers/accelerate"),
+    "gradient_clip_val": ("clip_grad_norm", "Lightning"),
+    "gradient_clipping": ("clip_grad_norm", "DeepSpeed"),
+    "max_norm": ("clip_grad_norm", "torch.nn.utils.clip_grad_norm_"),
+    "gradient_clip_value": ("clip_grad_value", "pytorch-accelerated"),
+    "clip_value": ("clip_grad_value", "torch.nn.utils.clip_grad_value_"),
+    "gradient_accumulation_steps": ("gradient_accumulation", "HF Transformers/accelerate/pytorch-accelerated"),
+    "accumulate_grad_batches": ("gradient_accumulation", "Lightning"),
+    "grad_accum": ("gradient_accumulation", "common scripts"),
+    "accumulation_steps": ("gradient_accumulation", "common scripts"),
+    "mixed_precision": ("amp", "accelerate"),
+    "precision": ("amp", "Lightning"),
+    "bf16": ("amp", "HF Transformers"),
+    "use_amp": ("amp", "common scripts"),
+    "zero_optimization": ("zero", "DeepSpeed"),
+    "zero_stage": ("zero", "common scripts"),
+    "torch_compile": ("compile", "HF Transformers"),
+    "ddp_find_unused_parameters": ("ddp", "HF Transformers"),
+    "tensor_parallel_size": ("parallel", "Megatron/vLLM"),
+    "pipeline_parallel_size": ("parallel", "Megatron"),
+    "data_parallel_size": ("parallel", "Megatron"),
+    "random_seed": ("seed", "common scripts"),
+}
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Edits (insert, delete, substitute, swap two neighbours) that turn ``a`` into ``b``."""
+    previous, current = list(range(len(b) + 1)), [0] * (len(b) + 1)
+    before_previous: list[int] = []
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], before_previous[j - 2] + 1)
+        before_previous, previous = previous, current
+    return previous[len(b)]
+
+
+def _near_miss(key: str) -> str | None:
+    """ember's key that ``key`` is probably a typo of: within 1 edit of a short key, 2 of a longer one."""
+    lowered = key.lower()
+    best = min(_KNOWN, key=lambda known: edit_distance(lowered, known))
+    allowed = 1 if len(best) <= 5 else 2
+    return best if edit_distance(lowered, best) <= allowed else None
+
+
 def _check_names(data: Mapping[str, Any]) -> None:
-    """Unknown top-level keys are the user's, unless they are near-misses of ember's keys."""
+    """Unknown top-level keys are the user's, unless they are typos or other libraries' names of ember's keys.
+
+    Keys in capitals (``BATCH_SIZE``) are the user's constants and never flagged.
+    """
     for key in data:
         if not isinstance(key, str) or key in _KNOWN or key.isupper():
             continue
-        close = difflib.get_close_matches(key.lower(), _KNOWN, n=1, cutoff=0.8)
-        if close:
+        alias = _PEER_ALIASES.get(key.lower())
+        if alias is not None:
+            ours, peer = alias
             raise ConfigError(
-                f"config key '{key}' is not an ember setting; did you mean '{close[0]}'? (rename "
-                "it; unknown keys are kept only when they are not near-misses of ember's keys)"
+                f"config key '{key}' is {peer}'s name, not an ember setting; did you mean '{ours}'? "
+                f"(see docs/config.md for '{ours}'; write your own constants in capitals, e.g. '{key.upper()}')"
+            )
+        close = _near_miss(key)
+        if close is not None:
+            raise ConfigError(
+                f"config key '{key}' is not an ember setting; did you mean '{close}'? (rename it; unknown keys "
+                f"are kept only when they are not near-misses of ember's keys, and keys in capitals always are)"
             )
 
 
