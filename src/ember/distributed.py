@@ -40,6 +40,24 @@ def all_reduce(tensor: torch.Tensor, op: Literal["sum", "max", "min"] = "sum") -
     return tensor
 
 
+def all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along the first dimension, in rank order, on every rank.
+
+    Each rank's tensor must have the same shape (a 0-dim tensor counts as one element). With
+    one process: ``tensor`` itself, made at least one-dimensional.
+
+    Example:
+        >>> all_gather(torch.tensor([loss]))     # tensor([loss_rank0, loss_rank1])
+    """
+    local = tensor.detach().reshape(1) if tensor.dim() == 0 else tensor.detach()
+    if not is_active():
+        return local
+    device = collective_device()
+    parts = [torch.empty_like(local, device=device) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, local.to(device).contiguous())
+    return torch.cat(parts).to(tensor.device)
+
+
 def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Return rank ``src``'s ``obj`` on every rank (picklable objects only)."""
     if not is_active():

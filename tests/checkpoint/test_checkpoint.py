@@ -133,6 +133,18 @@ def test_functional_save_mid_cycle_and_load_before_fit_continue_bit_identically(
     assert_matches(trainer, reference)
 
 
+def test_save_keeps_the_callers_extra_entries_and_load_returns_them(tmp_path: Path) -> None:
+    trainer, _, _ = common.build()
+    extra = {"eval_loss_epoch": 0.25, "tag": "best", "scores": [1, 2], "mask": torch.ones(2)}
+    checkpoint.save(tmp_path / "x.ckpt", trainer, extra=extra)
+    meta = checkpoint.load(tmp_path / "x.ckpt", common.build()[0])
+    assert meta["extra"]["eval_loss_epoch"] == 0.25 and meta["extra"]["scores"] == [1, 2]
+    assert torch.equal(meta["extra"]["mask"], torch.ones(2))
+    with pytest.raises(CheckpointError, match=r"entry extra\['where'\] is a pathlib"):
+        checkpoint.save(tmp_path / "y.ckpt", trainer, extra={"where": tmp_path})
+    assert not (tmp_path / "y.ckpt").exists()
+
+
 def test_a_checkpoint_of_another_kind_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     torch.save(tiny_mlp(0).state_dict(), tmp_path / "weights.pt")
     trainer, _, _ = common.build()

@@ -64,9 +64,10 @@ def test_placeholder_factory_builds_the_scheduler_with_the_run_numbers() -> None
         functools.partial(OneCycleLR, max_lr=0.5, total_steps=Placeholders.TOTAL_UPDATE_STEPS), by_epoch=False
     )
     trainer = Trainer(engine)
-    trainer.fit(loader(80, 8), epochs=3, hooks=[one_cycle])  # OneCycleLR raises if stepped past total_steps
-    assert trainer.placeholder_values == {
+    trainer.fit(loader(80, 8), epochs=3, hooks=[one_cycle], test_dataloader=loader(24, 8))  # OneCycleLR raises if
+    assert trainer.placeholder_values == {  # stepped past total_steps
         Placeholders.NUM_EPOCHS: 3, Placeholders.NUM_UPDATE_STEPS_PER_EPOCH: 4, Placeholders.TOTAL_UPDATE_STEPS: 12,
+        Placeholders.TRAIN_DATALOADER_LEN: 10, Placeholders.EVAL_DATALOADER_LEN: 3,
     }  # fmt: skip
     assert one_cycle.lr_scheduler.total_steps == 12 and one_cycle.lr_scheduler.last_epoch == 12
     step = hooks.LRSchedulerHook(
@@ -175,6 +176,24 @@ def test_terminate_on_nan_stops_at_the_update_with_the_bad_loss() -> None:
     unguarded = Trainer(make_engine(criterion=_NaNAfter(5)))
     unguarded.fit(loader(64, 4), epochs=2)
     assert unguarded.cur_epoch == 2 and unguarded.stop_reason is None
+
+
+def _nan_in_tests(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy that is NaN in test passes (run under no_grad) only."""
+    loss = nn.functional.cross_entropy(out, y)
+    return loss if torch.is_grad_enabled() else loss * float("nan")
+
+
+@pytest.mark.parametrize(("on", "epochs_run"), [(("train", "test"), 1), ("train", 3)])
+def test_terminate_on_nan_watches_test_losses_when_asked(on: Any, epochs_run: int) -> None:
+    stopper = hooks.TerminateOnNaNHook(on=on)
+    trainer = Trainer(make_engine(criterion=_nan_in_tests))
+    trainer.fit(loader(16, 8), epochs=3, test_dataloader=loader(8, 4), hooks=[stopper])
+    assert trainer.cur_epoch == epochs_run
+    if epochs_run == 1:
+        assert stopper.reason == trainer.stop_reason == "non-finite test loss (nan) at step 2, epoch 1"
+    else:
+        assert stopper.reason is None and trainer.stop_reason is None
 
 
 # -- EMA ------------------------------------------------------------------------------------------

@@ -64,6 +64,23 @@ def test_fit_with_accumulation_closes_the_cycle_at_each_epoch_end_like_a_hand_lo
     assert trainer.micro_step == 18
 
 
+def test_an_update_override_wraps_every_step_and_changes_nothing_else() -> None:
+    seen: list[tuple[int, bool]] = []
+
+    class Wrapping(Trainer):
+        def update(self) -> bool:
+            applied = super().update()
+            seen.append((self.engine.micro_step, applied))
+            return applied
+
+    engine = make_engine(accumulation=4)  # 9 batches per epoch: cycles of 4, 4, 1
+    trainer = Wrapping(engine)
+    trainer.fit(loader(72, 8, shuffle=True), epochs=2)
+    assert all_equal(params(engine.model), _hand_loop(2, accumulation=4))
+    assert len(seen) == 18 and sum(applied for _, applied in seen) == trainer.cur_step == 6
+    assert [applied for _, applied in seen[:9]] == [False, False, False, True] * 2 + [True]
+
+
 def test_counters_count_updates_batches_and_samples() -> None:
     trainer = Trainer(make_engine(accumulation=2))
     trainer.fit(loader(60, 8), epochs=2)  # 8 batches (last has 4 samples), 4 updates per epoch

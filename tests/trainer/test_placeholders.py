@@ -61,3 +61,11 @@ def test_run_numbers_follow_batches_accumulation_and_limits(
 ) -> None:
     got = placeholder_values(epochs, max_steps, batches, accumulation)
     assert (got[P.NUM_EPOCHS], got[P.NUM_UPDATE_STEPS_PER_EPOCH], got[P.TOTAL_UPDATE_STEPS]) == expected
+
+
+def test_dataloader_lengths_are_placeholders_too() -> None:
+    got = placeholder_values(2, None, 10, 4, eval_batches=3)
+    assert (got[P.TRAIN_DATALOADER_LEN], got[P.EVAL_DATALOADER_LEN]) == (10, 3)
+    assert resolve(P.TRAIN_DATALOADER_LEN * 7 + P.EVAL_DATALOADER_LEN, got) == 73
+    with pytest.raises(TrainerError, match="no test dataloader"):
+        resolve(P.EVAL_DATALOADER_LEN, placeholder_values(2, None, 10, 1))

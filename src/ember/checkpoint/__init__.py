@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ __all__ = [
 PathLike = str | os.PathLike[str]
 
 
-def save(path: PathLike, trainer: Trainer) -> Path | None:
+def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = None) -> Path | None:
     """Write ``trainer``'s whole state to ``path`` (atomically); a collective.
 
     Saved: the Engine (model with unwrapped keys, optimizer, precision/scaler, accumulation
@@ -74,6 +75,8 @@ def save(path: PathLike, trainer: Trainer) -> Path | None:
     Args:
         path: the file (or, sharded, the directory) to write; its parent is created.
         trainer: the Trainer; call from outside ``fit``, or from a hook.
+        extra: your own entries (numbers, strings, tensors and containers of them), kept in
+            the metadata as ``meta["extra"]``: :func:`load` returns them.
 
     Returns:
         ``path`` on rank 0 (on every rank when sharded), None on the other ranks.
@@ -87,8 +90,8 @@ def save(path: PathLike, trainer: Trainer) -> Path | None:
     from ember.checkpoint.sharded import is_sharded, save_sharded
 
     if is_sharded(trainer.engine):
-        return save_sharded(path, trainer, reason="manual")
-    state = capture(trainer, reason="manual")
+        return save_sharded(path, trainer, reason="manual", extra=extra)
+    state = capture(trainer, reason="manual", extra=extra)
     error: Exception | None = None
     if state is not None:
         try:
@@ -115,7 +118,8 @@ def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any
         strict: refuse a saved hook state whose hook is not registered.
 
     Returns:
-        The checkpoint's metadata (``step``, ``epoch``, ``metrics``...), plus ``path``.
+        The checkpoint's metadata (``step``, ``epoch``, ``metrics``, ``extra`` when
+        :func:`save` was given some...), plus ``path``.
 
     Raises:
         CheckpointError: the file is missing, truncated, corrupt or not a checkpoint.

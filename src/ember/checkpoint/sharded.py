@@ -43,7 +43,7 @@ from ember.checkpoint.snapshot import capture, check_format, tensor_bytes
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping
 
     from ember.engine import Engine
     from ember.trainer import Trainer
@@ -71,7 +71,11 @@ def is_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
 
 
 def save_sharded(
-    path: str | os.PathLike[str], trainer: Trainer, reason: str = "manual", then: Callable[[], None] | None = None
+    path: str | os.PathLike[str],
+    trainer: Trainer,
+    reason: str = "manual",
+    then: Callable[[], None] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``trainer``'s state as the sharded checkpoint directory ``path``; a collective.
 
@@ -85,6 +89,7 @@ def save_sharded(
         trainer: the Trainer, whose Engine is sharded (:func:`is_sharded`).
         reason: why it is taken, kept in the metadata.
         then: called on rank 0 once the checkpoint is in place.
+        extra: the caller's own entries, kept as ``meta["extra"]``.
 
     Returns:
         ``path``, on every rank.
@@ -104,7 +109,7 @@ def save_sharded(
     engine = trainer.engine
     model_state, optimizer_state = engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
     shards = {"format": DCP_FORMAT, "world_size": distributed.world_size(), "layout": engine.parallel.name}
-    state = capture(trainer, reason=reason, shards=shards)
+    state = capture(trainer, reason=reason, shards=shards, extra=extra)
     error: Exception | None = None
     if distributed.rank() == 0:
         try:

@@ -47,6 +47,7 @@ SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 def capture(
     trainer: Trainer, reason: str = "manual", copy: bool | StagingBuffers = False,
     shards: Mapping[str, Any] | None = None, defer: Callable[[torch.Tensor], bool] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
     """Collect ``trainer``'s full state; a collective. Rank 0 gets the dict, other ranks None.
 
@@ -62,6 +63,7 @@ def capture(
         shards: for a sharded checkpoint, the description of its ``torch.distributed.checkpoint``
             part, kept as the ``shards`` section: the model and optimizer are then left out of
             ``engine`` (the caller saves them with DCP) and nothing is gathered.
+        extra: the caller's own entries, kept as ``meta["extra"]`` (checked to load safely).
     """
     engine = trainer.engine
     if shards is None:
@@ -101,6 +103,9 @@ def capture(
     if shards is not None:
         state["shards"] = dict(shards)
         state["meta"]["sharded"] = True
+    if extra is not None:
+        state["meta"]["extra"] = dict(extra)
+        check_loadable(state["meta"]["extra"], "extra")
     check_loadable(state["hooks"], "hooks")
     check_loadable(ranks, "ranks")
     if copy is not False:

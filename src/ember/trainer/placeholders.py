@@ -84,6 +84,8 @@ class Placeholders(_Arithmetic, enum.Enum):
             share under the distributed sampler.
         TOTAL_UPDATE_STEPS: ``NUM_EPOCHS * NUM_UPDATE_STEPS_PER_EPOCH``, or ``max_steps``
             when that comes first.
+        TRAIN_DATALOADER_LEN: batches per epoch in the training dataloader, on each rank.
+        EVAL_DATALOADER_LEN: batches in the test dataloader given to ``fit``, on each rank.
 
     Example:
         >>> partial(OneCycleLR, max_lr=0.1, total_steps=Placeholders.TOTAL_UPDATE_STEPS)
@@ -92,6 +94,8 @@ class Placeholders(_Arithmetic, enum.Enum):
     NUM_EPOCHS = "num_epochs"
     NUM_UPDATE_STEPS_PER_EPOCH = "num_update_steps_per_epoch"
     TOTAL_UPDATE_STEPS = "total_update_steps"
+    TRAIN_DATALOADER_LEN = "train_dataloader_len"
+    EVAL_DATALOADER_LEN = "eval_dataloader_len"
 
     def __repr__(self) -> str:
         return f"Placeholders.{self.name}"
@@ -171,15 +175,24 @@ def resolve_partial(factory: Callable[..., Any], values: Mapping[Placeholders, i
 def _why_missing(p: Placeholders) -> str:
     if p is Placeholders.NUM_EPOCHS:
         return "fit was given max_steps but the training dataloader has no length"
+    if p is Placeholders.EVAL_DATALOADER_LEN:
+        return "fit was given no test dataloader, or it has no length"
     return "the training dataloader has no length (an IterableDataset?); give the number yourself"
 
 
 def placeholder_values(
-    epochs: int | None, max_steps: int | None, batches_per_epoch: int | None, accumulation: int
+    epochs: int | None,
+    max_steps: int | None,
+    batches_per_epoch: int | None,
+    accumulation: int,
+    eval_batches: int | None = None,
 ) -> dict[Placeholders, int]:
     """The placeholder numbers of a run (those that can be known; see :class:`Placeholders`)."""
     values: dict[Placeholders, int] = {}
+    if eval_batches is not None:
+        values[Placeholders.EVAL_DATALOADER_LEN] = eval_batches
     if batches_per_epoch is not None:
+        values[Placeholders.TRAIN_DATALOADER_LEN] = batches_per_epoch
         per_epoch = math.ceil(batches_per_epoch / accumulation)
         values[Placeholders.NUM_UPDATE_STEPS_PER_EPOCH] = per_epoch
         if epochs is None and max_steps is not None and per_epoch > 0:

@@ -220,7 +220,9 @@ class Trainer(TrainerState):
         if reset_run_history:
             self._reset_run()
         start_epoch, start_step = self._fit_origin()
-        self.placeholder_values = placeholder_values(epochs, max_steps, batches, self.engine.gradient_accumulation)
+        self.placeholder_values = placeholder_values(
+            epochs, max_steps, batches, self.engine.gradient_accumulation, batches_per_epoch(test_dl)
+        )
         self.train_dataloader, self.test_dataloader = train_dl, test_dl
         self._apply_resume_samples()  # a position loaded before fit, in this loader's batches
         self._run = Run(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
@@ -300,6 +302,23 @@ class Trainer(TrainerState):
         """
         return self._forward(batch)
 
+    def update(self) -> bool:
+        """Apply the optimizer update if this batch closed an accumulation cycle: ``engine.step()``.
+
+        Called after every training batch's forward and backward pass. Override it to wrap the
+        update (call ``super().update()``, or the Engine's ``step``, exactly once); return
+        whether the parameters changed, as ``engine.step()`` does.
+
+        Example:
+            >>> class EMATrainer(Trainer):
+            ...     def update(self):
+            ...         applied = super().update()
+            ...         if applied:
+            ...             ema.update_parameters(self.engine.model)
+            ...         return applied
+        """
+        return self.engine.step()
+
     def eval_step(self, batch: Any) -> dict[str, Any]:
         """Forward one evaluation batch under ``torch.no_grad()``; same dict as :meth:`train_step`."""
         return self._forward(batch)
@@ -342,6 +361,7 @@ class Trainer(TrainerState):
         # Everything that cannot change within the epoch is looked up once, here: this loop runs
         # per batch, and on a tiny model each Python call in it is ~0.1% of the step time.
         forward_backward = self._forward_backward()
+        update = engine.step if not _overridden(self, "update") else self.update
         before, after = ctl.handles("before_train_iter"), ctl.handles("after_train_iter")
         keep_outputs, replicas = run.return_output_label, run.replicas
         last_step = run.start_step + run.max_steps if run.max_steps is not None else math.inf
@@ -349,7 +369,7 @@ class Trainer(TrainerState):
             if before:
                 ctl.call("before_train_iter")
             result = forward_backward(batch, last)
-            self.step_applied = applied = bool(engine.step())
+            self.step_applied = applied = bool(update())
             self.micro_step, self.epoch_iter = self.micro_step + 1, self.epoch_iter + 1
             self.samples_seen += int(result["batch_size"]) * replicas
             self.cur_step += applied

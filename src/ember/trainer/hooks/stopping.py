@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
 from ember.errors import HookError
-from ember.trainer.hooks._util import epoch_value, fmt
+from ember.trainer.hooks._util import check_phases, epoch_value, fmt
 from ember.trainer.hooks.base import BaseHook, Priority
 from ember.trainer.storage import Mode
 
@@ -17,17 +17,22 @@ __all__ = ["EarlyStoppingHook", "TerminateOnNaNHook"]
 
 
 class TerminateOnNaNHook(BaseHook):
-    """Stops training (on every rank) when a training loss is NaN or infinite.
+    """Stops training (on every rank) when a training (or test) loss is NaN or infinite.
 
     The check stays on the device between optimizer updates and is read once per update (every
     ``check_every`` updates), so it costs one small host-device copy per update on GPUs; raise
     ``check_every`` to make that rarer. Training stops after the update in which the bad loss
-    was seen, with ``trainer.stop_reason`` saying when.
+    was seen, with ``trainer.stop_reason`` (and :attr:`reason`) saying when. Test losses, when
+    watched, are read once at the end of each test pass.
 
     Args:
         check_every: read the flag every this many optimizer updates.
+        on: the phases whose losses are watched: ``"train"`` (default), ``"test"`` or both.
         priority: default ``ABOVE_NORMAL``.
         name: hook name.
+
+    Attributes:
+        reason: why this hook stopped training, or None.
 
     Example:
         >>> trainer.fit(train_dl, epochs=10, hooks=[hooks.TerminateOnNaNHook()])
@@ -36,44 +41,71 @@ class TerminateOnNaNHook(BaseHook):
     """
 
     def __init__(
-        self, check_every: int = 1, priority: int | str = Priority.ABOVE_NORMAL, name: str | None = None
+        self,
+        check_every: int = 1,
+        on: str | Iterable[str] = ("train",),
+        priority: int | str = Priority.ABOVE_NORMAL,
+        name: str | None = None,
     ) -> None:
         super().__init__(priority, name)
         if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:
             raise HookError(f"TerminateOnNaNHook(check_every=...) must be a positive int, got {check_every!r}")
         self.check_every = check_every
-        self._bad: torch.Tensor | None = None
-        self._worst: torch.Tensor | None = None
+        self.on = check_phases(on, "TerminateOnNaNHook")
+        self.reason: str | None = None
+        self._bad: dict[str, torch.Tensor | None] = {"train": None, "test": None}
+        self._worst: dict[str, torch.Tensor | None] = {"train": None, "test": None}
         self._cycles = 0
+
+    def events(self) -> list[str]:
+        """The overridden lifecycle methods, less those of a phase this hook does not watch."""
+        unwatched = {"after_train_iter"} if "train" not in self.on else set()
+        if "test" not in self.on:
+            unwatched |= {"after_test_iter", "after_test_epoch"}
+        return [e for e in super().events() if e not in unwatched]
+
+    def _note(self, phase: str, loss: Any) -> None:
+        """Keep, on the device, whether a non-finite loss was seen in ``phase``, and the first such value."""
+        loss = loss.detach()
+        bad, seen, worst = ~torch.isfinite(loss), self._bad[phase], self._worst[phase]
+        if seen is None or worst is None:
+            self._bad[phase], self._worst[phase] = bad, loss
+        else:  # keep the first bad value seen
+            self._worst[phase] = torch.where(bad & ~seen, loss, worst)
+            self._bad[phase] = seen | bad
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Note a non-finite loss on the device; read the note on every ``check_every``-th update."""
-        loss = loss.detach()
-        bad = ~torch.isfinite(loss)
-        if self._bad is None or self._worst is None:
-            self._bad, self._worst = bad, loss
-        else:  # keep the first bad value seen
-            self._worst = torch.where(bad & ~self._bad, loss, self._worst)
-            self._bad = self._bad | bad
+        self._note("train", loss)
         if self.trainer.engine.sync_gradients:
             self._cycles += 1
             if self._cycles % self.check_every == 0:
-                self._check()
+                self._check("train")
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Note a non-finite test loss on the device."""
+        self._note("test", loss)
+
+    def after_test_epoch(self) -> None:
+        """Read the test pass's note."""
+        self._check("test")
 
     def after_train_epoch(self) -> None:
         """Read any unread note at the epoch's end."""
-        self._check()
+        self._check("train")
 
-    def _check(self) -> None:
-        if self._bad is None or self._worst is None:
+    def _check(self, phase: str) -> None:
+        bad, worst = self._bad[phase], self._worst[phase]
+        if bad is None or worst is None:
             return
-        bad, worst = bool(self._bad.item()), self._worst
-        self._bad = self._worst = None
-        if bad:
+        self._bad[phase] = self._worst[phase] = None
+        if bool(bad.item()):
             trainer = self.trainer
-            reason = f"non-finite loss ({fmt(float(worst))}) at step {trainer.cur_step}, epoch {trainer.cur_epoch + 1}"
-            trainer.logger.error(f"TerminateOnNaNHook: {reason}; stopping")
-            trainer.stop(reason)
+            where = f"step {trainer.cur_step}, epoch {trainer.cur_epoch + 1}"
+            loss = "loss" if phase == "train" else "test loss"
+            self.reason = f"non-finite {loss} ({fmt(float(worst))}) at {where}"
+            trainer.logger.error(f"TerminateOnNaNHook: {self.reason}; stopping")
+            trainer.stop(self.reason)
 
 
 class EarlyStoppingHook(BaseHook):
