@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import ember
-from ember.data import ResumableSampler, make_resumable
+from ember.data import ResumableSampler, is_kept_unsharded, keep_unsharded, make_resumable
 from ember.errors import DataError
 
 DATA = list(range(10))
@@ -56,6 +56,28 @@ def test_get_dataloader_uses_resumable_sampler() -> None:
     assert isinstance(dl.sampler, ResumableSampler)
     assert len(dl) == 3
     assert sorted(torch.cat([b[0] for b in dl]).tolist()) == list(range(10))
+
+
+def test_add_sampler_false_is_a_choice_initialize_keeps() -> None:
+    ds = TensorDataset(torch.arange(10.0), torch.zeros(10, dtype=torch.long))
+    dl = ember.get_dataloader(ds, batch_size=4, add_sampler=False)
+    assert is_kept_unsharded(dl) and not isinstance(dl.sampler, ResumableSampler)
+    mine = ember.get_dataloader(ds, batch_size=4, add_sampler=False, sampler=[9, 8, 7])  # your sampler, kept
+    assert [b[0].tolist() for b in mine] == [[9.0, 8.0, 7.0]]
+    model = torch.nn.Linear(1, 2)
+    _, train_dl, test_dl, _ = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), None, dl, mine)
+    assert train_dl is dl and test_dl is mine  # returned as built: no sampler of ember's put in
+    assert not is_kept_unsharded(ember.get_dataloader(ds, batch_size=4))
+
+
+def test_keep_unsharded_marks_plain_loaders_and_refuses_split_ones() -> None:
+    ds = TensorDataset(torch.arange(10.0))
+    plain = DataLoader(ds, batch_size=2)
+    assert keep_unsharded(plain) is plain and is_kept_unsharded(plain)
+    split = ember.get_dataloader(ds, batch_size=2)
+    split.sampler.num_replicas = 2
+    with pytest.raises(DataError, match="splits the data across 2 ranks"):
+        keep_unsharded(split)
 
 
 def test_make_resumable_keeps_loader_settings() -> None:

@@ -144,7 +144,11 @@ def get_dataloader(
         dataset: a map-style dataset (has ``__len__`` and ``__getitem__``).
         shuffle: reshuffle every epoch (from ``seed`` and the epoch number).
         batch_size: samples per batch on each rank.
-        add_sampler: use ember's :class:`ResumableSampler`; False keeps DataLoader's own.
+        add_sampler: use ember's :class:`ResumableSampler`, sharded across the data-parallel
+            ranks. False keeps DataLoader's own sampler (or the ``sampler`` you pass) and marks
+            the loader with :func:`keep_unsharded`: every rank reads all of it, and
+            ``ember.initialize`` and the Trainer leave it so (each rank evaluates the whole
+            test set; the metric hooks' means stay right).
         num_workers: worker processes for loading.
         pin_memory: pin host memory (for CUDA).
         drop_last: drop the last incomplete batch (and cut the data to a multiple of ranks).
@@ -165,15 +169,56 @@ def get_dataloader(
         )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"batch_size must be a positive int, got {batch_size!r}")
-    if "sampler" in kwargs or "batch_sampler" in kwargs:
+    if add_sampler and ("sampler" in kwargs or "batch_sampler" in kwargs):
         raise DataError("get_dataloader builds its own sampler: pass add_sampler=False to use yours")
     if not add_sampler:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                          pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
+        return keep_unsharded(DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                                         pin_memory=pin_memory, drop_last=drop_last, **kwargs))  # fmt: skip
     sampler = ResumableSampler(dataset, shuffle=shuffle, seed=_default_seed(seed), drop_last=drop_last)
     kwargs.setdefault("generator", sampler.loader_generator)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
                       pin_memory=pin_memory, drop_last=drop_last, **kwargs)  # fmt: skip
+
+
+_KEEP_UNSHARDED = "_ember_keep_unsharded"
+
+
+def keep_unsharded(loader: DataLoader[Any]) -> DataLoader[Any]:
+    """Mark ``loader`` as read whole by every rank, by choice, and return it.
+
+    ``ember.initialize`` then returns it as it is instead of sharding it across the
+    data-parallel ranks, and ``Trainer.fit``/``evaluate`` take it as a test loader without a
+    warning: each rank evaluates every sample it yields. The metric hooks average
+    ``[sum, count]`` over ranks, so their means equal one process's on the whole set.
+    ``get_dataloader(..., add_sampler=False)`` marks the loaders it builds.
+
+    Args:
+        loader: a DataLoader whose sampler does not split the data across ranks.
+
+    Returns:
+        ``loader`` itself.
+
+    Raises:
+        DataError: ``loader`` is not a DataLoader, or its sampler is split across ranks.
+
+    Example:
+        >>> test_dl = ember.data.keep_unsharded(DataLoader(test_ds, batch_size=256))
+    """
+    if not isinstance(loader, DataLoader):
+        raise DataError(f"keep_unsharded takes a torch DataLoader, got {type(loader).__name__}")
+    replicas = getattr(loader.sampler, "num_replicas", 1)
+    if replicas != 1:
+        raise DataError(
+            f"keep_unsharded got a loader whose sampler {type(loader.sampler).__name__} splits the data across "
+            f"{replicas} ranks: build it without a distributed sampler (get_dataloader(..., add_sampler=False))"
+        )
+    setattr(loader, _KEEP_UNSHARDED, True)
+    return loader
+
+
+def is_kept_unsharded(loader: Any) -> bool:
+    """Whether ``loader`` was marked by :func:`keep_unsharded` (every rank reads all of it)."""
+    return bool(getattr(loader, _KEEP_UNSHARDED, False))
 
 
 def make_resumable(

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from ember import context as _context
 from ember.config import Config, load_config, merge_configs
-from ember.data import make_resumable
+from ember.data import is_kept_unsharded, make_resumable
 from ember.engine import Criterion, Engine
 from ember.errors import EngineError, LaunchError
 from ember.launcher import use_deterministic_kernels
@@ -35,7 +35,9 @@ def initialize(
     parallel as ``parallel``/``zero`` say (DDP when the world has several processes; ZeRO-1,
     FSDP2, tensor parallel, see ``docs/parallel.md``), and gives the dataloaders ember's
     resumable sampler, sharded by the *data-parallel* rank and size (ranks of one
-    tensor-parallel group see the same batches).
+    tensor-parallel group see the same batches). A loader built with
+    ``get_dataloader(..., add_sampler=False)`` (or marked with
+    :func:`ember.data.keep_unsharded`) is returned as it is: every rank reads all of it.
 
     Under pipeline parallelism (``parallel.pipeline``) each rank keeps one stage of the model
     (``engine.model``), and ``engine.schedule`` is the Trainer schedule that runs the pipeline:
@@ -135,6 +137,8 @@ def _prepare_loader(
         return None
     if not isinstance(loader, DataLoader):
         raise EngineError(f"dataloaders must be torch DataLoaders, got {type(loader).__name__}")
+    if is_kept_unsharded(loader):  # the user's choice (get_dataloader(add_sampler=False)): every rank reads it all
+        return loader
     sampler_name = type(loader.sampler).__name__
     if ctx.world_size == 1 and sampler_name not in ("RandomSampler", "SequentialSampler", "DistributedSampler"):
         return loader  # a custom sampler: keep it; mid-epoch resume then replays from the epoch start

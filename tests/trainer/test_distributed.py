@@ -66,8 +66,23 @@ def test_spaced_stop_checks_stop_every_rank_at_the_same_update_within_the_epoch(
     assert r0["exchanges"] == r1["exchanges"] < r0["cur_step"] - 1  # fewer exchanges than updates
 
 
-def test_an_unsharded_test_loader_is_refused_under_two_processes(ranks: dict[int, dict]) -> None:
-    assert "counted 2 times" in ranks[0]["unsharded"]["message"]
+def test_a_test_loader_left_whole_by_choice_is_kept_and_each_rank_evaluates_all_of_it(ranks: dict[int, dict]) -> None:
+    for r in (0, 1):
+        got = ranks[r]["unsharded"]
+        assert got["kept_by_initialize"]  # get_dataloader(add_sampler=False) is not re-sharded
+        assert got["chosen"]["counted_here"] == 11 and got["chosen"]["counted"] == 22
+        assert got["chosen"]["diff"] < 1e-6  # the mean over ranks is the mean over the set
+        assert got["plain"]["diff"] < 1e-6
+
+
+def test_a_plain_unsharded_test_loader_is_evaluated_with_one_warning_and_a_foreign_split_is_refused(
+    ranks: dict[int, dict],
+) -> None:
+    warned = ranks[0]["unsharded"]["warnings"]
+    assert len(warned) == 1 and "not split across the 2 ranks: each rank evaluates all of it" in warned[0]
+    assert ranks[1]["unsharded"]["warnings"] == []  # rank 0 speaks for the job
+    for r in (0, 1):
+        assert "splits the data across 4 ranks" in ranks[r]["unsharded"]["split_error"]
 
 
 def test_train_loss_and_torchmetrics_accuracy_over_two_ranks_equal_one_process(ranks: dict[int, dict]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.errors import TrainerError
+from ember.logging import get_dist_logger
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -114,22 +116,54 @@ def real_num_samples(loader: Any) -> int | None:
     return None
 
 
-def check_test_loader(loader: Any, world: int) -> None:
-    """Under ``world`` data-parallel ranks an evaluation loader must shard the data, or samples count twice."""
+def check_test_loader(loader: Any, world: int, logger: DistributedLogger | None = None) -> None:
+    """Under ``world`` data-parallel ranks, a test loader is sharded across them or read whole by each.
+
+    Each rank evaluates what it is given, and the metric hooks average ``[sum, count]`` over
+    ranks, so both give the mean over the whole set. Whole on every rank by choice
+    (:func:`ember.data.keep_unsharded`, ``get_dataloader(add_sampler=False)``) is accepted
+    silently; a DataLoader that is whole on every rank without that mark gets a one-line warning
+    (once per loader): the numbers are right, but each rank does the whole pass, which is most
+    often an oversight. A sampler split over another number of ranks would count some samples and
+    miss others: that is an error.
+    """
     if loader is None or world == 1:
         return
-    replicas = getattr(getattr(loader, "sampler", None), "num_replicas", None)
-    if replicas != world:
+    from ember.data import is_kept_unsharded
+
+    sampler = getattr(loader, "sampler", None)
+    replicas = getattr(sampler, "num_replicas", 1)
+    if replicas == world or is_kept_unsharded(loader) or sampler is None:
+        return  # sharded; whole by choice; or not a DataLoader (the user shards it)
+    if replicas != 1:
         raise TrainerError(
-            f"the test dataloader is not split across the {world} ranks (its sampler is "
-            f"{type(getattr(loader, 'sampler', None)).__name__}), so every sample would be counted {world} "
-            "times: build it with ember.get_dataloader(...) or pass it through ember.initialize"
+            f"the test dataloader's sampler {type(sampler).__name__} splits the data across {replicas} ranks, "
+            f"but the Engine has {world} data-parallel ranks: the ranks together would see "
+            f"{'only part' if replicas > world else 'some samples more than once'} of it. Build it with "
+            "ember.get_dataloader(...) (sharded) or get_dataloader(..., add_sampler=False) (whole on every rank)"
+        )
+    if loader not in _WARNED:
+        _WARNED.add(loader)
+        (logger or get_dist_logger()).warning(
+            f"the test dataloader is not split across the {world} ranks: each rank evaluates all of it (the "
+            "metrics stay right). Build it with ember.get_dataloader(...) to shard it, or with "
+            "add_sampler=False / ember.data.keep_unsharded(loader) to say this is intended",
+            ranks=[0],
         )
 
 
+_WARNED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Test loaders already warned about (evaluate may be called with one many times)."""
+
+
 def warn_if_unsharded(loader: Any, world: int, logger: DistributedLogger) -> None:
-    """Under ``world`` data-parallel ranks, say so when every rank would train on all the data."""
+    """Under ``world`` data-parallel ranks, say so when every rank would train on all the data
+    (unless the loader is whole by choice: :func:`ember.data.keep_unsharded`)."""
+    from ember.data import is_kept_unsharded
+
     if world > 1 and getattr(getattr(loader, "sampler", None), "num_replicas", world) != world:
+        if is_kept_unsharded(loader):
+            return
         logger.warning(
             f"the training dataloader is not split across the {world} ranks: each rank trains on all of it. "
             "Build it with ember.get_dataloader(...) or pass it through ember.initialize to shard it",

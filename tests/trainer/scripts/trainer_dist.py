@@ -207,14 +207,49 @@ def one_rank_stops(how: str, check_every_s: float = 0) -> dict[str, Any]:
             "exchanges": len(exchanges)}  # fmt: skip
 
 
-def test_loader_must_be_sharded() -> dict[str, Any]:
-    from torch.utils.data import DataLoader
+def unsharded_test_loaders() -> dict[str, Any]:
+    """A test loader whole on every rank: ``get_dataloader(add_sampler=False)`` is kept whole by
+    initialize and evaluated in full on each rank, silently; a plain DataLoader is evaluated the
+    same way with one warning; a sampler split over 4 ranks (of 2) is an error."""
+    from torch.utils.data import DistributedSampler
 
+    n = 11
+    ds = tiny_dataset(n, seed=7)
+    model = tiny_mlp(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    chosen = ember.get_dataloader(ds, batch_size=3, add_sampler=False)
+    eng, _, test_dl, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), test_dataloader=chosen)
+    x, y = ds.tensors
+    with torch.no_grad():
+        logits = eng.model(x)
+    expected = {"test/accuracy": (logits.argmax(1) == y).float().mean().item(),
+                "test/loss": nn.functional.cross_entropy(logits, y).item()}  # fmt: skip
+
+    def diffs(metrics: dict[str, float]) -> float:
+        return max(abs(metrics[k] - v) for k, v in expected.items())
+
+    logger = RecordingLogger()
+    trainer = Trainer(eng, logger=logger)
+    count = CountSamples()
+    out: dict[str, Any] = {"kept_by_initialize": test_dl is chosen}
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        chosen_metrics = trainer.evaluate(test_dl, hooks=[count, hooks.LossHook(), hooks.AccuracyHook()])
+        out["chosen"] = {"counted_here": int(count.n.item()), "counted": count.total, "diff": diffs(chosen_metrics)}
+        plain = DataLoader(ds, batch_size=3)
+        for _ in range(2):  # warned once per loader
+            plain_metrics = trainer.evaluate(plain, hooks=[hooks.LossHook(), hooks.AccuracyHook()])
+        out["plain"] = {"diff": diffs(plain_metrics)}
+    warnings = [m for level, m in logger.records if level == "warning"] + [
+        line for line in err.getvalue().splitlines() if "WARNING" in line
+    ]
+    out["warnings"] = warnings
+    split = DataLoader(ds, batch_size=3, sampler=DistributedSampler(ds, num_replicas=4, rank=ember.context.rank))
     try:
-        Trainer(engine(), logger=RecordingLogger()).evaluate(DataLoader(tiny_dataset(8)))
+        trainer.evaluate(split)
+        out["split_error"] = ""
     except ember.errors.TrainerError as exc:
-        return {"message": str(exc)}
-    return {"message": ""}
+        out["split_error"] = str(exc)
+    return out
 
 
 def main() -> None:
@@ -228,7 +263,7 @@ def main() -> None:
         "hook_stop": one_rank_stops("hook"),
         "nan_stop": one_rank_stops("nan"),
         "hook_stop_spaced": one_rank_stops("hook", check_every_s=0.05),
-        "unsharded": test_loader_must_be_sharded(),
+        "unsharded": unsharded_test_loaders(),
         "train_averages": train_averages(),
     })  # fmt: skip
 
