@@ -154,3 +154,17 @@ def test_pipeline_2_times_data_2_with_zero_1_matches_one_process(four: dict[int,
         assert r["pp_zero1.test_loss_diff"] <= TOL and r["pp_zero1.load_diff"] == 0.0
         assert r["pp_zero1.optimizer_type"] == "ZeroRedundancyOptimizer" and "+ ZeRO-1" in r["pp_zero1.policy"]
     assert four[0]["pp_zero1.labels"] != four[1]["pp_zero1.labels"]  # the replicas: different shards
+
+
+@pytest.mark.parametrize("how", ["engine", "hook"])
+@pytest.mark.parametrize("mode", ["zero1", "zero3"])
+def test_a_scheduler_built_before_initialize_drives_the_rebuilt_optimizer(
+    two: dict[int, dict[str, Any]], mode: str, how: str
+) -> None:
+    # CosineAnnealingLR over the user's AdamW (two groups), not passed to initialize, stepped
+    # after each of 10 updates by hand or by LRSchedulerHook: the same LRs and weights as DDP.
+    for r in two.values():
+        assert r[f"early.{mode}.{how}.steps"] == 10 and r[f"early.{mode}.{how}.lr_changed"]
+        assert r[f"early.{mode}.{how}.lr_diff"] == 0.0
+        assert r[f"early.{mode}.{how}.user_view"]
+    assert two[0][f"early.{mode}.{how}.param_diff"] <= 1e-6  # the sharded optimizers stepped with those LRs

@@ -13,7 +13,7 @@ import ember
 from ember.context import ParallelLayout
 from ember.data import ResumableSampler, make_resumable
 from ember.parallel import plans
-from ember.parallel.optim import parameter_names, rebuild_optimizer, retarget_scheduler
+from ember.parallel.optim import make_view, parameter_names, rebuild_optimizer, retarget_scheduler, shares_param_groups
 from ember.parallel.tensor import resolve_plan
 from tests.models import params_of, tiny_dataset
 from tests.parallel.common import adamw_groups, mlp, tiny_gpt
@@ -116,6 +116,27 @@ def test_rebuilt_optimizer_keeps_class_defaults_groups_and_the_scheduler_follows
         sched.step()
     assert [g["lr"] for g in new.param_groups] == [0.01, 0.005]
     assert [g["lr"] for g in old.param_groups] == [0.005, 0.0025]  # the old one is no longer driven
+
+
+def test_the_users_optimizer_becomes_a_view_of_the_rebuilt_one() -> None:
+    model = mlp()
+    names = parameter_names(model)
+    old = adamw_groups(model)
+    sched = torch.optim.lr_scheduler.StepLR(old, step_size=1, gamma=0.5)  # built before the rebuild
+    new = rebuild_optimizer(old, model, names, "zero stage 3")
+    make_view(old, new)
+    assert shares_param_groups(old, new) and old.state is new.state
+    model(torch.randn(2, 8)).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # new.step() counts as old's step for the scheduler's order check
+        new.step()
+        sched.step()
+    assert [g["lr"] for g in new.param_groups] == [0.005, 0.0025]  # the scheduler sets the stepping rates
+    before = params_of(model)
+    model(torch.randn(2, 8)).sum().backward()
+    old.step()  # steps the rebuilt optimizer: one optimizer, one state
+    assert len(new.state) == 4 and old.state_dict()["state"].keys() == new.state_dict()["state"].keys()
+    assert any(not torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
 
 
 def test_make_resumable_reshards_a_loader_built_for_another_data_parallel_size() -> None:

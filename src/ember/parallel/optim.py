@@ -5,7 +5,9 @@ optimizer *class* in :class:`~torch.distributed.optim.ZeroRedundancyOptimizer`, 
 tensor parallelism replace the model's parameters with DTensors, so the optimizer must hold the
 new ones. Either way ember builds a new optimizer from the user's class, constructor defaults
 and param groups (with every per-group setting, e.g. a group's own ``lr``), and moves the
-learning-rate scheduler given to :func:`ember.initialize` over to it.
+learning-rate scheduler given to :func:`ember.initialize` over to it; the user's optimizer
+becomes a view of the new one (:func:`make_view`), so schedulers built over it before
+``initialize`` keep driving the learning rate that steps.
 """
 
 from __future__ import annotations
@@ -130,9 +132,55 @@ def retarget_scheduler(scheduler: Any, old: torch.optim.Optimizer, new: torch.op
         retarget_scheduler(child, old, new)
 
 
+def make_view(optimizer: torch.optim.Optimizer, stepping: torch.optim.Optimizer) -> None:
+    """Make the user's ``optimizer`` a view of ``stepping``, the optimizer ember built from it.
+
+    Anything built over the user's optimizer before :func:`ember.initialize` (a learning-rate
+    scheduler above all) keeps working: ``optimizer.param_groups`` and ``optimizer.state`` become
+    ``stepping``'s own objects, so a scheduler that sets ``group["lr"]`` sets the learning rate
+    the sharded optimizer steps with (ZeroRedundancyOptimizer copies its groups' settings to its
+    local shard before each step). ``optimizer.step``, ``state_dict`` and ``load_state_dict``
+    call ``stepping``'s, and every step of ``stepping`` counts as a step of ``optimizer`` for
+    torch's "scheduler stepped before the optimizer" check.
+
+    Args:
+        optimizer: the user's optimizer, not stepped yet.
+        stepping: the optimizer that steps (same number of param groups).
+
+    Example:
+        >>> sched = CosineAnnealingLR(opt, T_max=10)          # built before initialize
+        >>> engine, *_ = ember.initialize(model, opt, loss)   # zero=dict(stage=1): a new optimizer
+        >>> sched.step()                                       # sets engine.optimizer's lr
+    """
+    if optimizer is stepping:
+        return
+    if len(optimizer.param_groups) != len(stepping.param_groups):  # unreachable: rebuilds keep every group
+        raise RuntimeError("the rebuilt optimizer lost or gained param groups")
+    optimizer.param_groups = stepping.param_groups
+    optimizer.state = stepping.state
+    views = stepping.__dict__.setdefault("_ember_views", weakref.WeakSet())
+    views.add(optimizer)
+    _mark_step_tracked(stepping)
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        return stepping.step(*args, **kwargs)
+
+    step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    optimizer.step = step  # type: ignore[method-assign]
+    optimizer.state_dict = stepping.state_dict  # type: ignore[method-assign]
+    optimizer.load_state_dict = stepping.load_state_dict  # type: ignore[method-assign]
+
+
+def shares_param_groups(optimizer: Any, other: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer`` is ``other`` or a view of it (:func:`make_view`): setting a group's
+    ``lr`` on one sets it on the other."""
+    return optimizer is other or getattr(optimizer, "param_groups", None) is other.param_groups
+
+
 def _mark_step_tracked(optimizer: torch.optim.Optimizer) -> None:
     """Wrap ``optimizer.step`` the way torch's LRScheduler does when it is built, so that the
-    scheduler's "step() called before optimizer.step()" check keeps working."""
+    scheduler's "step() called before optimizer.step()" check keeps working (for the
+    optimizer and for its views)."""
     if hasattr(optimizer.step, "_wrapped_by_lr_sched"):
         return
     func = optimizer.step.__func__  # type: ignore[attr-defined]
@@ -142,6 +190,8 @@ def _mark_step_tracked(optimizer: torch.optim.Optimizer) -> None:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         opt = ref()
         opt._opt_called = True  # type: ignore[union-attr]
+        for view in opt.__dict__.get("_ember_views", ()):
+            view._opt_called = True
         return func.__get__(opt, opt.__class__)(*args, **kwargs)
 
     wrapper._wrapped_by_lr_sched = True  # type: ignore[attr-defined]

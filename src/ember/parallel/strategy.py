@@ -35,7 +35,13 @@ from ember.config import Config
 from ember.context import Context, ParallelLayout
 from ember.errors import ConfigError
 from ember.parallel.ddp import wrap_data_parallel
-from ember.parallel.optim import check_rebuildable, parameter_names, rebuild_optimizer, retarget_scheduler
+from ember.parallel.optim import (
+    check_rebuildable,
+    make_view,
+    parameter_names,
+    rebuild_optimizer,
+    retarget_scheduler,
+)
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, ShardedPolicy, ZeroPolicy
 from ember.parallel.tensor import apply_tensor_parallel, resolve_plan
 from ember.parallel.zero import broadcast_module, fully_shard_model, zero_optimizer
@@ -172,8 +178,10 @@ def parallelize(
     """Build the parallel model, optimizer and policy that :func:`check_parallel` approved.
 
     The model must already be on ``ctx.device``. Every rank must call this with the same
-    config (it builds process groups and broadcasts weights). ``lr_scheduler`` is moved over
-    to the optimizer that steps when that is a new one.
+    config (it builds process groups and broadcasts weights). When the optimizer that steps is
+    a new one, the user's ``optimizer`` becomes a view of it (``make_view``: its param groups
+    are the new one's, so schedulers built over it keep working) and ``lr_scheduler`` is moved
+    over to it.
     """
     layout = plan.layout
     if ctx.world_size == 1:
@@ -189,7 +197,7 @@ def parallelize(
         stage, guard, stepping, policy, schedule = build_pipeline(
             model, optimizer, cfg, ctx, mesh, stages, plan.tensor_plan, plan.zero_stage
         )
-        retarget_scheduler(lr_scheduler, optimizer, stepping)
+        _follow(optimizer, stepping, lr_scheduler)
         return Parallelized(guard, guard, stepping, policy, model=stage, schedule=schedule)
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp:
@@ -198,7 +206,7 @@ def parallelize(
         if plan.zero_stage != 1:
             return Parallelized(ddp, eval_module, optimizer, DataParallelPolicy(ddp))
         stepping = zero_optimizer(optimizer, mesh["data"].get_group())
-        retarget_scheduler(lr_scheduler, optimizer, stepping)
+        _follow(optimizer, stepping, lr_scheduler)
         return Parallelized(ddp, eval_module, stepping, ZeroPolicy(ddp))
 
     broadcast_module(model)
@@ -213,9 +221,16 @@ def parallelize(
         built.append(f"FSDP2 zero stage {plan.zero_stage} ×{layout.data}")
     why = f"zero stage {plan.zero_stage}" if fsdp else "tensor parallelism"
     stepping = rebuild_optimizer(optimizer, model, names, why)
-    retarget_scheduler(lr_scheduler, optimizer, stepping)
+    _follow(optimizer, stepping, lr_scheduler)
     module = _compiled(model, cfg)
     return Parallelized(module, module, stepping, ShardedPolicy(model if fsdp else None, " + ".join(built)))
+
+
+def _follow(optimizer: torch.optim.Optimizer, stepping: torch.optim.Optimizer, lr_scheduler: Any) -> None:
+    """The user's optimizer becomes a view of the one that steps (schedulers built over it before
+    ``initialize`` drive the new one), and the scheduler passed to ``initialize`` drives it."""
+    make_view(optimizer, stepping)
+    retarget_scheduler(lr_scheduler, optimizer, stepping)
 
 
 def _compiled(model: nn.Module, cfg: Config) -> nn.Module:

@@ -150,6 +150,75 @@ def tensor_parallel(gpt: bool) -> dict[str, Any]:
     return out
 
 
+EARLY_MODES = {"ddp": {}, "zero1": {"zero": {"stage": 1}}, "zero3": {"zero": {"stage": 3}}}
+
+
+def early_scheduler(mode: str, how: str) -> dict[str, Any]:
+    """A scheduler built over the user's optimizer before ``initialize`` and not passed to it,
+    stepped after every update by hand (``how="engine"``) or by ``LRSchedulerHook``: the
+    learning rates the stepping optimizer used and the final parameters (rank 0)."""
+    from tests.trainer.helpers import RecordingLogger
+
+    from ember.trainer import Trainer, hooks
+
+    ds = dataset(GLOBAL * STEPS)
+    model = mlp()
+    opt = adamw_groups(model)  # two groups, two learning rates
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=2 * STEPS, eta_min=0.001)
+    loader = DataLoader(ds, batch_size=GLOBAL // 2)
+    engine, loader, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), loader, config=EARLY_MODES[mode])
+    used: list[list[float]] = []
+
+    def record() -> None:
+        used.append([g["lr"] for g in engine.optimizer.param_groups])
+
+    if how == "engine":
+        for _ in range(2):
+            for x, y in loader:
+                engine.zero_grad()
+                engine.backward(engine.criterion(engine(x), y))
+                record()
+                engine.step()
+                sched.step()
+    else:
+
+        class Record(hooks.BaseHook):
+            def before_train_iter(self) -> None:
+                record()
+
+        hook = hooks.LRSchedulerHook(sched, by_epoch=False)
+        try:
+            Trainer(engine, logger=RecordingLogger()).fit(loader, epochs=2, hooks=[hook, Record()])
+        except ember.errors.HookError as exc:  # e.g. "drives a different optimizer": the test shows it
+            used.append([str(exc)])
+    state = engine.state_dict()
+    out: dict[str, Any] = {"lrs": used, "user_view": opt.param_groups is engine.optimizer.param_groups}
+    if ember.context.rank == 0:
+        out["model"] = {k: v.tolist() for k, v in state["model"].items()}
+    return out
+
+
+def early_schedulers() -> dict[str, Any]:
+    runs = {f"{mode}.{how}": early_scheduler(mode, how) for mode in EARLY_MODES for how in ("engine", "hook")}
+    out: dict[str, Any] = {}
+    for name, run in runs.items():
+        ref = runs["ddp." + name.split(".")[1]]
+        same_length = len(run["lrs"]) == len(ref["lrs"]) and all(isinstance(v[0], float) for v in run["lrs"])
+        out[f"early.{name}.lr_diff"] = (
+            max(abs(a - b) for x, y in zip(run["lrs"], ref["lrs"], strict=True) for a, b in zip(x, y, strict=True))
+            if same_length
+            else run["lrs"][-1:]
+        )
+        out[f"early.{name}.steps"] = len(run["lrs"])
+        out[f"early.{name}.lr_changed"] = run["lrs"][0] != run["lrs"][-1]
+        out[f"early.{name}.user_view"] = run["user_view"]
+        if "model" in run:
+            out[f"early.{name}.param_diff"] = max(
+                (torch.tensor(run["model"][k]) - torch.tensor(ref["model"][k])).abs().max().item() for k in ref["model"]
+            )
+    return out
+
+
 def main() -> None:
     ctx = ember.launch_from_torch(config={"seed": 0}, verbose=False)
     out: dict[str, Any] = {
@@ -161,6 +230,7 @@ def main() -> None:
     for part in (zero1, lambda: fsdp(3), lambda: fsdp(2), fsdp_bf16, lambda: tensor_parallel(True)):
         out.update(part())
     out.update(tensor_parallel(False))
+    out.update(early_schedulers())
     report(out)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ember.errors import HookError
+from ember.parallel.optim import shares_param_groups
 from ember.trainer.hooks._util import epoch_value
 from ember.trainer.hooks.base import BaseHook, Priority
 from ember.trainer.placeholders import resolve_partial
@@ -36,7 +37,9 @@ class LRSchedulerHook(BaseHook):
     accumulation and epochs. The built scheduler is :attr:`lr_scheduler`.
 
     Args:
-        lr_scheduler: a torch scheduler over the Engine's optimizer, or a factory of one.
+        lr_scheduler: a torch scheduler over the optimizer given to ``ember.initialize`` (also
+            when ZeRO, FSDP2 or tensor parallelism rebuilt it: the user's optimizer is then a
+            view of ``engine.optimizer``), or a factory called with ``engine.optimizer``.
         by_epoch: step at epoch ends (True) or on optimizer updates (False).
         monitor: for ``ReduceLROnPlateau``: the history metric it watches (``"test/loss"``).
         priority: default ``LOW``: after logging hooks, so logs show the LR the step used.
@@ -88,8 +91,11 @@ class LRSchedulerHook(BaseHook):
                 got = type(self.lr_scheduler).__name__
                 raise HookError(f"the LRSchedulerHook factory returned {got}, not a scheduler")
             self._check_plateau(self.lr_scheduler)
-        if self.lr_scheduler.optimizer is not optimizer:
-            raise HookError("LRSchedulerHook's scheduler drives a different optimizer than the Trainer's Engine")
+        if not shares_param_groups(self.lr_scheduler.optimizer, optimizer):
+            raise HookError(
+                "LRSchedulerHook's scheduler drives a different optimizer than the Trainer's Engine: build it over "
+                "the optimizer given to ember.initialize (or over engine.optimizer)"
+            )
         if self._pending is not None:
             self.lr_scheduler.load_state_dict(self._pending)
             self._pending = None
