@@ -13,6 +13,7 @@ unwritten bytes that it could write a second time.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -78,24 +79,74 @@ class TeeStream:
         return getattr(self._original, name)
 
 
-def install_tee(sink: LogSink) -> tuple[TeeStream, TeeStream]:
-    """Wrap the current ``sys.stdout`` and ``sys.stderr`` in tees writing to ``sink``."""
-    out = TeeStream(sys.stdout, sink)
-    err = TeeStream(sys.stderr, sink)
-    if sys.stdout is not None:  # None under pythonw or a daemon with closed streams
-        sys.stdout = out
-    if sys.stderr is not None:
-        sys.stderr = err
-    return out, err
+def _unwrapped(stream: Any) -> Any:
+    """``stream`` without the tees of finished runs around it (they only pass writes on)."""
+    while isinstance(stream, TeeStream) and not stream.active:
+        stream = stream._original
+    return stream
 
 
-def remove_tee(out: TeeStream, err: TeeStream) -> None:
-    """Put back the streams the tees wrapped; a tee someone has wrapped since only goes quiet."""
-    out.active = err.active = False
-    if sys.stdout is out:
-        sys.stdout = out._original
-    if sys.stderr is err:
-        sys.stderr = err._original
+def _logging_handlers() -> list[logging.StreamHandler[Any]]:
+    """The stream handlers attached to a logger of the ``logging`` tree, the root's first."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    found: dict[int, logging.StreamHandler[Any]] = {}
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):  # a PlaceHolder has none
+            if isinstance(handler, logging.StreamHandler):
+                found.setdefault(id(handler), handler)
+    return list(found.values())
+
+
+class ConsoleTee:
+    """One run's capture of console output into a :class:`LogSink`.
+
+    ``sys.stdout`` and ``sys.stderr`` are each wrapped in a :class:`TeeStream`. A ``logging``
+    handler made before the run (``logging.basicConfig()`` at import time, say) holds the
+    stream object itself, not ``sys.stderr``, so it would bypass the wrapper: each handler of
+    the logging tree whose stream *is* one of the two wrapped streams is pointed at its tee
+    while the run is open. :meth:`remove` points back every handler that still writes to a
+    tee of this run, those made during the run included (``logging.StreamHandler()`` picks
+    up ``sys.stderr``, which was the tee); a handler given another stream meanwhile is left
+    alone. Tees nest: a second run open at the same time wraps the first one's tees.
+    """
+
+    def __init__(self, sink: LogSink) -> None:
+        self.out = TeeStream(sys.stdout, sink)
+        self.err = TeeStream(sys.stderr, sink)
+        if sys.stdout is not None:  # None under pythonw or a daemon with closed streams
+            sys.stdout = self.out
+        if sys.stderr is not None:
+            sys.stderr = self.err
+        self._handlers: list[logging.StreamHandler[Any]] = []
+        for handler in _logging_handlers():
+            tee = self._tee_of(handler.stream, wrapped=True)
+            if tee is not None and handler.setStream(tee) is not None:
+                self._handlers.append(handler)
+
+    def _tee_of(self, stream: object, wrapped: bool) -> TeeStream | None:
+        """The tee whose wrapped stream (or, with ``wrapped=False``, which itself) is ``stream``."""
+        for tee in (self.out, self.err):
+            if stream is (tee._original if wrapped else tee) and tee._original is not None:
+                return tee
+        return None
+
+    def remove(self) -> None:
+        """Stop capturing; put back the streams (and handlers) that still hold this run's tees.
+
+        A stream someone replaced since the run started (pytest's capture, say) is left in
+        place and the tee inside it only goes quiet. Calling it again does nothing.
+        """
+        self.out.active = self.err.active = False
+        if sys.stdout is self.out:
+            sys.stdout = _unwrapped(self.out)
+        if sys.stderr is self.err:
+            sys.stderr = _unwrapped(self.err)
+        handlers = {id(h): h for h in [*self._handlers, *_logging_handlers()]}
+        for handler in handlers.values():
+            tee = self._tee_of(handler.stream, wrapped=False)
+            if tee is not None:
+                handler.setStream(_unwrapped(tee))
+        self._handlers.clear()
 
 
 class Writer:

@@ -21,7 +21,7 @@ from ember.track._values import (
     coerce_metrics,
     normalize_type,
 )
-from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, TeeStream, Writer, install_tee, remove_tee
+from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
 from ember.track.hparams import HParams
 from ember.track.store import (
@@ -58,7 +58,7 @@ class Run:
         self._state = "open" if writable else "read-only"
         self._hparams = HParams(meta["hparams"], self._save, self._check_open, self._lock)
         self._writer: Writer | None = None
-        self._tees: tuple[TeeStream, TeeStream] | None = None
+        self._tee: ConsoleTee | None = None
         self._edges: set[tuple[str, str]] = set()
         self._last_beat = 0.0
         self._uploader: Any = None  # an ember.track.client.AutoUploader with auto_upload=True
@@ -177,10 +177,10 @@ class Run:
                     self._writer.error = f"updating {self._path}/{RUN_FILE} failed: {e}"
 
     def _open(self, last_steps: dict[str, int] | None = None) -> None:
-        """Start the writer thread and the tee; ``last_steps`` are those already on disk."""
+        """Start the writer thread and the console tee; ``last_steps`` are those already on disk."""
         assert self._path is not None
         self._writer = Writer(self._path, self._heartbeat, FLUSH_INTERVAL_S, last_steps)
-        self._tees = install_tee(self._writer.sink)
+        self._tee = ConsoleTee(self._writer.sink)
         _live.register(self)
 
     def _raise_writer_error(self) -> None:
@@ -329,7 +329,10 @@ class Run:
             self._edges.add(key)
 
     def finish(self, status: str = "Complete") -> None:
-        """Flush, restore stdout/stderr and write the final status. A second call does nothing.
+        """Flush, stop the console capture and write the final status. A second call does nothing.
+
+        Stopping the capture puts back ``sys.stdout``/``sys.stderr`` and the ``logging``
+        handlers that were writing through the run's tee (``docs/tracking.md``, console output).
 
         Args:
             status: Complete, Failed or Interrupted.
@@ -340,9 +343,9 @@ class Run:
             return
         self._check_open()
         _live.unregister(self)
-        if self._tees is not None:
-            remove_tee(*self._tees)
-            self._tees = None
+        tee, self._tee = self._tee, None
+        if tee is not None:
+            tee.remove()
         writer, self._writer = self._writer, None
         self._state = "finished"
         if writer is not None:
