@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
+from ember.cli import _report_failure
 from tests.dist import ROOT
 
 
@@ -56,3 +58,68 @@ def test_a_training_scripts_imports_leave_the_sharded_checkpoint_stack_unloaded(
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.multiprocess
+def test_a_failing_worker_s_own_error_is_the_last_thing_ember_run_prints(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from ember import track\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    run = track.create_run(name='fails')\n"
+        "    raise ValueError('boom-42')\n"
+        "time.sleep(60)  # rank 1: stopped by the launcher\n"
+    )
+    store = tmp_path / "store"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ember.cli", "run", str(script), "--nproc", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+        env={**os.environ, "EMBER_HOME": str(store)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout
+    lines = proc.stdout.rstrip().splitlines()
+    report = max(i for i, line in enumerate(lines) if line.startswith("ember run: "))
+    assert lines[report].startswith("ember run: rank 0 (local rank 0, pid ") and "exit code 1" in lines[report]
+    traceback = [
+        "Traceback (most recent call last):",
+        f'  File "{script}", line 5, in <module>',
+        "    raise ValueError('boom-42')",
+        "ValueError: boom-42",
+    ]
+    assert lines[report + 1 :] == traceback  # the worker's own frames, and nothing of the launcher after them
+    assert "ChildFailedError" not in proc.stdout and "ember/cli.py" not in proc.stdout
+    # handled as the interpreter handles an uncaught error: the exit hook marks the run Failed
+    (run,) = (store / "runs").iterdir()
+    assert json.loads((run / "run.json").read_text())["status"] == "Failed"
+    assert (run / "stdout.log").read_text().splitlines() == traceback
+
+
+def _failure(tmp_path: Path, rank: int, exitcode: int, raised_at: float | None) -> ProcessFailure:
+    """A worker's failure as the launcher sees it; ``raised_at`` writes the error file a raise leaves."""
+    error_file = tmp_path / f"error-{rank}-{exitcode}.json"
+    if raised_at is not None:
+        info = {
+            "py_callstack": f"Traceback of rank {rank}\n",
+            "timestamp": str(int(raised_at)),
+            "ember_time": raised_at,
+        }
+        error_file.write_text(json.dumps({"message": {"message": f"E{rank}", "extraInfo": info}}))
+    return ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode, error_file=str(error_file))
+
+
+def test_the_first_worker_to_raise_is_reported_not_one_stopped_or_failing_after_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    failures = {
+        0: _failure(tmp_path, 0, 1, 1000.7),  # lost its peer after rank 2 died, in the same second
+        1: _failure(tmp_path, 1, -15, None),  # stopped by the launcher
+        2: _failure(tmp_path, 2, 1, 1000.2),
+    }
+    assert _report_failure(ChildFailedError("train.py", failures)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ember run: rank 2 (local rank 2, pid 102) failed with exit code 1; 2 other workers stopped")
+    assert err.rstrip().endswith("Traceback of rank 2")
+    killed = {0: _failure(tmp_path, 0, -9, None)}
+    assert _report_failure(ChildFailedError("train.py", killed)) == 128 + 9
+    assert capsys.readouterr().err.rstrip().endswith("killed by signal 9 (SIGKILL)")

@@ -10,6 +10,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 # Subcommand families live next to the code they drive. Each module's add_commands() registers
 # its commands; it is imported only when one of them runs, so `ember --help` needs no torch.
@@ -24,10 +28,25 @@ _FAMILIES: dict[str, tuple[str, str]] = {
 }
 
 
-def _run(args: argparse.Namespace) -> int:
-    """``ember run``: start ``script`` on N local processes with torchrun."""
-    from torch.distributed import run as torchrun
+# Each `ember run` worker starts here (``python -u -c _WORKER script args...``) instead of at the
+# script itself, so that its uncaught error reaches the launcher (see _worker).
+_WORKER = "import ember.cli; ember.cli._worker()"
 
+
+def _run(args: argparse.Namespace) -> int:
+    """``ember run``: start ``script`` on N local processes with torchrun.
+
+    When a worker fails, the launcher's own report is one line naming the worker, followed by
+    that worker's traceback, so the error is the last thing printed; the exit code is the
+    worker's (128 + N for a worker killed by signal N).
+    """
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from ember.errors import LaunchError
+
+    if not os.path.isfile(args.script):
+        raise LaunchError(f"ember run: script {args.script!r} is not a file; pass the path of a Python script")
     # Restarted gloo workers fail to reconnect to a shared rendezvous store (pytorch #135712).
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -41,9 +60,110 @@ def _run(args: argparse.Namespace) -> int:
     if args.max_restarts:
         # A restarted worker resumes from the newest checkpoint (Trainer.fit(resume=None) reads it).
         os.environ.setdefault("EMBER_RESUME", "auto")
-    argv += [args.script, *args.script_args]
-    torchrun.main(argv)
+    python = os.environ.get("PYTHON_EXEC", sys.executable)  # as torchrun itself picks it
+    argv += ["--no-python", python, "-u", "-c", _WORKER, args.script, *args.script_args]
+    try:
+        torchrun.run(torchrun.parse_args(argv))
+    except ChildFailedError as failed:
+        return _report_failure(failed)
     return 0
+
+
+def _worker() -> None:
+    """Run ``sys.argv[1]`` as ``python SCRIPT ARGS...`` would, inside an ``ember run`` worker.
+
+    An uncaught exception is handled as the interpreter handles it (``sys.last_*`` set for exit
+    handlers such as ember.track's, ``sys.excepthook`` prints it, exit code 1) with the
+    traceback starting at the script, and is also written to the torchelastic error file the
+    launcher reads. The process group, if the script made one, is left cleanly at exit (as
+    after ``ember.launch``).
+    """
+    import importlib.machinery
+    import types
+
+    from ember._exit import leave_process_group_at_exit
+
+    script, *script_args = sys.argv[1:]
+    path = os.path.abspath(script)
+    sys.argv = [script, *script_args]
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    sys.modules["__main__"] = main  # classes defined in the script pickle as __main__.X
+    leave_process_group_at_exit()
+    try:
+        with open(path, "rb") as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)  # not this module's __future__
+        exec(code, main.__dict__)
+    except Exception as exc:  # noqa: BLE001 - reported exactly as the interpreter would, then exit 1
+        _uncaught(exc, path)
+        sys.exit(1)
+
+
+def _uncaught(exc: BaseException, path: str) -> None:
+    """Report an exception that ended the script: traceback from the script's frame on."""
+    import json
+    import time
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next  # drop this module's and runpy's frames
+    exc.__traceback__ = tb
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
+    sys.last_exc = exc  # type: ignore[attr-defined]  # Python 3.12's name; ember.track reads either
+    sys.excepthook(type(exc), exc, tb)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file:
+        return
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    now = time.time()
+    # torchelastic's error file format; "ember_time" orders failures within one second.
+    info = {"py_callstack": text, "timestamp": str(int(now)), "ember_time": now}
+    try:
+        with open(error_file, "w", encoding="utf-8") as f:
+            json.dump({"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}, f)
+    except OSError as e:
+        print(f"ember: could not write the error file {error_file} for the launcher: {e}", file=sys.stderr)
+
+
+def _report_failure(failed: ChildFailedError) -> int:
+    """Print which worker failed first and its traceback, last; return the exit code to use.
+
+    The first failure is the earliest worker that raised (its error file holds a traceback),
+    else the earliest that exited with an error code, else the earliest of all (killed by a
+    signal). The agent stops the other workers with SIGTERM when one fails.
+    """
+    failures = failed.failures
+
+    def raised(rank: int) -> bool:
+        return isinstance(failures[rank].error_file_data.get("message"), dict)
+
+    def when(rank: int) -> tuple[float, int]:
+        message = failures[rank].error_file_data.get("message")
+        extra = message.get("extraInfo", {}) if isinstance(message, dict) else {}
+        return float(extra.get("ember_time", failures[rank].timestamp)), rank
+
+    ranks = sorted(failures, key=when)
+    rank = next((r for r in ranks if raised(r)), None)
+    if rank is None:
+        rank = next((r for r in ranks if failures[r].exitcode > 0), ranks[0])
+    first = failures[rank]
+    code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode if first.exitcode < 0 else 1
+    others = len(failures) - 1
+    head = f"ember run: rank {rank} (local rank {first.local_rank}, pid {first.pid}) failed with exit code {code}"
+    if others:
+        head += f"; {others} other worker{'s' if others > 1 else ''} stopped"
+    if raised(rank):
+        body = failures[rank].error_file_data["message"].get("extraInfo", {}).get("py_callstack", first.message)
+        print(f"{head}. Its error:\n{str(body).rstrip()}", file=sys.stderr, flush=True)
+    elif first.exitcode < 0:
+        print(f"{head}: killed by signal {-first.exitcode} ({first.signal_name()})", file=sys.stderr, flush=True)
+    else:
+        print(f"{head} without an exception (sys.exit, os._exit or native code); its output is above",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return code
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
