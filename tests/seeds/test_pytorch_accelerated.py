@@ -1,0 +1,327 @@
+"""pytorch-accelerated programs on ember.compat.pytorch_accelerated: the examples, the Trainer's
+overridable methods and events, its callbacks, and a run under torchrun without a launch call."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+from torch.utils.data import TensorDataset
+
+from ember import checkpoint
+from ember.compat.pytorch_accelerated import Trainer, TrainerPlaceholderValues
+from ember.compat.pytorch_accelerated.callbacks import (
+    EarlyStoppingCallback,
+    SaveBestModelCallback,
+    StopTrainingError,
+    TerminateOnNaNCallback,
+    TrainerCallback,
+)
+from ember.compat.pytorch_accelerated.trainer import TrainerWithTimmScheduler
+from ember.errors import HookError, TrainerError
+from ember.trainer import hooks
+from tests.dist import torchrun
+from tests.seeds.pa_standins import ImageFolder, make_image_folder, resize
+from tests.seeds.scripts import pytorch_accelerated_progressive_resizing, pytorch_accelerated_transfer
+
+SCRIPTS = Path(__file__).parent / "scripts"
+QUIET = {"num_workers": 0}  # the examples keep pytorch-accelerated's worker per CPU; unit tests need none
+
+
+def _data(n: int, seed: int) -> TensorDataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    return TensorDataset(x, (x[:, 0] + x[:, 1] > 0).long())
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+
+def _trainer(callbacks: Any = (), seed: int = 0, cls: type[Trainer] = Trainer) -> Trainer:
+    model = _model(seed)
+    return cls(model, nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), callbacks)
+
+
+def _train(trainer: Trainer, **kwargs: Any) -> None:
+    args: dict[str, Any] = {"train_dataset": _data(40, 1), "eval_dataset": _data(16, 2), "num_epochs": 2,
+                            "per_device_batch_size": 8, "train_dataloader_kwargs": QUIET,
+                            "eval_dataloader_kwargs": QUIET}  # fmt: skip
+    trainer.train(**{**args, **kwargs})
+
+
+# -- the examples -------------------------------------------------------------------------------------
+
+
+def test_transfer_learning_example_trains_and_its_step_lr_decays_after_seven_epochs(tmp_path: Path) -> None:
+    data = make_image_folder(tmp_path / "data")
+    trainer = pytorch_accelerated_transfer.main(str(data), num_epochs=8)
+    per_epoch = trainer.run_config.num_update_steps_per_epoch
+    assert per_epoch == 16  # 64 images, batches of 4
+    assert trainer.scheduler.step_size == 7 * per_epoch  # NUM_UPDATE_STEPS_PER_EPOCH * 7, resolved
+    assert trainer.scheduler.last_epoch == 8 * per_epoch  # stepped once per update
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * 0.1)  # decayed once, after epoch 7
+    history = trainer.run_history
+    assert history.current_epoch == 9 and len(history.get_metric_values("eval_loss_epoch")) == 8
+    assert history.get_latest_metric("eval_loss_epoch") < 0.1 < history.get_metric_values("train_loss_epoch")[0]
+
+
+def test_progressive_resizing_example_continues_one_history_and_reloads_the_best_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = make_image_folder(tmp_path / "data", n_train=256, n_val=64)
+    monkeypatch.chdir(tmp_path)  # SaveBestModelCallback writes best_model.pt here
+    trainer = pytorch_accelerated_progressive_resizing.main(data)
+    history = trainer.run_history
+    epochs = len(history.get_metric_values("eval_loss_epoch"))
+    assert history.current_epoch == epochs + 1 and 6 <= epochs <= 11  # three train calls, one history
+    assert len(history.get_metric_values("accuracy")) == epochs and max(history.get_metric_values("accuracy")) >= 0.95
+    one_cycle = trainer.scheduler  # the last call's OneCycleLR: its placeholders were that call's numbers
+    assert one_cycle.total_steps == 6 * 8  # NUM_EPOCHS * NUM_UPDATE_STEPS_PER_EPOCH (256 images, batches of 32)
+    # The weights in use are the best checkpoint's: the last call's first epoch (accuracy never rose above it).
+    saved = checkpoint.read(tmp_path / "best_model.pt")
+    best = {k: v for k, v in checkpoint.model_state(tmp_path / "best_model.pt").items()}
+    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in best.items())
+    callback = next(c for c in trainer.callback_handler if isinstance(c, SaveBestModelCallback))
+    assert saved["meta"]["extra"] == {"accuracy": callback.best_metric}
+    eval_losses = list(history.get_metric_values("eval_loss_epoch"))
+    best_epoch = saved["meta"]["epoch"]  # epochs completed when it was saved (ember counts across train calls)
+    assert callback.best_metric_epoch == best_epoch + 1  # pytorch-accelerated's: the run history's next epoch
+    assert best_epoch < epochs  # not the last epoch: the final weights were replaced
+    trainer.evaluate(ImageFolder(data / "val", resize(16)), per_device_batch_size=32, dataloader_kwargs=QUIET)
+    reloaded = trainer.run_history.get_latest_metric("evaluation_loss")
+    assert reloaded == pytest.approx(eval_losses[best_epoch - 1], rel=1e-5)
+    assert reloaded != pytest.approx(eval_losses[-1], rel=1e-3)
+
+
+def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_launch_call(tmp_path: Path) -> None:
+    data = make_image_folder(tmp_path / "data")
+    run = torchrun(
+        SCRIPTS / "pytorch_accelerated_transfer.py", nproc=2, args=["--data_dir", str(data), "--num_epochs", "3"]
+    )
+    r0, r1 = run.results[0], run.results[1]
+    assert r0["world"] == r1["world"] == 2
+    assert r0["updates_per_epoch"] == 8  # each process trains on its half: 32 images, batches of 4
+    assert r0["step_size"] == 7 * 8 and r0["scheduler_steps"] == 3 * 8
+    assert r0["params"] == r1["params"]  # DDP kept the replicas equal
+    assert r0["metrics"] == r1["metrics"]  # the epoch losses are averaged over both processes
+    assert r0["accuracy"] >= 0.9
+    assert r0["gathered"] == r1["gathered"] == [0.0, 1.0]  # trainer.gather concatenates in rank order
+
+
+# -- the Trainer's methods and events ------------------------------------------------------------------
+
+
+def test_methods_and_callback_events_run_in_pytorch_accelerateds_order() -> None:
+    log: list[str] = []
+    methods = ("training_run_start", "train_epoch_start", "calculate_train_batch_loss", "backward_step",
+               "optimizer_step", "scheduler_step", "optimizer_zero_grad", "train_epoch_end", "eval_epoch_start",
+               "calculate_eval_batch_loss", "eval_epoch_end", "training_run_epoch_end", "training_run_end")  # fmt: skip
+
+    def traced(name: str) -> Any:
+        def method(self: Trainer, *args: Any) -> Any:
+            log.append(name)
+            return getattr(Trainer, name)(self, *args)
+
+        return method
+
+    def event(name: str) -> Any:
+        return lambda self, trainer, **kwargs: log.append(name)
+
+    Tracing = type("Tracing", (Trainer,), {m: traced(m) for m in methods})
+    Events = type("Events", (TrainerCallback,), {e: event(e) for e in (
+        "on_init_end", "on_training_run_start", "on_train_epoch_start", "on_train_step_start", "on_train_step_end",
+        "on_train_epoch_end", "on_eval_epoch_start", "on_eval_step_start", "on_eval_step_end", "on_eval_epoch_end",
+        "on_training_run_epoch_end", "on_training_run_end")})  # fmt: skip
+    trainer = _trainer([Events], cls=Tracing)
+    constant = functools.partial(LambdaLR, lr_lambda=lambda step: 1.0)
+    _train(trainer, train_dataset=_data(24, 1), eval_dataset=_data(8, 2), num_epochs=1,
+           gradient_accumulation_steps=2, create_scheduler_fn=constant)  # fmt: skip
+    step = ["on_train_step_start", "calculate_train_batch_loss", "backward_step"]
+    update = ["optimizer_step", "scheduler_step", "optimizer_zero_grad"]
+    assert log == [
+        "on_init_end", "training_run_start", "on_training_run_start", "train_epoch_start", "on_train_epoch_start",
+        *step, "on_train_step_end",  # batch 1 of 3 opens an accumulation cycle of 2
+        *step, *update, "on_train_step_end",
+        *step, *update, "on_train_step_end",  # the epoch's last batch closes a short cycle
+        "train_epoch_end", "on_train_epoch_end",
+        "eval_epoch_start", "on_eval_epoch_start",
+        "on_eval_step_start", "calculate_eval_batch_loss", "on_eval_step_end",
+        "eval_epoch_end", "on_eval_epoch_end", "training_run_epoch_end", "on_training_run_epoch_end",
+        "training_run_end", "on_training_run_end",
+    ]  # fmt: skip
+    assert trainer.scheduler.last_epoch == 2 and trainer.cur_step == 2
+
+
+def test_accumulation_and_gradient_clip_value_are_a_hand_loop_bit_for_bit() -> None:
+    trainer = _trainer()
+    _train(trainer, eval_dataset=None, gradient_accumulation_steps=2, gradient_clip_value=0.05,
+           train_dataloader_kwargs={"shuffle": False, "num_workers": 0})  # fmt: skip
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = _data(40, 1).tensors
+    for _ in range(2):
+        for i in range(5):  # batches of 8: cycles of 2, 2 and 1
+            (nn.functional.cross_entropy(model(x[i * 8 : i * 8 + 8]), y[i * 8 : i * 8 + 8]) / 2).backward()
+            if i % 2 == 1 or i == 4:
+                torch.nn.utils.clip_grad_value_(model.parameters(), 0.05)
+                optimizer.step()
+                optimizer.zero_grad()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), trainer.model.parameters(), strict=True))
+    assert trainer.run_config.num_update_steps_per_epoch == 3 and trainer.cur_step == 6
+
+
+def test_all_four_placeholders_are_the_runs_numbers() -> None:
+    seen: dict[str, int] = {}
+
+    def factory(optimizer: torch.optim.Optimizer, **numbers: int) -> LambdaLR:
+        seen.update(numbers)
+        return LambdaLR(optimizer, lambda step: 1.0)
+
+    P = TrainerPlaceholderValues
+    create = functools.partial(factory, epochs=P.NUM_EPOCHS, updates=P.NUM_UPDATE_STEPS_PER_EPOCH,
+                               train=P.TRAIN_DATALOADER_LEN, eval=P.EVAL_DATALOADER_LEN,
+                               combined=P.NUM_UPDATE_STEPS_PER_EPOCH * 2 + P.EVAL_DATALOADER_LEN)  # fmt: skip
+    _train(_trainer(), num_epochs=3, gradient_accumulation_steps=2, create_scheduler_fn=create)
+    assert seen == {"epochs": 3, "updates": 3, "train": 5, "eval": 2, "combined": 8}
+
+
+def test_a_stop_training_error_ends_the_run_after_telling_every_callback() -> None:
+    log: list[str] = []
+
+    class StopAfterFirstEpoch(TrainerCallback):
+        def on_train_epoch_end(self, trainer: Any, **kwargs: Any) -> None:
+            raise StopTrainingError("enough")
+
+        def on_stop_training_error(self, trainer: Any, **kwargs: Any) -> None:
+            log.append("on_stop_training_error")
+
+        def on_eval_epoch_start(self, trainer: Any, **kwargs: Any) -> None:
+            log.append("eval")
+
+        def on_training_run_end(self, trainer: Any, **kwargs: Any) -> None:
+            log.append("on_training_run_end")
+
+    trainer = _trainer([StopAfterFirstEpoch])
+    _train(trainer, num_epochs=5)
+    assert log == ["on_stop_training_error", "on_training_run_end"]  # no evaluation after the stop
+    assert trainer.cur_epoch == 1 and trainer.stop_reason == "enough"
+    assert trainer.run_history.current_epoch == 1 and trainer.run_history.get_metric_names() == {"train_loss_epoch"}
+
+
+def test_a_nan_evaluation_loss_stops_the_run_and_exits_with_the_reason() -> None:
+    def nan_when_evaluating(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(out, y)
+        return loss if torch.is_grad_enabled() else loss * float("nan")
+
+    model = _model()
+    trainer = Trainer(model, nan_when_evaluating, torch.optim.SGD(model.parameters(), lr=0.1), [TerminateOnNaNCallback])
+    with pytest.raises(SystemExit, match="non-finite test loss"):
+        _train(trainer, num_epochs=5)
+    assert trainer.cur_epoch == 1
+
+
+def test_a_misspelt_callback_event_is_an_error_and_a_custom_event_can_be_called() -> None:
+    class Typo(TrainerCallback):
+        def on_train_epoch_ends(self, trainer: Any, **kwargs: Any) -> None:
+            pass
+
+    with pytest.raises(HookError, match="did you mean 'on_train_epoch_end'"):
+        _trainer([Typo])
+    calls: list[int] = []
+
+    class Custom(TrainerCallback):
+        def on_my_own_event(self, trainer: Any, value: int, **kwargs: Any) -> None:
+            calls.append(value)
+
+    trainer = _trainer([Custom])
+    trainer.callback_handler.call_event("on_my_own_event", trainer, value=3)
+    assert calls == [3]
+    with pytest.raises(HookError, match="given twice"):
+        _trainer([Custom, Custom()])
+
+
+def test_ember_hooks_mix_with_callbacks_and_a_users_loss_hook_replaces_the_trainers() -> None:
+    trainer = _trainer([hooks.AccuracyHook(), hooks.LossHook(), EarlyStoppingCallback(early_stopping_patience=5)])
+    _train(trainer)
+    assert len(trainer.history.values("test/accuracy")) == 2 and len(trainer.history.values("test/loss")) == 2
+    assert trainer.run_history.get_metric_values("eval_loss_epoch") == trainer.history.values("test/loss")
+    assert trainer.run_history.get_metric_values("train_loss_epoch") == trainer.history.values("train/loss")
+
+
+def test_save_and_load_checkpoint_restore_weights_and_optimizer_and_return_the_kwargs(tmp_path: Path) -> None:
+    trainer = _trainer()
+    _train(trainer, num_epochs=1)
+    weights = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    momentum = [s["momentum_buffer"].clone() for s in trainer.optimizer.state.values()]
+    trainer.save_checkpoint(tmp_path / "ckpt.pt", checkpoint_kwargs={"eval_loss_epoch": 0.25})
+    _train(trainer, num_epochs=1)
+    assert not torch.equal(trainer.model.state_dict()["0.weight"], weights["0.weight"])
+    assert trainer.load_checkpoint(tmp_path / "ckpt.pt") == {"eval_loss_epoch": 0.25}
+    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in weights.items())
+    restored = [s["momentum_buffer"] for s in trainer.optimizer.state.values()]
+    assert all(torch.equal(a, b) for a, b in zip(momentum, restored, strict=True))
+
+
+def test_early_stopping_callback_counts_improvements_above_the_threshold_and_resets_per_run() -> None:
+    never = EarlyStoppingCallback(early_stopping_patience=1, early_stopping_threshold=100.0)
+    trainer = _trainer([never])
+    _train(trainer, num_epochs=5)
+    assert trainer.cur_epoch == 2  # the first epoch sets the best, the second does not beat it by 100
+    never.reset_on_train = False
+    _train(trainer, num_epochs=5, reset_run_history=False)
+    assert trainer.cur_epoch == 3  # the count went on: one more epoch without improvement stops it
+
+
+def test_the_timm_scheduler_trainer_steps_by_update_and_by_epoch() -> None:
+    calls: list[tuple[str, int]] = []
+
+    class TimmLike:
+        def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+            self.optimizer = optimizer
+
+        def step_update(self, num_updates: int) -> None:
+            calls.append(("update", num_updates))
+
+        def step(self, epoch: int) -> None:
+            calls.append(("epoch", epoch))
+
+    _train(_trainer(cls=TrainerWithTimmScheduler), num_epochs=2, create_scheduler_fn=TimmLike)
+    # 5 updates per epoch; pytorch-accelerated counts from current_epoch * batches (1-based epochs).
+    assert calls == [*(("update", n) for n in range(6, 11)), ("epoch", 2), *(("update", n) for n in range(11, 16)),
+                     ("epoch", 3)]  # fmt: skip
+
+
+def test_bad_train_arguments_and_step_results_are_clear_errors() -> None:
+    with pytest.raises(TrainerError, match="gradient_accumulation_steps must be a positive int"):
+        _train(_trainer(), gradient_accumulation_steps=0)
+    with pytest.raises(TrainerError, match="gradient_clip_value must be a number > 0"):
+        _train(_trainer(), gradient_clip_value=-1.0)
+
+    class NoBatchSize(Trainer):
+        def calculate_train_batch_loss(self, batch: Any) -> dict[str, Any]:
+            x, y = batch
+            out = self.model(x)
+            return {"loss": self.loss_func(out, y), "model_outputs": out}
+
+    with pytest.raises(TrainerError, match=r"calculate_train_batch_loss returned a dict without \['batch_size'\]"):
+        _train(_trainer(cls=NoBatchSize))
+
+
+def test_the_defaults_are_pytorch_accelerateds() -> None:
+    trainer = _trainer(callbacks=Trainer.__init__.__defaults__[0])  # type: ignore[index]
+    assert trainer.callback_handler.callback_list == [
+        "MoveModulesToDeviceCallback", "TerminateOnNaNCallback", "PrintProgressCallback", "ProgressBarCallback",
+        "LogMetricsCallback",
+    ]  # fmt: skip
+    kwargs = trainer.get_default_train_dl_kwargs(16)
+    assert kwargs["shuffle"] is True and kwargs["batch_size"] == 16 and kwargs["num_workers"] >= 1
+    assert trainer.get_default_eval_dl_kwargs(16)["shuffle"] is False
+    assert isinstance(trainer.optimizer, torch.optim.Optimizer) and math.isclose(trainer.optimizer.defaults["lr"], 0.1)
