@@ -86,7 +86,8 @@ def _worker() -> None:
     script, *script_args = sys.argv[1:]
     path = os.path.abspath(script)
     sys.argv = [script, *script_args]
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    if not getattr(sys.flags, "safe_path", False):  # python -P / PYTHONSAFEPATH: no script folder on the path
+        sys.path[0] = os.path.dirname(os.path.realpath(script))  # in place of -c's ''
     main = types.ModuleType("__main__")
     main.__file__ = path
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
@@ -109,7 +110,7 @@ def _uncaught(exc: BaseException, path: str) -> None:
 
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != path:
-        tb = tb.tb_next  # drop this module's and runpy's frames
+        tb = tb.tb_next  # drop _worker's frame: the script's are the user's
     exc.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     sys.last_exc = exc  # type: ignore[attr-defined]  # Python 3.12's name; ember.track reads either
