@@ -1,0 +1,60 @@
+"""Colossal-AI's ``colossalai.utils``: ``get_dataloader`` and ``get_current_device``.
+
+``get_dataloader`` keeps Colossal-AI's signature and builds ember's loader with
+:func:`ember.get_dataloader`: with ``add_sampler=True`` a resumable sampler sharded across the
+data-parallel ranks, with ``add_sampler=False`` a plain loader every rank reads whole (marked
+so that ``initialize`` and the Trainer keep it whole).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import ember
+from ember import context as _context
+
+__all__ = ["get_current_device", "get_dataloader"]
+
+
+def get_dataloader(
+    dataset: Dataset[Any],
+    shuffle: bool = False,
+    seed: int = 1024,
+    add_sampler: bool = True,
+    drop_last: bool = False,
+    pin_memory: bool = False,
+    num_workers: int = 0,
+    **kwargs: Any,
+) -> DataLoader[Any]:
+    """A DataLoader over ``dataset`` with Colossal-AI's arguments, built by ember.
+
+    Args:
+        dataset: a map-style dataset.
+        shuffle: reshuffle every epoch.
+        seed: the shuffling seed (the same on every rank; the order of epoch ``e`` is a
+            function of ``(seed, e)``).
+        add_sampler: shard across the data-parallel ranks (False: every rank reads all of it).
+        drop_last: drop the last incomplete batch.
+        pin_memory: pin host memory.
+        num_workers: loader worker processes.
+        **kwargs: ``batch_size`` and other ``DataLoader`` arguments.
+
+    Returns:
+        The loader (see :func:`ember.get_dataloader`).
+
+    Example:
+        >>> test_dl = get_dataloader(test_ds, add_sampler=False, batch_size=gpc.config.BATCH_SIZE)
+    """
+    batch_size = kwargs.pop("batch_size", 1)
+    return ember.get_dataloader(
+        dataset, shuffle=shuffle, batch_size=batch_size, add_sampler=add_sampler, num_workers=num_workers,
+        pin_memory=pin_memory, drop_last=drop_last, seed=seed, **kwargs,
+    )  # fmt: skip
+
+
+def get_current_device() -> torch.device:
+    """This process's device (``cuda:<local rank>`` on a GPU machine, else the CPU)."""
+    return _context.get_context(default=True).device
