@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ember.errors import TrainerError
-from ember.trainer.storage import History, StepStorage
+from ember.trainer.storage import History, StepStorage, UnknownScalarError
 
 
 def test_put_scalar_keeps_tensors_without_reading_them() -> None:
@@ -31,6 +31,29 @@ def test_storage_reads_latest_means_and_windows() -> None:
         storage.put_scalar("bad", torch.ones(2))
     with pytest.raises(TrainerError, match="known: loss"):
         storage.latest("nope")
+
+
+def test_totals_give_the_mean_of_every_value_the_window_dropped_too() -> None:
+    storage = StepStorage(window=3, totals=True)
+    for v in range(1, 301):  # 297 leave the window: two folds of 128 and 41 pending
+        storage.put_scalar("time", torch.tensor(float(v)) if v % 2 else v)
+    assert storage.values("time") == [(0, 298.0), (0, 299.0), (0, 300.0)]
+    assert storage.global_mean("time") == pytest.approx(150.5)
+    assert storage.mean("time") == 299.0
+    storage.clear()
+    storage.put_scalar("time", 2.0)
+    assert storage.global_mean("time") == 2.0
+    plain = StepStorage()
+    plain.put_scalar("time", 1.0)
+    with pytest.raises(TrainerError, match="totals=True"):
+        plain.global_mean("time")
+
+
+def test_an_unknown_name_is_a_key_error_too() -> None:
+    with pytest.raises(UnknownScalarError, match="no scalar 'loss'") as info:
+        StepStorage().latest("loss")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, TrainerError)
+    assert str(info.value).startswith("no scalar")  # not KeyError's quoted form
 
 
 def test_history_keeps_per_epoch_values_latest_and_best() -> None:

@@ -20,12 +20,24 @@ import torch
 
 from ember.errors import TrainerError
 
-__all__ = ["History", "Mode", "Scalar", "StepStorage"]
+__all__ = ["History", "Mode", "Scalar", "StepStorage", "UnknownScalarError"]
 
 Scalar = float | int | torch.Tensor
 """A number, or a one-element tensor (read lazily)."""
 
 Mode = Literal["min", "max"]
+
+_FOLD_EVERY = 128  # evicted values summed in one go (one host-device copy), for StepStorage(totals=True)
+
+
+class UnknownScalarError(TrainerError, KeyError):
+    """No scalar of that name was put in a :class:`StepStorage`.
+
+    Also a ``KeyError``, as a mapping's missing key is: code that reads a scalar that may not
+    exist yet (detectron2's writers do) catches it as one.
+    """
+
+    __str__ = Exception.__str__  # KeyError's would quote the whole message
 
 
 def _check_scalar(name: str, value: Any) -> Scalar:
@@ -58,6 +70,16 @@ def to_floats(values: Iterable[Scalar]) -> list[float]:
     return out
 
 
+def _evict(evicted: dict[str, list[Any]], name: str, value: Scalar) -> None:
+    """Count a value leaving the window into ``name``'s totals (summed 128 at a time)."""
+    acc = evicted.setdefault(name, [0.0, 0, []])
+    acc[2].append(value)
+    if len(acc[2]) >= _FOLD_EVERY:
+        acc[0] += sum(to_floats(acc[2]))
+        acc[1] += len(acc[2])
+        acc[2] = []
+
+
 class StepStorage:
     """The last ``window`` values of each per-step scalar, tagged with the optimizer step.
 
@@ -66,19 +88,23 @@ class StepStorage:
 
     Args:
         window: how many recent values to keep per name.
+        totals: also keep the sum and count of every value ever put, for :meth:`global_mean`
+            (values leaving the window are summed 128 at a time, one host-device copy each).
 
     Example:
         >>> trainer.storage.put_scalar("train/loss", loss)        # a tensor: no sync here
         >>> trainer.storage.mean("train/loss", 20)                 # one sync, when logging
     """
 
-    def __init__(self, window: int = 100) -> None:
-        if window < 1:
-            raise TrainerError(f"StepStorage window must be >= 1, got {window}")
+    def __init__(self, window: int = 100, *, totals: bool = False) -> None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise TrainerError(f"StepStorage window must be an int >= 1, got {window!r}")
         self.window = window
         self.step = 0
         """The step new values are tagged with (the Trainer keeps it at ``cur_step``)."""
         self._buffers: dict[str, deque[tuple[int, Scalar]]] = {}
+        # name -> [sum of the folded evicted values, their count, evicted values not folded yet]
+        self._evicted: dict[str, list[Any]] | None = {} if totals else None
 
     def put_scalar(self, name: str, value: Scalar, step: int | None = None) -> None:
         """Record ``value`` for ``name`` at ``step`` (default: :attr:`step`).
@@ -90,6 +116,8 @@ class StepStorage:
         buf = self._buffers.get(name)
         if buf is None:
             buf = self._buffers[name] = deque(maxlen=self.window)
+        elif self._evicted is not None and len(buf) == self.window:
+            _evict(self._evicted, name, buf[0][1])
         buf.append((self.step if step is None else step, value))
 
     def put_scalars(self, step: int | None = None, **values: Scalar) -> None:
@@ -100,7 +128,7 @@ class StepStorage:
     def _buffer(self, name: str) -> deque[tuple[int, Scalar]]:
         if name not in self._buffers:
             known = ", ".join(sorted(self._buffers)) or "none yet"
-            raise TrainerError(f"no scalar {name!r} was put in the step storage (known: {known})")
+            raise UnknownScalarError(f"no scalar {name!r} was put in the step storage (known: {known})")
         return self._buffers[name]
 
     def latest(self, name: str) -> float:
@@ -117,6 +145,19 @@ class StepStorage:
         items = list(buf)[-window:] if window else list(buf)
         values = to_floats(v for _, v in items)
         return sum(values) / len(values)
+
+    def global_mean(self, name: str) -> float:
+        """The mean of every value of ``name`` ever put, also those the window dropped.
+
+        Raises:
+            TrainerError: the storage was built without ``totals=True``.
+        """
+        buf = self._buffer(name)
+        if self._evicted is None:
+            raise TrainerError("this StepStorage keeps no totals: build it as StepStorage(totals=True)")
+        folded, count, pending = self._evicted.get(name, (0.0, 0, []))
+        recent = to_floats([*pending, *(v for _, v in buf)])
+        return (folded + sum(recent)) / (count + len(recent))
 
     def values(self, name: str) -> list[tuple[int, float]]:
         """The kept ``(step, value)`` pairs of ``name``, oldest first."""
@@ -138,6 +179,8 @@ class StepStorage:
     def clear(self) -> None:
         """Forget every value."""
         self._buffers.clear()
+        if self._evicted is not None:
+            self._evicted.clear()
 
 
 class History:
