@@ -1,0 +1,507 @@
+"""detectron2's ``engine.train_loop`` (LiBai's ``engine.trainer``): HookBase, TrainerBase, SimpleTrainer.
+
+Where each one runs::
+
+    SimpleTrainer.train(start_iter, max_iter)        ember's Trainer, in its iteration mode:
+        ember_trainer.fit(data_loader, max_steps=max_iter, hooks=[...])
+            before_train                       -> trainer.before_train()   -> hook.before_train()
+            for each batch (one iteration):
+                before_train_iter              -> trainer.before_step()    -> hook.before_step()
+                engine: forward (the model's loss dict), backward      -> hook.after_backward()
+                engine.step()                  (ember: accumulation, AMP, clipping, DDP)
+                after_train_iter               -> trainer.after_step()     -> hook.after_step()
+            after_train (finally)              -> trainer.after_train()    -> hook.after_train()
+
+    TrainerBase.train(start_iter, max_iter)          the user's own run_step (also a SimpleTrainer
+        before_train()                                subclass that overrides it): detectron2's loop,
+        for iter in range(start_iter, max_iter):      because that run_step owns the whole step
+            before_step(); run_step(); after_step()   (data, backward, optimizer) and ember's loop
+        after_train()  (finally)                      cannot count or step what it does not see
+
+The detectron2 hooks run in the order they were registered, in one block at ember's
+``Priority.NORMAL``; ember hooks registered with them keep their own priorities (metrics
+before, logging and LR schedulers after, checkpoints last). ``storage.iter == trainer.iter``
+during every step; ``after_train`` sees ``trainer.iter == max_iter`` after a run that finished.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+from torch.utils.data import DataLoader, IterableDataset
+
+import ember
+from ember import distributed
+from ember.compat.detectron2.engine._ember import Step, batch_size, continue_at, ember_hooks
+from ember.compat.detectron2.utils.events import EventStorage, get_event_storage
+from ember.errors import HookError, TrainerError
+from ember.logging import get_dist_logger
+from ember.trainer import Trainer
+from ember.trainer.hooks import BaseHook
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["HookBase", "SimpleTrainer", "TrainerBase"]
+
+EVENTS = ("before_train", "after_train", "before_step", "after_backward", "after_step")
+"""detectron2's hook methods."""
+
+_EMBER_NAMES = {"before_train_iter": "before_step", "after_train_iter": "after_step"}
+
+
+class HookBase:
+    """A detectron2 hook: override ``before_train``, ``after_train``, ``before_step``,
+    ``after_backward``, ``after_step`` (all optional); reach the trainer as ``self.trainer``.
+
+    When each runs (see this module's docstring for the whole loop)::
+
+        hook.before_train()
+        for iter in range(start_iter, max_iter):
+            hook.before_step()
+            trainer.run_step()       # hook.after_backward() inside, after the backward pass
+            hook.after_step()
+        hook.after_train()           # also when training raised
+
+    A hook with state returns it from :meth:`state_dict` and takes it back in
+    :meth:`load_state_dict`; checkpoints keep it under the class's qualified name.
+
+    Example:
+        >>> class LogGradNorm(HookBase):
+        ...     def after_backward(self):
+        ...         norm = torch.norm(torch.stack([p.grad.norm() for p in self.trainer.model.parameters()]))
+        ...         get_event_storage().put_scalar("grad_norm", norm)
+    """
+
+    _trainer: Any = None
+
+    @property
+    def trainer(self) -> TrainerBase:
+        """The trainer the hook is registered with (a weak proxy, set by ``register_hooks``)."""
+        if self._trainer is None:
+            raise HookError(f"{type(self).__name__} is not registered: pass it to trainer.register_hooks([...])")
+        trainer: TrainerBase = self._trainer
+        return trainer
+
+    @trainer.setter
+    def trainer(self, trainer: TrainerBase) -> None:
+        self._trainer = trainer
+
+    def before_train(self) -> None:
+        """Called once before the first iteration."""
+
+    def after_train(self) -> None:
+        """Called once after the last iteration, also when training raised."""
+
+    def before_step(self) -> None:
+        """Called before each iteration (keep it quick: timers measure from here)."""
+
+    def after_backward(self) -> None:
+        """Called after each iteration's backward pass, before the optimizer step."""
+
+    def after_step(self) -> None:
+        """Called after each iteration."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """This hook's state for checkpoints; stateless: ``{}``."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state:
+            raise HookError(f"{type(self).__name__} keeps no state but a checkpoint holds {sorted(state)} for it")
+
+    def _ember_hooks(self) -> list[BaseHook]:
+        """ember hooks that do this hook's work on ember's Trainer (none: its methods do it)."""
+        return []
+
+
+class TrainerBase:
+    """A trainer that runs iterations with hooks; subclass it and implement :meth:`run_step`.
+
+    ``train`` runs detectron2's loop here (see the module docstring); :class:`SimpleTrainer`
+    runs on ember's Trainer.
+
+    Attributes:
+        iter: the current iteration.
+        start_iter: the iteration ``train`` started at.
+        max_iter: the iteration ``train`` ends at.
+        storage: the :class:`EventStorage` of the current (or last) ``train`` call.
+
+    Example:
+        >>> class MyTrainer(TrainerBase):
+        ...     def run_step(self):
+        ...         loss = self.model(next(self.data)).mean()
+        ...         self.optimizer.zero_grad(); loss.backward(); self.optimizer.step()
+        >>> trainer = MyTrainer(); trainer.register_hooks([hooks.IterationTimer(), None])
+        >>> trainer.train(0, 1000)
+    """
+
+    def __init__(self) -> None:
+        self._hooks: list[HookBase | BaseHook] = []
+        self.iter: int = 0
+        self.start_iter: int = 0
+        self.max_iter: int = 0
+        self.storage: EventStorage = EventStorage(0)
+
+    def register_hooks(self, hooks: Sequence[HookBase | BaseHook | None]) -> None:
+        """Add hooks after those registered before; None entries are skipped.
+
+        detectron2 hooks run in this order. ember hooks (``ember.trainer.hooks``) may be mixed
+        in when the trainer runs on ember's Trainer (:class:`SimpleTrainer`); they keep their
+        priorities.
+
+        Raises:
+            HookError: an entry that is not a hook, a misspelt hook method, or an ember hook on
+                a trainer whose own ``run_step`` runs detectron2's loop.
+        """
+        if isinstance(hooks, (HookBase, BaseHook)) or not isinstance(hooks, Sequence):
+            raise HookError(f"register_hooks takes a list of hooks, got {type(hooks).__name__}")
+        kept = [h for h in hooks if h is not None]
+        for hook in kept:
+            if isinstance(hook, HookBase):
+                _check_methods(hook)
+                needs_ember = bool(hook._ember_hooks())
+            elif isinstance(hook, BaseHook):
+                needs_ember = True
+            else:
+                raise HookError(
+                    f"register_hooks got a {type(hook).__name__}: hooks subclass HookBase "
+                    "(or ember.trainer.hooks.BaseHook on a SimpleTrainer)"
+                )
+            if needs_ember and not self._runs_on_ember():
+                raise HookError(
+                    f"{type(hook).__name__} needs ember's Trainer, but {type(self).__name__} runs its own run_step "
+                    "in detectron2's loop: use it with a SimpleTrainer whose run_step is SimpleTrainer's"
+                )
+        for hook in kept:
+            if isinstance(hook, HookBase):
+                hook.trainer = weakref.proxy(self)
+        self._hooks.extend(kept)
+
+    def train(self, start_iter: int, max_iter: int) -> None:
+        """Run iterations ``start_iter`` to ``max_iter - 1``, calling the hooks around each.
+
+        Raises:
+            TrainerError: bad iteration numbers.
+        """
+        _check_range(start_iter, max_iter)
+        get_dist_logger().info(f"Starting training from iteration {start_iter}", ranks=[0])
+        self.iter = self.start_iter = start_iter
+        self.max_iter = max_iter
+        with EventStorage(start_iter) as self.storage:
+            try:
+                self.before_train()
+                for self.iter in range(start_iter, max_iter):
+                    self.before_step()
+                    self.run_step()
+                    self.after_step()
+                self.iter = max_iter  # only after success: after_train can tell a run that failed
+            finally:
+                self.after_train()
+
+    def run_step(self) -> None:
+        """One iteration; subclasses implement it."""
+        raise NotImplementedError(f"{type(self).__name__}.run_step: implement one training iteration")
+
+    # -- the events: detectron2's hooks, in registration order ---------------------------------
+    def before_train(self) -> None:
+        """Call every hook's ``before_train``."""
+        for hook in self._d2_hooks():
+            hook.before_train()
+
+    def after_train(self) -> None:
+        """Call every hook's ``after_train`` (``storage.iter`` is ``iter`` there)."""
+        self.storage.iter = self.iter
+        for hook in self._d2_hooks():
+            hook.after_train()
+
+    def before_step(self) -> None:
+        """Keep ``storage.iter == iter`` for the whole step, then call every hook's ``before_step``."""
+        self.storage.iter = self.iter
+        for hook in self._d2_hooks():
+            hook.before_step()
+
+    def after_backward(self) -> None:
+        """Call every hook's ``after_backward``."""
+        for hook in self._d2_hooks():
+            hook.after_backward()
+
+    def after_step(self) -> None:
+        """Call every hook's ``after_step``."""
+        for hook in self._d2_hooks():
+            hook.after_step()
+
+    # -- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """``{"iteration": iter, "hooks": {hook name: state}}`` (hooks with state only)."""
+        states = self.hook_states()
+        return {"iteration": self.iter, **({"hooks": states} if states else {})}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output: the iteration and the hooks' states."""
+        self.iter = int(state["iteration"])
+        self.load_hook_states(state.get("hooks", {}))
+
+    def hook_states(self) -> dict[str, dict[str, Any]]:
+        """``{name: state}`` of the detectron2 hooks that keep state, by class qualified name
+        (``#2``, ``#3``... for more of one class)."""
+        return {name: s for name, hook in self._named_hooks() if (s := hook.state_dict())}
+
+    def load_hook_states(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        """Give each detectron2 hook its state from :meth:`hook_states`.
+
+        Raises:
+            HookError: a state for a hook that is not registered.
+        """
+        named = dict(self._named_hooks())
+        unknown = sorted(set(states) - set(named))
+        if unknown:
+            raise HookError(f"saved state for hooks {unknown}, which are not registered (registered: {sorted(named)})")
+        for name, state in states.items():
+            named[name].load_state_dict(state)
+
+    def _named_hooks(self) -> Iterator[tuple[str, HookBase]]:
+        seen: dict[str, int] = {}
+        for hook in self._d2_hooks():
+            base = type(hook).__qualname__
+            seen[base] = seen.get(base, 0) + 1
+            yield (base if seen[base] == 1 else f"{base}#{seen[base]}"), hook
+
+    def _d2_hooks(self) -> list[HookBase]:
+        return [h for h in self._hooks if isinstance(h, HookBase)]
+
+    def _runs_on_ember(self) -> bool:
+        """Whether ``train`` runs on ember's Trainer (only a SimpleTrainer with its own run_step)."""
+        return False
+
+
+class SimpleTrainer(TrainerBase):
+    """Train ``model`` (which returns a dict of losses) on ``data_loader`` with ``optimizer``, on
+    ember's Trainer.
+
+    The model, optimizer and loader go through :func:`ember.initialize`: the model is moved to
+    the process's device and made data-parallel as ember's config says, a DataLoader over a
+    map-style dataset gets ember's resumable sampler (sharded across ranks: a checkpoint resumes
+    at the next batch); the optimizer steps through ember's Engine (precision, clipping,
+    gradient handlers of the config). One iteration is one batch and one
+    optimizer update; the losses' sum is back-propagated and the losses (averaged across ranks
+    every ``gather_metric_period`` iterations) go into the storage as ``total_loss`` and by name.
+
+    Args:
+        model: a module called as ``model(batch)``, returning a dict of scalar losses (or one loss).
+        data_loader: a DataLoader, or any iterable of batches (an infinite one is fine).
+        optimizer: the optimizer over ``model``'s parameters.
+        gather_metric_period: iterations between the writes of the losses into the storage
+            (each write reads them: one host-device sync, and raises FloatingPointError on a
+            non-finite loss).
+        zero_grad_before_forward: accepted for detectron2's signature; gradients are cleared
+            before each forward either way (the same result).
+        async_write_metrics: accepted for detectron2's signature; the losses are put lazily
+            anyway (no sync but the one every ``gather_metric_period``).
+
+    Attributes:
+        engine: the ember Engine that runs the forward, backward and step.
+        ember_trainer: the ember :class:`~ember.trainer.Trainer` that runs the loop.
+
+    Example:
+        >>> trainer = SimpleTrainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
+        >>> trainer.register_hooks([hooks.IterationTimer(), hooks.LRScheduler(scheduler=sched)])
+        >>> trainer.train(0, 1000)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        data_loader: Any,
+        optimizer: torch.optim.Optimizer,
+        gather_metric_period: int = 1,
+        zero_grad_before_forward: bool = False,
+        async_write_metrics: bool = False,
+    ) -> None:
+        super().__init__()
+        if (
+            isinstance(gather_metric_period, bool)
+            or not isinstance(gather_metric_period, int)
+            or gather_metric_period < 1
+        ):
+            raise TrainerError(
+                f"SimpleTrainer(gather_metric_period=...) must be a positive int, got {gather_metric_period!r}"
+            )
+        if isinstance(model, (DistributedDataParallel, DataParallel)):
+            raise TrainerError(
+                f"SimpleTrainer got a {type(model).__name__}: give it the plain model, ember makes it data-parallel "
+                "itself when launched with several processes"
+            )
+        # A map-style DataLoader gets ember's resumable, sharded sampler; other iterables (an
+        # IterableDataset that shards itself, a generator) are each rank's own, used as given.
+        is_loader = isinstance(data_loader, DataLoader) and not isinstance(data_loader.dataset, IterableDataset)
+        engine, loader, _, _ = ember.initialize(model, optimizer, None, data_loader if is_loader else None)
+        if engine.gradient_accumulation != 1:
+            raise TrainerError(
+                f"SimpleTrainer makes one optimizer update per iteration, but the config sets gradient_accumulation="
+                f"{engine.gradient_accumulation}: leave it at 1 (accumulate in a run_step of your own)"
+            )
+        model.train()
+        self.model, self.optimizer = model, optimizer
+        self.data_loader = loader if is_loader else data_loader
+        self.gather_metric_period = gather_metric_period
+        self.zero_grad_before_forward, self.async_write_metrics = zero_grad_before_forward, async_write_metrics
+        self.engine = engine
+        self.ember_trainer = Trainer(engine=engine, schedule=Step(self))
+        self._data_iter: Iterator[Any] | None = None
+        self._step_end = time.perf_counter()  # when the last iteration ended: the next one's data time starts
+
+    def train(self, start_iter: int, max_iter: int) -> None:
+        """Run iterations ``start_iter`` to ``max_iter - 1`` on ember's Trainer.
+
+        ``start_iter`` is where ember's step count stands now (a checkpoint loaded by
+        :class:`~ember.compat.detectron2.checkpoint.Checkpointer` puts it at the saved
+        iteration + 1, and the data loader at the batch that followed). A subclass with its own
+        ``run_step`` trains in :meth:`TrainerBase.train` instead.
+        """
+        if not self._runs_on_ember():
+            super().train(start_iter, max_iter)
+            return
+        _check_range(start_iter, max_iter)
+        get_dist_logger().info(f"Starting training from iteration {start_iter}", ranks=[0])
+        continue_at(self.ember_trainer, start_iter)
+        self.iter = self.start_iter = start_iter
+        self.max_iter = max_iter
+        with EventStorage(start_iter) as self.storage:
+            self.ember_trainer.storage = self.storage.scalars
+            self.ember_trainer.fit(self.data_loader, max_steps=max_iter, hooks=ember_hooks(self))
+
+    def run_step(self) -> None:
+        """One iteration: the next batch, the model's losses, backward, optimizer step.
+
+        ``train`` does not call it (ember's loop runs these same pieces); it is here for
+        subclasses whose own ``run_step`` calls ``super().run_step()``, and for wrappers that
+        delegate to it.
+        """
+        start = time.perf_counter()
+        data = next(self._data_loader_iter)
+        self.forward_backward(data, time.perf_counter() - start)
+        self.engine.step()
+
+    def forward_backward(self, data: Any, data_time: float, boundary: bool = False) -> dict[str, Any]:
+        """The model's losses on ``data``, their sum back-propagated; hooks' ``after_backward``
+        and the storage writes included (not the optimizer step).
+
+        Returns:
+            ``{"loss": total, "output": the loss dict, "label": None, "batch_size": n}``, what
+            ember's Trainer gives its hooks.
+        """
+        if not self.model.training:
+            raise TrainerError("SimpleTrainer: the model was put in eval mode; call model.train() after evaluating")
+        engine = self.engine
+        engine.zero_grad()
+        if boundary:
+            engine.expect_boundary()
+        loss_dict, total = self.losses(data)
+        engine.backward(total, boundary=True if boundary else None)
+        self.after_backward()
+        self._write_metrics(loss_dict, data_time)
+        return {"loss": total, "output": loss_dict, "label": None, "batch_size": batch_size(data)}
+
+    def losses(self, data: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The model's loss dict on ``data`` (run through the Engine: autocast, DDP) and its sum.
+
+        Raises:
+            TrainerError: the model returned something else than a dict of losses or one loss.
+        """
+        loss_dict = self.engine(data)
+        if isinstance(loss_dict, torch.Tensor):
+            loss_dict = {"total_loss": loss_dict}
+        if not isinstance(loss_dict, Mapping) or not loss_dict:
+            raise TrainerError(
+                f"SimpleTrainer's model must return a dict of losses (or one loss tensor), got {loss_dict!r:.80}"
+            )
+        losses = iter(loss_dict.values())
+        total = next(losses)
+        for loss in losses:
+            total = total + loss
+        return dict(loss_dict), total
+
+    def _write_metrics(
+        self, loss_dict: Mapping[str, Any], data_time: float, prefix: str = "", iter: int | None = None
+    ) -> None:
+        """Put the losses (averaged across ranks), their sum and the data time into the storage,
+        every ``gather_metric_period`` iterations."""
+        iteration = self.iter if iter is None else iter
+        if (iteration + 1) % self.gather_metric_period:
+            return
+        values = torch.stack([torch.as_tensor(v).detach().float().reshape(()) for v in loss_dict.values()])
+        if distributed.is_active():
+            device = values.device
+            values = distributed.all_reduce(values.to(distributed.collective_device())).to(device)
+            values /= distributed.world_size()
+        total = values.sum()
+        if not bool(torch.isfinite(total)):
+            raise FloatingPointError(
+                f"the loss is not finite at iteration {iteration}: {dict(zip(loss_dict, values.tolist(), strict=True))}"
+            )
+        storage = get_event_storage()
+        storage.put_scalar("data_time", data_time, cur_iter=iteration)
+        storage.put_scalar(f"{prefix}total_loss", total, cur_iter=iteration)
+        if len(loss_dict) > 1:
+            for name, value in zip(loss_dict, values.unbind(), strict=True):
+                storage.put_scalar(name, value, cur_iter=iteration)
+
+    @property
+    def _data_loader_iter(self) -> Iterator[Any]:
+        """The iterator :meth:`run_step` reads batches from (made at first use, kept across ``train`` calls)."""
+        if self._data_iter is None:
+            self._data_iter = _NeverEnding(self.data_loader)
+        return self._data_iter
+
+    def _runs_on_ember(self) -> bool:
+        return "run_step" not in vars(self) and type(self).run_step is SimpleTrainer.run_step
+
+
+class _NeverEnding(Iterator[Any]):
+    """Batches of ``loader``, and a clear error instead of a bare StopIteration when it runs out."""
+
+    def __init__(self, loader: Any) -> None:
+        self._it, self._read = iter(loader), 0
+
+    def __next__(self) -> Any:
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            raise TrainerError(
+                f"the data loader ran out after {self._read} batches: a run_step of your own reads one batch per "
+                "iteration, so give it an endless loader (detectron2's training samplers are)"
+            ) from None
+        self._read += 1
+        return batch
+
+
+def _check_range(start_iter: Any, max_iter: Any) -> None:
+    for name, value in (("start_iter", start_iter), ("max_iter", max_iter)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TrainerError(f"train({name}=...) must be an int, got {value!r}")
+    if not 0 <= start_iter <= max_iter or max_iter < 1:
+        raise TrainerError(
+            f"train(start_iter={start_iter}, max_iter={max_iter}): need 0 <= start_iter <= max_iter and max_iter >= 1"
+        )
+
+
+def _check_methods(hook: HookBase) -> None:
+    """A public method named like a hook event but not one of detectron2's would never be called."""
+    cls = type(hook)
+    for name in dir(cls):
+        if name in EVENTS or not name.startswith(("before_", "after_", "on_")) or not callable(getattr(cls, name)):
+            continue
+        close = _EMBER_NAMES.get(name) or next(iter(difflib.get_close_matches(name, EVENTS, n=1, cutoff=0.6)), "")
+        hint = f"did you mean {close!r}? " if close else ""
+        raise HookError(
+            f"{cls.__name__}.{name} is not a detectron2 hook method and would never be called: {hint}"
+            f"they are {', '.join(EVENTS)} (prefix helpers with '_')"
+        )
