@@ -44,8 +44,10 @@ def initialize(
     train with ``Trainer(engine, schedule=engine.schedule)``.
 
     Under ZeRO and FSDP2/tensor parallelism the optimizer that steps is a new one built from
-    ``optimizer``'s class, defaults and param groups (``engine.optimizer``); ``lr_scheduler`` is
-    moved over to it, so build schedulers before calling this and pass them in.
+    ``optimizer``'s class, defaults and param groups (``engine.optimizer``), and ``optimizer``
+    becomes a view of it (the same param groups and state), so a scheduler built over
+    ``optimizer`` before this call keeps setting the learning rate that steps, whether it is
+    passed here (it is then re-pointed at ``engine.optimizer``) or not.
 
     Args:
         model: the model (an ``nn.Module``).
