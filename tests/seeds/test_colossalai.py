@@ -294,7 +294,7 @@ def test_accuracy_counts_correct_predictions_like_ember_default() -> None:
     trainer = Trainer(_engine())
     test_dl = ember.get_dataloader(tiny_dataset(20, seed=5), batch_size=6)
     ours = trainer.evaluate(test_dl, hooks=[hooks.AccuracyHook(accuracy_func=Accuracy())])
-    native = trainer.evaluate(test_dl, hooks=[ember.hooks.AccuracyHook()])
+    native = trainer.evaluate(test_dl, [ember.hooks.AccuracyHook()], False, False)  # Colossal's positional form
     assert ours == native and 0.0 <= ours["test/accuracy"] <= 1.0
 
 

@@ -55,6 +55,22 @@ class Trainer(_Trainer):
         self.timer = timer
         self.states: dict[str, Any] = {}
 
+    def evaluate(
+        self, test_dataloader: Any, hooks: Any = None, display_progress: bool = False, return_output_label: bool = True
+    ) -> dict[str, float]:
+        """One test pass (ember's ``evaluate``), with Colossal-AI's ``return_output_label`` accepted.
+
+        Args:
+            test_dataloader: the batches.
+            hooks: hooks for this call only (None: those of the last ``fit``).
+            display_progress: a progress bar on rank 0.
+            return_output_label: accepted; hooks receive outputs and labels either way.
+
+        Returns:
+            The metrics the hooks recorded (``{"test/accuracy": ...}``).
+        """
+        return super().evaluate(test_dataloader, hooks=hooks, display_progress=display_progress)
+
     @property
     def steps_per_epoch(self) -> int | None:
         """Batches in an epoch of the training loader of the current (or last) ``fit``."""
