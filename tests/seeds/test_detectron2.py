@@ -31,10 +31,12 @@ from ember.logging import get_dist_logger
 from ember.trainer import Placeholders
 from ember.trainer import hooks as ember_hooks
 from ember.trainer.storage import UnknownScalarError
+from tests.dist import torchrun
 from tests.models import tiny_dataset, tiny_mlp
 
 MAX_ITER = 48  # 3 epochs of 16 batches
 PERIOD = 10
+DDP_SCRIPT = Path(__file__).parent / "scripts" / "detectron2_ddp.py"
 
 
 # -- the program --------------------------------------------------------------------------------
@@ -207,6 +209,24 @@ def test_periodic_checkpoints_resume_bit_identically_from_a_later_start_iter(
     assert resumed.storage.history("total_loss").values() == full.storage.history("total_loss").values()[20:]
     assert resumed.storage.history("lr").values() == full.storage.history("lr").values()[20:]
     assert resumed.optimizer.state_dict()["param_groups"] == full.optimizer.state_dict()["param_groups"]
+
+
+@pytest.mark.multiprocess
+def test_two_processes_with_the_checkpointer_and_writer_on_the_main_process_only(tmp_path: Path) -> None:
+    ranks = torchrun(DDP_SCRIPT, nproc=2, args=[str(tmp_path)]).results
+    first, second = ranks[0], ranks[1]
+    assert first["world"] == 2 and first["batches_per_epoch"] == 8  # 256 samples, batches of 16, two shards
+    assert first["total_loss"] == second["total_loss"]  # the losses are averaged across ranks
+    assert first["params"] == second["params"] and first["accuracy"] == second["accuracy"]
+    assert [it for _, it in first["accuracy"]] == [4, 9, 14, 20] and first["accuracy"][-1][0] >= 0.9
+    assert first["lr"] == pytest.approx([0.2] * 8 + [0.1] * 8 + [0.05] * 4)
+    # rank 0 wrote each save once; rank 1, without a PeriodicCheckpointer of its own, took part in it
+    assert {int(name.split("-s")[1][:9]) for name in first["files"]} == {5, 10, 15, 20}
+    # the crash stops every rank at an agreed update after it; the resumed job continues bit-identically
+    for rank in (first, second):
+        assert rank["crashed"] == "killed" and rank["resumed_equal"]
+        assert rank["start_iter"] in (10, 15) and rank["start_iter"] == first["start_iter"]
+        assert rank["resumed_loss"] == first["total_loss"][first["start_iter"] :]
 
 
 class ReportsToNative(ember_hooks.BaseHook):

@@ -21,8 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember import distributed
+from ember.errors import TrainerError
 from ember.trainer import Trainer
-from ember.trainer.hooks import BaseHook, Priority
+from ember.trainer.hooks import BaseHook, CheckpointHook, Priority
 
 if TYPE_CHECKING:
     from ember.compat.detectron2.engine.train_loop import SimpleTrainer
@@ -127,10 +129,40 @@ def ember_hooks(owner: SimpleTrainer) -> list[BaseHook]:
     """The ember hooks of ``owner``'s run: :class:`Tag`, :class:`Bridge`, the ember hooks registered
     (and those that detectron2 hooks work through) in registration order, :class:`Advance`."""
     hooks: list[BaseHook] = [Tag(owner), Bridge(owner)]
+    periodic: list[CheckpointHook] = []
     for hook in owner._hooks:
-        hooks.extend([hook] if isinstance(hook, BaseHook) else hook._ember_hooks())
+        if isinstance(hook, BaseHook):
+            hooks.append(hook)
+        else:
+            contributed = hook._ember_hooks()
+            hooks.extend(contributed)
+            periodic += [h for h in contributed if isinstance(h, CheckpointHook)]
+    hooks += _on_every_rank(periodic)
     hooks.append(Advance(owner))
     return hooks
+
+
+def _on_every_rank(periodic: list[CheckpointHook]) -> list[CheckpointHook]:
+    """The PeriodicCheckpointers' saves that this rank must join, registered elsewhere than here.
+
+    detectron2 and LiBai programs register the PeriodicCheckpointer on the main process only;
+    ember's saves are collectives (every rank gives its random state and, under ZeRO/FSDP, its
+    shards), so the other ranks join rank 0's with the same CheckpointHook. A collective: two
+    exchanges when ``train`` starts, none with one process.
+    """
+    if not distributed.is_active():
+        return []
+    mine = [(str(h.dir), h.every_n_steps, h.keep_last) for h in periodic]
+    first = distributed.broadcast_object(mine if distributed.rank() == 0 else None)
+    if distributed.any_true(bool(mine) and mine != first):
+        raise TrainerError(
+            f"PeriodicCheckpointer differs between ranks (rank 0: {first}, here: {mine}): register it on rank 0 "
+            "only or the same on every rank"
+        )
+    if mine:
+        return []
+    name = "PeriodicCheckpointer"
+    return [CheckpointHook(d, every_n_steps=n, every_n_epochs=None, keep_last=k, name=name) for d, n, k in first]
 
 
 def continue_at(trainer: Trainer, start_iter: int) -> None:

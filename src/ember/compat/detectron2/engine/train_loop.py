@@ -27,6 +27,7 @@ during every step; ``after_train`` sees ``trainer.iter == max_iter`` after a run
 from __future__ import annotations
 
 import difflib
+import os
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,8 +39,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import ember
 from ember import distributed
+from ember.checkpoint.state import rng_state, set_rng_state
 from ember.compat.detectron2.engine._ember import Step, batch_size, continue_at, ember_hooks
 from ember.compat.detectron2.utils.events import EventStorage, get_event_storage
+from ember.context import is_launched
 from ember.errors import HookError, TrainerError
 from ember.logging import get_dist_logger
 from ember.trainer import Trainer
@@ -286,7 +289,9 @@ class SimpleTrainer(TrainerBase):
     """Train ``model`` (which returns a dict of losses) on ``data_loader`` with ``optimizer``, on
     ember's Trainer.
 
-    The model, optimizer and loader go through :func:`ember.initialize`: the model is moved to
+    Started by ``torchrun`` or ``ember run`` with several processes, it joins the process group
+    first (``ember.launch_from_torch``, the program's random state kept). The model, optimizer
+    and loader go through :func:`ember.initialize`: the model is moved to
     the process's device and made data-parallel as ember's config says, a DataLoader over a
     map-style dataset gets ember's resumable sampler (sharded across ranks: a checkpoint resumes
     at the next batch); the optimizer steps through ember's Engine (precision, clipping,
@@ -339,6 +344,7 @@ class SimpleTrainer(TrainerBase):
                 f"SimpleTrainer got a {type(model).__name__}: give it the plain model, ember makes it data-parallel "
                 "itself when launched with several processes"
             )
+        _join_process_group()
         # A map-style DataLoader gets ember's resumable, sharded sampler; other iterables (an
         # IterableDataset that shards itself, a generator) are each rank's own, used as given.
         is_loader = isinstance(data_loader, DataLoader) and not isinstance(data_loader.dataset, IterableDataset)
@@ -481,6 +487,16 @@ class _NeverEnding(Iterator[Any]):
             ) from None
         self._read += 1
         return batch
+
+
+def _join_process_group() -> None:
+    """Under ``torchrun``/``ember run`` with several processes, launch ember once (detectron2's own
+    ``launch`` is not needed), leaving the program's random generators as it seeded them."""
+    if is_launched() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    seeded = rng_state()
+    ember.launch_from_torch(verbose=False)
+    set_rng_state(seeded)
 
 
 def _check_range(start_iter: Any, max_iter: Any) -> None:

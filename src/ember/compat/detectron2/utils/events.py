@@ -321,7 +321,8 @@ class CommonMetricPrinter(EventWriter):
         iteration = storage.iter
         if iteration == self._max_iter:  # the run is over: the line would only repeat the last one
             return
-        parts = [f"eta: {eta}" for eta in [self._eta(storage)] if eta]
+        eta = self._eta(storage)
+        parts = [f"eta: {eta}"] if eta else []
         parts.append(f"iter: {iteration}")
         for name, buffer in storage.histories().items():
             if "loss" in name or "[metric]" in name:
