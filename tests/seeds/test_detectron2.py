@@ -222,6 +222,7 @@ def test_two_processes_with_the_checkpointer_and_writer_on_the_main_process_only
     assert first["lr"] == pytest.approx([0.2] * 8 + [0.1] * 8 + [0.05] * 4)
     # rank 0 wrote each save once; rank 1, without a PeriodicCheckpointer of its own, took part in it
     assert {int(name.split("-s")[1][:9]) for name in first["files"]} == {5, 10, 15, 20}
+    assert all("PeriodicCheckpointer differs between ranks" in r["mismatch"] for r in (first, second))
     # the crash stops every rank at an agreed update after it; the resumed job continues bit-identically
     for rank in (first, second):
         assert rank["crashed"] == "killed" and rank["resumed_equal"]
@@ -265,6 +266,10 @@ def test_ember_hooks_mix_with_detectron2_hooks(tmp_path: Path) -> None:
     trainer.train(6, 9)  # a second call goes on counting from where the first ended
     assert [it for name, event, it, _ in calls if (name, event) == ("d2", "before_step")] == [6, 7, 8]
     assert trainer.iter == 9 and trainer.engine.num_updates == 9
+    calls.clear()
+    trainer.train(9, 9)  # nothing left to run: the hooks' before_train and after_train only
+    assert [(event, it) for name, event, it, _ in calls if name == "d2"] == [("before_train", 9), ("after_train", 9)]
+    assert trainer.engine.num_updates == 9
 
 
 class HandLoop(TrainerBase):

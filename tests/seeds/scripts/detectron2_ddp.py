@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from ember.compat.detectron2.checkpoint import DetectionCheckpointer
 from ember.compat.detectron2.engine import HookBase, SimpleTrainer, hooks
 from ember.compat.detectron2.utils.events import CommonMetricPrinter
+from ember.errors import TrainerError
 
 MAX_ITER, PERIOD, CRASH_AT = 20, 5, 13
 IS_MAIN = int(os.environ["RANK"]) == 0  # detectron2.utils.comm.is_main_process()
@@ -84,6 +85,14 @@ def main() -> None:
     except RuntimeError as exc:
         crashed = str(exc)
     resumed, start_iter = run(out / "part", resume=True)
+    model = Net()
+    odd = SimpleTrainer(model, DataLoader(tiny_dataset(64), batch_size=16), torch.optim.SGD(model.parameters(), lr=0.1))
+    every = PERIOD if IS_MAIN else PERIOD + 1  # a program whose ranks disagree on the saves
+    odd.register_hooks([hooks.PeriodicCheckpointer(DetectionCheckpointer(model, str(out / "odd"), trainer=odd), every)])
+    try:
+        odd.train(0, 2)
+    except TrainerError as exc:
+        mismatch = str(exc)
     storage = full.storage
     report(
         {
@@ -100,6 +109,7 @@ def main() -> None:
             "accuracy": storage.history("accuracy").values(),
             "lr": [lr for lr, _ in storage.history("lr").values()],
             "files": sorted(p.name for p in (out / "full").glob("*.ckpt")),
+            "mismatch": mismatch,
         }
     )
 
