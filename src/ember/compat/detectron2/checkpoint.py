@@ -26,7 +26,7 @@ from ember.errors import CheckpointError
 if TYPE_CHECKING:
     from torch import nn
 
-    from ember.compat.detectron2.engine.train_loop import SimpleTrainer
+    from ember.compat.detectron2.engine.simple import SimpleTrainer
 
 __all__ = ["Checkpointer", "DetectionCheckpointer"]
 

@@ -7,6 +7,7 @@ Example:
 from __future__ import annotations
 
 from ember.compat.detectron2.engine import hooks
+from ember.compat.detectron2.engine.base import HookBase, TrainerBase
 from ember.compat.detectron2.engine.hooks import (
     CallbackHook,
     EvalHook,
@@ -15,7 +16,7 @@ from ember.compat.detectron2.engine.hooks import (
     PeriodicCheckpointer,
     PeriodicWriter,
 )
-from ember.compat.detectron2.engine.train_loop import HookBase, SimpleTrainer, TrainerBase
+from ember.compat.detectron2.engine.simple import SimpleTrainer
 
 __all__ = [
     "CallbackHook",

@@ -27,7 +27,7 @@ from ember.trainer import Trainer
 from ember.trainer.hooks import BaseHook, CheckpointHook, Priority
 
 if TYPE_CHECKING:
-    from ember.compat.detectron2.engine.train_loop import SimpleTrainer
+    from ember.compat.detectron2.engine.simple import SimpleTrainer
 
 
 class Tag(BaseHook):

@@ -22,7 +22,7 @@ from typing import Any
 
 from ember import distributed
 from ember.compat.detectron2.checkpoint import Checkpointer
-from ember.compat.detectron2.engine.train_loop import HookBase
+from ember.compat.detectron2.engine.base import HookBase
 from ember.compat.detectron2.utils.events import EventWriter
 from ember.errors import HookError
 from ember.logging import get_dist_logger

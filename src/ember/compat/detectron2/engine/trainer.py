@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from ember.compat.detectron2.engine.train_loop import HookBase, SimpleTrainer, TrainerBase
+from ember.compat.detectron2.engine.base import HookBase, TrainerBase
+from ember.compat.detectron2.engine.simple import SimpleTrainer
 
 __all__ = ["HookBase", "SimpleTrainer", "TrainerBase"]
