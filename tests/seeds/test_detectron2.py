@@ -297,8 +297,11 @@ def test_an_own_run_step_runs_in_detectron2s_loop_with_its_hooks() -> None:
     calls: list[tuple[str, str, int, int]] = []
     trainer = HandLoop()
     schedule = torch.optim.lr_scheduler.StepLR(trainer.optimizer, step_size=2, gamma=0.5)
+    seen: list[int] = []
     trainer.register_hooks([hooks.LRScheduler(scheduler=schedule), Recorder("mine", calls), hooks.IterationTimer(0)])
+    trainer.register_hooks([hooks.CallbackHook(after_step=lambda t: seen.append(t.iter))])
     trainer.train(3, 7)
+    assert seen == [3, 4, 5, 6]
     assert [(e, it) for _, e, it, s in calls if it == s] == [
         ("before_train", 3),
         *[(e, i) for i in range(3, 7) for e in ("before_step", "after_step")],
