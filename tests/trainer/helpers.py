@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import ember
+from ember import distributed
 from ember.engine import Engine
 from tests.models import tiny_dataset, tiny_mlp
 
@@ -50,20 +51,21 @@ class RecordingLogger:
     def __init__(self) -> None:
         self.records: list[tuple[str, str]] = []
 
-    def _add(self, level: str, msg: str) -> None:
-        self.records.append((level, msg))
+    def _add(self, level: str, msg: str, ranks: Any) -> None:
+        if ranks is None or distributed.rank() in ranks:  # as ember's logger: only the ranks asked for
+            self.records.append((level, msg))
 
     def info(self, msg: str, *args: Any, ranks: Any = None) -> None:
-        self._add("info", msg)
+        self._add("info", msg, ranks)
 
     def warning(self, msg: str, *args: Any, ranks: Any = None) -> None:
-        self._add("warning", msg)
+        self._add("warning", msg, ranks)
 
     def error(self, msg: str, *args: Any, ranks: Any = None) -> None:
-        self._add("error", msg)
+        self._add("error", msg, ranks)
 
     def debug(self, msg: str, *args: Any, ranks: Any = None) -> None:
-        self._add("debug", msg)
+        self._add("debug", msg, ranks)
 
     def lines(self, contains: str = "") -> list[str]:
         """Messages containing ``contains``."""

@@ -19,7 +19,9 @@ def ranks() -> dict[int, dict]:
 def test_placeholders_resolve_to_this_ranks_share_under_two_processes(ranks: dict[int, dict]) -> None:
     for r in (0, 1):
         got = ranks[r]["placeholders"]
-        assert got["values"] == {"NUM_EPOCHS": 2, "NUM_UPDATE_STEPS_PER_EPOCH": 3, "TOTAL_UPDATE_STEPS": 6}
+        assert got["values"] == {
+            "NUM_EPOCHS": 2, "NUM_UPDATE_STEPS_PER_EPOCH": 3, "TOTAL_UPDATE_STEPS": 6, "TRAIN_DATALOADER_LEN": 10,
+        }  # fmt: skip
         assert got["scheduler_steps"] == got["cur_step"] == 6
 
 

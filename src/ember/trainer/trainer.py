@@ -207,7 +207,7 @@ class Trainer(TrainerState):
         test_dl = pick_loader("test", test_dataloader, test_dataset, batch_size, False, dataloader_kwargs)
         if train_dl is None:
             raise TrainerError("fit needs train_dataloader=... or train_dataset=... with batch_size=...")
-        check_test_loader(test_dl, self.engine.data_parallel_size)
+        check_test_loader(test_dl, self.engine.data_parallel_size, self.logger)
         check_resume(resume)
         warn_if_unsharded(train_dl, self.engine.data_parallel_size, self.logger)
         batches = batches_per_epoch(train_dl)
@@ -253,7 +253,7 @@ class Trainer(TrainerState):
             The metrics recorded by metric hooks during this pass (recorded in the history
             too when called from inside ``fit``).
         """
-        check_test_loader(test_dataloader, self.engine.data_parallel_size)
+        check_test_loader(test_dataloader, self.engine.data_parallel_size, self.logger)
         if self.fitting and (hooks is not None or display_progress):
             raise TrainerError("evaluate(hooks=...) cannot change the hooks while fit is running")
         saved = self._control.snapshot()
