@@ -10,6 +10,12 @@ hook                     what it does here
 ``EvalHook``             runs an evaluation function every N iterations and at the end
 ``CallbackHook``         calls the functions it is given
 =======================  =================================================================
+
+``PeriodicCheckpointer`` is ember's checkpointing underneath (one format, one writer). The
+others do what detectron2's do — once per iteration, in registration order, reading and putting
+the EventStorage — which is not what ember's nearest hooks do (``LRSchedulerHook`` steps per
+applied update at ``Priority.LOW``, ``ThroughputHook`` measures windows of updates), and they
+work alike in both loops (ember's Trainer, and detectron2's loop for a ``run_step`` of one's own).
 """
 
 from __future__ import annotations
@@ -232,7 +238,7 @@ class PeriodicWriter(HookBase):
 class PeriodicCheckpointer(HookBase):
     """Save the whole training state every ``period`` iterations and when training ends.
 
-    The saving is ember's :class:`~ember.trainer.hooks.CheckpointHook` (``attribute hook``): one
+    The saving is ember's :class:`~ember.trainer.hooks.CheckpointHook` (the ``hook`` attribute): one
     checkpoint format, atomic files named ``ckpt-e<epoch>-s<step>.ckpt`` in the checkpointer's
     ``save_dir`` (``step`` = iterations done), a ``last_checkpoint`` pointer, ``max_to_keep``
     newest kept, a final save when ``train`` ends (also on SIGTERM). It runs after every other

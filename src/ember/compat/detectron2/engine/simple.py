@@ -226,14 +226,14 @@ class SimpleTrainer(TrainerBase):
     def _data_loader_iter(self) -> Iterator[Any]:
         """The iterator :meth:`run_step` reads batches from (made at first use, kept across ``train`` calls)."""
         if self._data_iter is None:
-            self._data_iter = _NeverEnding(self.data_loader)
+            self._data_iter = _Batches(self.data_loader)
         return self._data_iter
 
     def _runs_on_ember(self) -> bool:
         return "run_step" not in vars(self) and type(self).run_step is SimpleTrainer.run_step
 
 
-class _NeverEnding(Iterator[Any]):
+class _Batches(Iterator[Any]):
     """Batches of ``loader``, and a clear error instead of a bare StopIteration when it runs out."""
 
     def __init__(self, loader: Any) -> None:
