@@ -75,7 +75,7 @@ def ember_engine(params: Mapping[str, Any], timer: Timer) -> Outcome:
 
 
 def default_hooks(w: Workload, logger: Any) -> list[Any]:
-    """Seed 000's hook list (examples/demo.py) without the tracking run: loss, LR schedule by
+    """The Colossal-AI tutorial's hook list (examples/demo.py) without the tracking run: loss, LR schedule by
     epoch, accuracy, per-epoch metric log, per-epoch memory log. The scheduler keeps the LR
     constant so the run does the same work as the hand loop (its per-epoch cost is still paid)."""
     from ember.trainer import hooks

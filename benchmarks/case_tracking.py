@@ -10,7 +10,7 @@ instead of wall time: the caller's own cost, less sensitive to a loaded machine.
 MLflow's one-call-per-value paths are too slow for 100,000 values: they log fewer, and the
 ratios are per value.
 
-Trainer: the tiny MLP of case 1 with seed 000's hooks, with and without a ``TrackingHook``
+Trainer: the tiny MLP of case 1 with the Colossal-AI tutorial's hooks, with and without a ``TrackingHook``
 logging loss and LR at every step; ``ember.track`` is imported before the timer (imports are set-up).
 """
 

@@ -1,4 +1,4 @@
-"""Seed 004's distributed training with experiment tracking, written with ember (digits data).
+"""T9k's distributed-training tracking example, written with ember's names (digits data).
 
 Every rank runs the same code; only rank 0 writes the run (the other ranks' run object is a
 no-op with the same API), so the job leaves exactly one run in the store.

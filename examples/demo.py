@@ -1,6 +1,6 @@
 """ember's main job: a small CNN on scikit-learn's digits, trained by the Trainer with hooks.
 
-Seed 000's hook list (loss, LR schedule by epoch, accuracy, per-epoch log, memory) with tqdm
+The Colossal-AI tutorial's hook list (loss, LR schedule by epoch, accuracy, per-epoch log, memory) with tqdm
 progress bars, and the run recorded in the local tracking store (``ember runs ls`` lists it).
 Exits 1 if the final test accuracy is below 95%.
 

@@ -1,4 +1,4 @@
-"""Seed 000's Engine loop, with ember names: train a CNN on digits, print loss and accuracy.
+"""The Colossal-AI tutorial's Engine loop, with ember names: train a CNN on digits, print loss and accuracy.
 
 Run: python examples/engine_loop.py            (or torchrun --nproc_per_node 2 examples/engine_loop.py)
 """

@@ -1,8 +1,8 @@
-"""Seed 003's progressive-resizing example: train three times at growing image sizes.
+"""pytorch-accelerated's progressive-resizing example with ember's names: three fits at growing image sizes.
 
 Digits are upsampled to 12, 16 and 24 pixels; the same model (adaptive pooling) keeps training,
 and each ``fit`` continues the counters and the metric history of the one before
-(``reset_run_history=False``, the default, spelt out as seed 003 does).
+(``reset_run_history=False``, the default, spelt out as pytorch-accelerated's example does).
 
 Run: python examples/progressive_resizing.py
 """

@@ -1,4 +1,4 @@
-"""Seed 003's transfer-learning example with ember names (pytorch-accelerated habits).
+"""pytorch-accelerated's transfer-learning example, with ember's native names.
 
 A "pretrained-like" backbone is first trained on digits 0-4; its features are then frozen and a
 fresh head is fitted on digits 5-9. The scheduler is a StepLR whose step size is a placeholder
