@@ -255,6 +255,12 @@ def load_file(
         ) from None
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ('' when it has none)."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else ""
+
+
 def write_pointer(directory: str | os.PathLike[str], name: str, pointer: str = POINTER) -> None:
     """Point ``directory/<pointer>`` (``last_checkpoint``) at the checkpoint file ``name``, atomically."""
     atomic_write_bytes(Path(directory) / pointer, (name + "\n").encode())

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import shutil
 import warnings
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 
 from ember import distributed
 from ember.checkpoint.io import _fsync_dir, load_file, remove_checkpoint, save_file
+from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
 from ember.checkpoint.snapshot import capture, check_format, tensor_bytes
 from ember.errors import CheckpointError
 
@@ -173,25 +173,16 @@ def check_complete(path: Path) -> dict[str, Any]:
     """Check that the DCP metadata of ``path`` reads and that every file it names holds its bytes.
 
     A structural check, like the single-file one (no checksum). Returns the metadata's tensor
-    entries: ``{name: TensorStorageMetadata or BytesStorageMetadata}``. DCP reads its metadata
-    with :mod:`pickle`: read sharded checkpoints from places you trust.
+    entries: ``{name: TensorStorageMetadata or BytesStorageMetadata}``. The metadata is read
+    without running code from it (:mod:`ember.checkpoint.safe_dcp`).
     """
-    import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
-
-    reader = dcp.FileSystemReader(path)
-    try:
-        metadata = reader.read_metadata()
-    except (OSError, EOFError, pickle.UnpicklingError, RuntimeError, ValueError, AttributeError, ImportError) as exc:
-        raise CheckpointError(
-            f"sharded checkpoint {str(path)!r} has no readable {DCP_FORMAT} metadata "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); use an earlier checkpoint"
-        ) from None
+    metadata = read_metadata(path)
     needed: dict[str, int] = {}
-    for info in (metadata.storage_data or {}).values():
+    for info in metadata.storage_data.values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), int(info.offset) + int(info.length))
     for name, size in sorted(needed.items()):
         file = path / name
-        have = file.stat().st_size if file.is_file() else None
+        have = file.stat().st_size if file.is_file() and not file.is_symlink() else None
         if have is None or have < size:
             what = "is missing" if have is None else f"has {have} bytes, the metadata says at least {size}"
             raise CheckpointError(
@@ -213,7 +204,8 @@ def load_shards(path: str | os.PathLike[str], engine: Engine) -> dict[str, Any]:
     alone = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     try:
         with _quiet_single_process():
-            dcp.load({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=Path(path), no_dist=alone)
+            dcp.load({"model": model_state, "optimizer": optimizer_state}, storage_reader=safe_reader(path),
+                     planner=safe_planner(), no_dist=alone)  # fmt: skip
     except dcp.CheckpointException as exc:
         raise CheckpointError(
             f"cannot load the shards of checkpoint {str(path)!r} into this model and optimizer: {exc}"
@@ -243,10 +235,17 @@ def full_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     entries = check_complete(path)
     prefix = "model."
     model: dict[str, Any] = {}
+    budget = directory_bytes(path)  # the tensors cannot hold more than the files do
     for key, info in entries.items():
         if not key.startswith(prefix):
             continue
         if isinstance(info, TensorStorageMetadata):
+            budget -= info.size.numel() * info.properties.dtype.itemsize
+            if budget < 0:
+                raise CheckpointError(
+                    f"sharded checkpoint {str(path)!r} is corrupt: its metadata describes more model bytes than its "
+                    "files hold; use an earlier checkpoint"
+                )
             model[key[len(prefix) :]] = torch.empty(info.size, dtype=info.properties.dtype)
         elif isinstance(info, BytesStorageMetadata):
             model[key[len(prefix) :]] = None  # DCP puts the saved object here
@@ -254,7 +253,7 @@ def full_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"sharded checkpoint {str(path)!r} holds no model entries")
     try:
         with _quiet_single_process():
-            dcp.load({"model": model}, checkpoint_id=path, no_dist=True)
+            dcp.load({"model": model}, storage_reader=safe_reader(path), planner=safe_planner(), no_dist=True)
     except dcp.CheckpointException as exc:
         raise CheckpointError(f"cannot read the model of sharded checkpoint {str(path)!r}: {exc}") from exc
     return model
