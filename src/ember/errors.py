@@ -8,6 +8,8 @@ code catching those keeps working.
 
 from __future__ import annotations
 
+import reprlib
+
 
 class EmberError(Exception):
     """Base class of every error ember raises on purpose."""
@@ -47,3 +49,27 @@ class CheckpointError(EmberError, RuntimeError):
 
 class TrackingError(EmberError, ValueError):
     """A tracking call got bad input (non-numeric metric, bad name, missing file...)."""
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)``, at most ``limit`` characters: how an error message shows a bad value.
+
+    Long strings, containers and numbers are cut without building their whole ``repr`` first
+    (a 50 MB string, a 5,000-digit int), so a message costs the same whatever the value.
+
+    Example:
+        >>> short_repr("x" * 10**6, 20)
+        "'xxxxxxx...xxxxxxxx'"
+    """
+    shorten = reprlib.Repr()
+    shorten.maxstring = shorten.maxlong = shorten.maxother = max(limit, 8)
+    try:
+        text = shorten.repr(value)
+    except ValueError:  # an int with more digits than Python converts to text
+        text = f"<an int of {value.bit_length()} bits>" if isinstance(value, int) else f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(value: object, limit: int = 80) -> str:
+    """:func:`short_repr` and the type's name: ``"'abc' (str)"``."""
+    return f"{short_repr(value, limit)} ({type(value).__name__})"

@@ -34,8 +34,9 @@ from ember.checkpoint.io import (
     read_pointer,
     save_file,
 )
-from ember.checkpoint.snapshot import capture, check_format, restore
+from ember.checkpoint.snapshot import capture, restore
 from ember.checkpoint.state import set_rng_state
+from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any
     if found is None:
         raise CheckpointError(f"no checkpoint in {str(path)!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
     chosen, state = found
-    set_rng_state(restore(state, trainer, strict=strict, where=str(chosen), source=chosen))
+    set_rng_state(restore(state, trainer, strict=strict, where=f"checkpoint {str(chosen)!r}", source=chosen))
     return {**state["meta"], "path": str(chosen)}
 
 
@@ -175,7 +176,7 @@ def read(path: PathLike) -> dict[str, Any]:
     if is_checkpoint_dir(path):
         return read_sharded(path)
     state = load_file(path)
-    check_format(state, f"checkpoint {str(path)!r}")
+    check_state(state, f"checkpoint {str(path)!r}")
     return state
 
 

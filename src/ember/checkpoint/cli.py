@@ -36,17 +36,25 @@ def _size(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _when(time: Any) -> str:
+    """A checkpoint's save time, local, to the second ('?' when missing or out of range)."""
+    try:
+        return datetime.datetime.fromtimestamp(time).isoformat(sep=" ", timespec="seconds")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
 def _read_meta(path: Path) -> dict[str, Any]:
     """The checkpoint's metadata, reading no tensor data (the file is memory-mapped; a sharded
     checkpoint's shard files are checked for completeness, not read)."""
     from ember.checkpoint.io import load_file
     from ember.checkpoint.sharded import is_checkpoint_dir, read_sharded
-    from ember.checkpoint.snapshot import check_format
+    from ember.checkpoint.validate import check_state
 
     if is_checkpoint_dir(path):
         return dict(read_sharded(path)["meta"])
     state = load_file(path, mmap=True)
-    check_format(state, f"checkpoint {str(path)!r}")
+    check_state(state, f"checkpoint {str(path)!r}")
     return dict(state["meta"])
 
 
@@ -58,22 +66,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     meta = _read_meta(path)
     sharded = path.is_dir()
     size = directory_bytes(path) if sharded else path.stat().st_size
-    when = datetime.datetime.fromtimestamp(meta["time"]).isoformat(sep=" ", timespec="seconds")
+    when = _when(meta.get("time"))
     where = f"{meta['epoch_iter']} batches into epoch {meta['epoch']}" if meta["epoch_iter"] else "at its start"
+    optional = ("reason", "micro_step", "samples_seen", "accumulation_micro_step", "data_parallel_size", "parallel",
+                "ember_version", "torch_version")  # fmt: skip
+    shown = {k: meta.get(k, "?") for k in optional}
+    active = meta.get("fit_active")
+    fit = "?" if active is None else "in progress (resume continues it)" if active else "finished"
     rows = [
         ("file", f"{path} ({_size(size)}{', sharded: torch.distributed.checkpoint' if sharded else ''})"),
-        ("saved", f"{when} ({meta['reason']})"),
+        ("saved", f"{when} ({shown['reason']})"),
         ("epoch", f"{meta['epoch']} ({where})"),
-        ("step", f"{meta['step']} optimizer updates, {meta['micro_step']} batches, {meta['samples_seen']} samples"),
-        ("accumulation", f"{meta['accumulation_micro_step']} micro-step(s) into a cycle"),
-        ("fit", "in progress (resume continues it)" if meta["fit_active"] else "finished"),
-        ("processes", f"{meta['world_size']} ({meta['parallel']}, data parallel {meta['data_parallel_size']})"),
-        ("versions", f"ember {meta['ember_version']}, torch {meta['torch_version']}"),
+        ("step", f"{meta['step']} optimizer updates, {shown['micro_step']} batches, {shown['samples_seen']} samples"),
+        ("accumulation", f"{shown['accumulation_micro_step']} micro-step(s) into a cycle"),
+        ("fit", fit),
+        ("processes", f"{meta['world_size']} ({shown['parallel']}, data parallel {shown['data_parallel_size']})"),
+        ("versions", f"ember {shown['ember_version']}, torch {shown['torch_version']}"),
     ]
-    for name, value in sorted(meta["metrics"].items()):
+    for name, value in sorted(meta.get("metrics", {}).items()):
         rows.append((name, f"{value:.6g}"))
-    for section, size in meta["sizes"].items():
-        rows.append((f"size of {section}", _size(size)))
+    for section, section_size in meta.get("sizes", {}).items():
+        rows.append((f"size of {section}", _size(section_size) if isinstance(section_size, int) else "?"))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0

@@ -223,35 +223,47 @@ def crc32_kept() -> Iterator[None]:
         yield
 
 
-def load_file(
-    path: str | os.PathLike[str], map_location: Any = "cpu", weights_only: bool = True, mmap: bool = False
-) -> Any:
-    """Read a checkpoint file, with an ember error naming it when it is missing or damaged.
+def load_file(path: str | os.PathLike[str], map_location: Any = "cpu", mmap: bool = False) -> Any:
+    """Read a checkpoint file with torch's safe loader, with an ember error naming it when it cannot.
+
+    ``weights_only=True`` always: tensors, numbers, strings and containers of them load; nothing
+    in the file can name a function to run. ember's own checkpoints need nothing else.
 
     Args:
         path: the file.
         map_location: where tensors go (``"cpu"`` by default).
-        weights_only: refuse pickled code objects (torch's safe loader). ember's own checkpoints
-            need nothing else; pass False only for a file you trust that holds custom objects.
-        mmap: map the file instead of reading it: tensors are read only when touched.
+        mmap: map the file instead of reading it: tensors are read only when touched (files in
+            torch's legacy, pre-zip format are read whole: torch maps only zip files).
+
+    Raises:
+        CheckpointError: the file is missing, is not a file, is damaged, or holds more than
+            the safe loader admits.
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+        what = "is not a file" if path.exists() else "does not exist"
+        raise CheckpointError(f"checkpoint {str(path)!r} {what}")
+    if mmap and not zipfile.is_zipfile(path):
+        mmap = False
     try:
-        return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=mmap)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
-        if weights_only and "weights_only" in str(exc):
-            why = next((line.strip() for line in str(exc).splitlines() if "Unsupported" in line), "")
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} holds objects torch's safe loader refuses ({why or 'see torch.load'}); "
-                "if you trust the file, load it with weights_only=False"
-            ) from None
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt: {exc}") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        why = next((line.strip() for line in str(exc).splitlines() if "Unsupported" in line), first_line(exc))
         raise CheckpointError(
-            f"checkpoint {str(path)!r} is truncated or corrupt ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
-            "use an earlier checkpoint"
+            f"checkpoint {str(path)!r} is truncated or corrupt, or not an ember checkpoint: torch's safe loader "
+            f"refuses it ({why}; ember reads checkpoints only with weights_only=True, which runs no code from the "
+            "file); use an earlier checkpoint"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, OverflowError, MemoryError, RecursionError) as exc:  # fmt: skip
+        if path.stat().st_size == 0:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is empty (0 bytes: a copy cut short, a full disk?); "
+                "use an earlier checkpoint"
+            ) from None
+        detail = f"{type(exc).__name__}: {first_line(exc)}" if first_line(exc) else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is truncated or corrupt ({detail}); use an earlier checkpoint"
         ) from None
 
 

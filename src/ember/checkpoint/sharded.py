@@ -39,7 +39,8 @@ import torch
 from ember import distributed
 from ember.checkpoint.io import _fsync_dir, load_file, remove_checkpoint, save_file
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
-from ember.checkpoint.snapshot import capture, check_format, tensor_bytes
+from ember.checkpoint.snapshot import capture, tensor_bytes
+from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -149,6 +150,24 @@ def _publish(tmp: Path, final: Path) -> None:
     remove_checkpoint(old)
 
 
+def obstacles(directory: str | os.PathLike[str]) -> list[Path]:
+    """Entries of ``directory`` named like checkpoints that a save could not replace.
+
+    A save renames its file (or, sharded, its directory) over the name; only a regular file or a
+    sharded checkpoint's directory (one holding ``ember_state.pt``) can be replaced. Anything
+    else under such a name (an empty or foreign directory, a link, a pipe) would make that save
+    fail after the training it was to keep.
+    """
+    from ember.checkpoint.io import _NAME
+
+    return [
+        entry
+        for entry in sorted(Path(directory).iterdir())
+        if _NAME.match(entry.name) is not None
+        and not (entry.is_file() or (entry.is_dir() and (entry / STATE_FILE).is_file()))
+    ]
+
+
 def read_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state file of the sharded checkpoint ``path``, after checking the directory is complete.
 
@@ -162,7 +181,7 @@ def read_sharded(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"sharded checkpoint {str(path)!r} is incomplete: it has no {STATE_FILE} (a write was interrupted?); "
             "use an earlier checkpoint"
         )
-    check_format(state, f"checkpoint {str(path)!r}")
+    check_state(state, f"checkpoint {str(path)!r}")
     if "shards" not in state or state["shards"].get("format") != DCP_FORMAT:
         raise CheckpointError(f"checkpoint {str(path)!r} has a {STATE_FILE} but no {DCP_FORMAT} shards section")
     check_complete(path)

@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from ember import distributed
 from ember.checkpoint.state import StagingBuffers, only_scalars, rng_state, to_cpu
+from ember.checkpoint.validate import FORMAT, VERSION, check_format
 from ember.errors import CheckpointError
 from ember.parallel.policy import require_boundary
 
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 
     from ember.trainer import Trainer
 
-FORMAT = "ember.checkpoint"
-VERSION = 1
 SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 
 
@@ -147,7 +146,13 @@ def restore(
         if source is None:
             raise CheckpointError(f"{where} is sharded: pass its directory to restore(..., source=...)")
         engine_state.update(load_shards(source, trainer.engine))
-    trainer.engine.load_state_dict(engine_state)
+    try:
+        trainer.engine.load_state_dict(engine_state)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # torch's "size mismatch for ..."
+        raise CheckpointError(
+            f"{where} does not fit this model and optimizer: {str(exc)[:2000]} "
+            "(was it saved from another model, or with another optimizer?)"
+        ) from exc
     trainer.load_state_dict(state["trainer"])
     _map_position(state, trainer, where)
     trainer.load_hook_states({**state["hooks"], **mine["hooks"]}, strict=strict)
@@ -159,20 +164,6 @@ def restore(
             ranks=[0],
         )
     return mine["rng"]
-
-
-def check_format(state: Any, where: str) -> None:
-    """Raise CheckpointError unless ``state`` is an ember checkpoint of a version this code reads."""
-    if not isinstance(state, Mapping) or state.get("format") != FORMAT:
-        raise CheckpointError(
-            f"{where} is not an ember checkpoint (no 'format': {FORMAT!r}); for bare weights use "
-            "model.load_state_dict(torch.load(path))"
-        )
-    if int(state.get("version", 0)) > VERSION:
-        raise CheckpointError(
-            f"{where} has checkpoint format version {state['version']}, newer than this ember reads "
-            f"({VERSION}): upgrade ember"
-        )
 
 
 _SAFE_LEAVES = (torch.Tensor, str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size)

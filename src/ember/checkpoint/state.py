@@ -30,7 +30,7 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` returned."""
-    random.setstate(_as_tuple(state["python"]))
+    random.setstate(as_tuple(state["python"]))
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
@@ -38,10 +38,10 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _as_tuple(value: Any) -> Any:
-    # random.setstate wants tuples all the way down; some loaders hand back lists.
+def as_tuple(value: Any) -> Any:
+    """Lists as tuples, all the way down: what ``random.setstate`` wants (some loaders give lists)."""
     if isinstance(value, list | tuple):
-        return tuple(_as_tuple(v) for v in value)
+        return tuple(as_tuple(v) for v in value)
     return value
 
 

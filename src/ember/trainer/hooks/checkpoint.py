@@ -16,10 +16,10 @@ from torch.utils.hooks import RemovableHandle
 from ember import distributed
 from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
-from ember.checkpoint.sharded import is_sharded, save_sharded
+from ember.checkpoint.sharded import is_sharded, obstacles, save_sharded
 from ember.checkpoint.snapshot import capture
 from ember.checkpoint.state import DeferredCopy, StagingBuffers
-from ember.errors import HookError
+from ember.errors import CheckpointError, HookError
 from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import epoch_value
 from ember.trainer.hooks.base import BaseHook, Priority
@@ -144,11 +144,25 @@ class CheckpointHook(BaseHook):
                 raise HookError(f"hooks {hook.name!r} and {self.name!r} both save to {str(self.dir)!r}: use one each")
 
     def before_train(self) -> None:
-        """Create the directory and remove temporaries of writes a crash interrupted (rank 0)."""
+        """Create the directory, remove temporaries of writes a crash interrupted, and refuse
+        anything named like a checkpoint that a save could not replace (rank 0)."""
         self.stall_s = 0.0
         if distributed.rank() == 0:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(self.dir)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                remove_stale_temporaries(self.dir)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"{self.name} cannot use the checkpoint directory {str(self.dir)!r}: {exc.strerror or exc}"
+                ) from None
+            blocked = obstacles(self.dir)
+            if blocked:
+                raise CheckpointError(
+                    f"{str(blocked[0])!r} is named like a checkpoint but is neither a checkpoint file nor a sharded "
+                    f"checkpoint's directory, so a save under that name would fail after the training it keeps "
+                    f"({len(blocked)} such entr{'ies' if len(blocked) > 1 else 'y'} in {str(self.dir)!r}): move it "
+                    "out of the checkpoint directory"
+                )
         if self._step_hook is not None:  # an earlier fit that ended without after_train
             self._step_hook.remove()
             self._step_hook = None
