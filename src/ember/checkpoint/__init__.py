@@ -33,6 +33,7 @@ from ember.checkpoint.io import (
     load_file,
     read_pointer,
     save_file,
+    write_error,
 )
 from ember.checkpoint.snapshot import capture, restore
 from ember.checkpoint.state import set_rng_state
@@ -97,8 +98,8 @@ def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = Non
     if state is not None:
         try:
             save_file(state, path)
-        except OSError as exc:
-            error = CheckpointError(f"cannot write checkpoint {str(path)!r}: {exc}")
+        except (OSError, CheckpointError) as exc:
+            error = exc if isinstance(exc, CheckpointError) else write_error(path, exc)
     agree_on_error(error, f"rank 0 could not write checkpoint {str(path)!r}")
     return Path(path) if state is not None else None
 

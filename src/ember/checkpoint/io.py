@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import functools
 import io
 import os
@@ -68,10 +69,44 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+        _fsync_dir(path.parent)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # a read-only folder may not let it be removed either
+            tmp.unlink(missing_ok=True)
+        cause = _os_error(exc)
+        if cause is not None:
+            raise write_error(path, cause) from exc
         raise
-    _fsync_dir(path.parent)
+
+
+_WHY: dict[int, str] = {
+    errno.ENOSPC: "the disk is full: free space there, or save to another folder",
+    errno.EDQUOT: "the disk quota is used up: free space there, or save to another folder",
+    errno.EFBIG: "the file-size limit of this process (ulimit -f) is below the checkpoint's size: raise it",
+    errno.EROFS: "the folder is on a read-only file system: save to a writable folder",
+    errno.EACCES: "this process may not write there: save to a writable folder",
+    errno.EPERM: "this process may not write there: save to a writable folder",
+}
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The OSError behind ``exc``: itself, or the one torch's writer hit (it raises "unexpected pos")."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def write_error(path: str | os.PathLike[str], cause: OSError) -> CheckpointError:
+    """The CheckpointError for a write of ``path`` that failed with ``cause``: the folder, the reason, the fix."""
+    folder = Path(path).parent
+    reason = cause.strerror or str(cause)
+    why = _WHY.get(cause.errno or 0, "see the reason")
+    return CheckpointError(f"cannot write checkpoint {str(path)!r} in folder {str(folder)!r}: {reason} ({why})")
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -> None:

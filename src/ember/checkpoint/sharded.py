@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import distributed
-from ember.checkpoint.io import _fsync_dir, load_file, remove_checkpoint, save_file
+from ember.checkpoint.io import _fsync_dir, _os_error, load_file, remove_checkpoint, save_file, write_error
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
 from ember.checkpoint.snapshot import capture, tensor_bytes
 from ember.checkpoint.validate import check_state
@@ -119,11 +119,15 @@ def save_sharded(
                 shutil.rmtree(tmp)
             tmp.mkdir()
         except OSError as exc:
-            error = CheckpointError(f"cannot create the sharded checkpoint directory {str(tmp)!r}: {exc}")
+            error = write_error(tmp, exc)
     agree_on_error(error, f"rank 0 could not create {str(tmp)!r}")
     try:
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=tmp)
     except dcp.CheckpointException as exc:  # raised on every rank: DCP gathers the ranks' failures
+        failures = exc.failures.values()  # rank -> (exception, traceback)
+        cause = next((c for error, _ in failures if (c := _os_error(error)) is not None), None)
+        if cause is not None:
+            raise write_error(final, cause) from exc
         raise CheckpointError(f"cannot write the shards of checkpoint {str(final)!r}: {exc}") from exc
     if state is not None:
         try:
@@ -133,8 +137,8 @@ def save_sharded(
             _publish(tmp, final)
             if then is not None:
                 then()
-        except OSError as exc:
-            error = CheckpointError(f"cannot write checkpoint {str(final)!r}: {exc}")
+        except (OSError, CheckpointError) as exc:
+            error = exc if isinstance(exc, CheckpointError) else write_error(final, exc)
     agree_on_error(error, f"rank 0 could not write checkpoint {str(final)!r}")
     return final
 
