@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ember.errors import EmberError
 
@@ -22,3 +23,22 @@ def run_commands(add_commands: Callable[[argparse._SubParsersAction], None], arg
     except EmberError as e:
         print(f"ember: error: {e}", file=sys.stderr)
         return 2
+
+
+def output_file(path: str, what: str, error: type[EmberError]) -> Path:
+    """``path`` as a file a command may write (create or replace), or ``error`` saying why not.
+
+    A directory, or a parent folder that is missing or not a folder, is refused: commands never
+    create folders the user did not ask for.
+
+    Example:
+        >>> output_file("out/model.pt", "checkpoint export OUT", CheckpointError)
+    """
+    out = Path(path)
+    if out.is_dir():
+        raise error(f"{what} {path!r} is a directory: give a file name in it, e.g. {str(out / 'model.pt')!r}")
+    parent = out.parent
+    if not parent.is_dir():
+        state = "is not a folder" if parent.exists() else "does not exist"
+        raise error(f"{what} {path!r}: its folder {str(parent)!r} {state}; create it first or choose another path")
+    return out

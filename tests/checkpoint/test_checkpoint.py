@@ -474,3 +474,17 @@ def test_the_command_line_names_a_damaged_file(tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "ckpt-e0000-s000000001.ckpt").write_bytes(b"not a checkpoint")
     assert ember_main(["checkpoint", "inspect", str(tmp_path)]) == 2
     assert "ckpt-e0000-s000000001.ckpt' is truncated or corrupt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [("existing", "is a directory: give a file name in it"), ("missing/sub/model.pt", "missing/sub' does not exist")],
+)
+def test_export_refuses_a_directory_or_a_missing_folder_and_creates_no_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, message: str
+) -> None:
+    common.run(tmp_path / "ckpt")
+    (tmp_path / "existing").mkdir()
+    assert ember_main(["checkpoint", "export", str(tmp_path / "ckpt"), str(tmp_path / out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists() and not any((tmp_path / "existing").iterdir())

@@ -76,6 +76,30 @@ def test_bad_input_raises_a_clear_tracking_error_and_the_run_stays_usable(
     assert meta["hparams"] == {"lr": 0.1, "after": True} and meta["status"] == "Complete"
 
 
+HUGE = "x" * 50_000_000  # 50 MB
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.log("train", {"loss": HUGE}, step=1),
+        lambda r: r.log("train", {HUGE: "x"}, step=1),
+        lambda r: r.log("train", {"n": 10**5000}, step=1),
+        lambda r: r.log(HUGE, {"loss": 1.0}, step=1),
+        lambda r: r.log("train", {"loss": 1.0}, step=HUGE),
+        lambda r: r.hparams.update({"blob": HUGE.encode()}),
+        lambda r: setattr(r, "labels", [HUGE, ""]),
+    ],
+    ids=["value", "name", "5000-digit int", "type", "step", "hparam", "label"],
+)
+def test_a_huge_bad_value_is_shown_cut_short_in_the_message(call: Callable[[track.Run], Any]) -> None:
+    run = track.create_run(name="huge")
+    with pytest.raises(TrackingError) as info:
+        call(run)
+    assert len(str(info.value)) < 1000
+    run.finish()
+
+
 def test_a_bad_value_among_good_ones_records_nothing_of_that_call() -> None:
     run = track.create_run(name="atomic")
     with pytest.raises(TrackingError, match="'bad'"):

@@ -141,7 +141,8 @@ def save_model(path: PathLike, engine: Engine) -> Path | None:
     """Write the model's full weights alone, for ``model.load_state_dict(torch.load(path))``; a collective.
 
     ``.safetensors`` paths are written with the ``safetensors`` package (when installed), other
-    paths with ``torch.save``. Under FSDP2/tensor parallelism the shards are gathered first.
+    paths with ``torch.save``; the parent folder is created, as :func:`save` does. Under
+    FSDP2/tensor parallelism the shards are gathered first.
 
     Returns:
         ``path`` on rank 0, None on the other ranks.
@@ -156,9 +157,10 @@ def save_model(path: PathLike, engine: Engine) -> Path | None:
     error: Exception | None = None
     if distributed.rank() == 0:
         try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             write_weights(weights, path)
         except (OSError, CheckpointError) as exc:
-            error = exc if isinstance(exc, CheckpointError) else CheckpointError(f"cannot write {str(path)!r}: {exc}")
+            error = exc if isinstance(exc, CheckpointError) else write_error(path, exc)
     agree_on_error(error, f"rank 0 could not write {str(path)!r}")
     return Path(path) if distributed.rank() == 0 else None
 

@@ -11,6 +11,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+from ember._cli import output_file
 from ember.errors import CheckpointError
 
 
@@ -98,8 +99,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ember.checkpoint import model_state
     from ember.checkpoint.export import write_weights
 
+    out = output_file(args.out, "checkpoint export OUT", CheckpointError)  # before reading: fail fast
     path = _resolve(args.path)
-    out = write_weights(model_state(path), args.out)
+    out = write_weights(model_state(path), out)
     print(f"wrote the model weights of {path} to {out} ({_size(out.stat().st_size)})")
     return 0
 

@@ -36,11 +36,13 @@ def full_model_state(engine: Engine) -> dict[str, Any]:
 def write_weights(weights: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``weights`` atomically: safetensors for a ``.safetensors`` path, else ``torch.save``.
 
+    The folder must exist (nothing is created here).
+
     Raises:
-        CheckpointError: ``.safetensors`` without the package installed, or weights it cannot hold.
+        CheckpointError: ``.safetensors`` without the package installed, weights it cannot hold,
+            or a write the disk refuses.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".safetensors":
         if not has_safetensors():
             raise CheckpointError(

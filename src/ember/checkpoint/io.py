@@ -127,7 +127,10 @@ def save_file(obj: Any, path: str | os.PathLike[str]) -> None:
       never checks them, and computing them took ~30% of a save. Zip tools that test CRCs
       (``unzip -t``, Python's ``zipfile`` reading a member) report a mismatch.
     """
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(path, exc) from None
     with atomic_path(path) as tmp, open(tmp, "wb", buffering=0) as raw:
         writer = _WriteBehind(raw)
         with _crc32_off_until_first_write(writer):

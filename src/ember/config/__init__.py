@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from ember.config.schema import _describe, _merge, _normalize
+from ember.config.schema import _merge, _normalize
 from ember.config.sources import _assign, _expand_dotted, _read, _split_key, _YamlLoader
-from ember.errors import ConfigError, ContextError
+from ember.errors import ConfigError, ContextError, describe
 
 __all__ = ["Config", "ConfigSource", "load_config", "merge_configs", "parse_overrides"]
 
@@ -154,7 +154,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         {'gradient_accumulation': 4, 'parallel': {'data': 2}}
     """
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise ConfigError(f"overrides must be a list of 'key=value' strings; got {_describe(items)}")
+        raise ConfigError(f"overrides must be a list of 'key=value' strings; got {describe(items)}")
     out: dict[str, Any] = {}
     for item in items:
         if not isinstance(item, str) or "=" not in item:

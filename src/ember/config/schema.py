@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from ember.errors import ConfigError
+from ember.errors import ConfigError, describe
 
 # ---------------------------------------------------------------------------------------------
 # Value checks. Each takes (value, dotted key, full) and returns the normalized value; `full` is
@@ -20,13 +20,8 @@ _Check = Callable[[Any, str, bool], Any]
 _NO_DEFAULT = object()
 
 
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return f"{text[:77] + '...' if len(text) > 80 else text} ({type(value).__name__})"
-
-
 def _fail(key: str, value: Any, allowed: str) -> NoReturn:
-    raise ConfigError(f"config key '{key}' got {_describe(value)}; allowed: {allowed}")
+    raise ConfigError(f"config key '{key}' got {describe(value)}; allowed: {allowed}")
 
 
 def _is_int(value: Any) -> bool:
@@ -332,7 +327,7 @@ def _fold_fp16(data: dict[str, Any]) -> None:
     mode = getattr(mode, "value", mode)  # Colossal-AI's AMP_TYPE.TORCH is an Enum
     if not isinstance(mode, str) or mode.lower() != "torch":
         raise ConfigError(
-            f"config key 'fp16.mode' got {_describe(mode)}; ember supports mode='torch' "
+            f"config key 'fp16.mode' got {describe(mode)}; ember supports mode='torch' "
             "(torch.amp) only: use fp16=dict(mode='torch'), or amp='fp16' or amp='bf16'"
         )
     if _amp(data.get("amp"), "amp", False) not in (None, "fp16"):

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from ember.config.schema import _describe, _merge
-from ember.errors import ConfigError
+from ember.config.schema import _merge
+from ember.errors import ConfigError, describe
 
 # ---------------------------------------------------------------------------------------------
 # Reading sources.
@@ -81,7 +81,7 @@ def _read(source: Any) -> Mapping[str, Any]:
         return source
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(
-            f"a config must be a file path ({', '.join(_LOADERS)}), a dict or None; got {_describe(source)}"
+            f"a config must be a file path ({', '.join(_LOADERS)}), a dict or None; got {describe(source)}"
         )
     path = Path(source)
     if not path.exists():

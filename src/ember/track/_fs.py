@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ember._exit import leave_process_group_at_exit
-from ember.errors import TrackingError
+from ember.errors import TrackingError, describe, short_repr
 
 RUNS_DIR = "runs"
 ARTIFACTS_DIR = "artifacts"
@@ -58,7 +58,7 @@ def resolve_home(home: str | os.PathLike[str] | None) -> Path:
 def check_name(name: object, what: str = "name") -> str:
     """Return ``name`` when it can be part of a folder name; raise TrackingError otherwise."""
     if not isinstance(name, str):
-        raise TrackingError(f"{what} must be a str, got {type(name).__name__} {name!r}")
+        raise TrackingError(f"{what} must be a str, got {describe(name)}")
     bad = (
         not name
         or name in (".", "..")
@@ -69,7 +69,7 @@ def check_name(name: object, what: str = "name") -> str:
     )
     if bad:
         raise TrackingError(
-            f"{what} {name!r} cannot name a folder: use 1 to {MAX_NAME_LENGTH} characters "
+            f"{what} {short_repr(name)} cannot name a folder: use 1 to {MAX_NAME_LENGTH} characters "
             "without '/', '\\', '..', NUL or control characters, e.g. 'mnist-ddp'"
         )
     return name
@@ -78,7 +78,7 @@ def check_name(name: object, what: str = "name") -> str:
 def check_rel_path(path: object, what: str) -> str:
     """Return a safe relative POSIX path ('a/b.pt'); raise TrackingError for anything else."""
     if not isinstance(path, str):
-        raise TrackingError(f"{what} must be a str, got {type(path).__name__} {path!r}")
+        raise TrackingError(f"{what} must be a str, got {describe(path)}")
     parts = path.split("/")
     bad = (
         not path
@@ -90,7 +90,7 @@ def check_rel_path(path: object, what: str) -> str:
     )
     if bad:
         raise TrackingError(
-            f"{what} {path!r} is not a safe relative path: use '/'-separated names without "
+            f"{what} {short_repr(path)} is not a safe relative path: use '/'-separated names without "
             "'..', '.', empty parts, backslashes, NUL or a leading '/', e.g. 'weights/model.pt'"
         )
     return path
@@ -99,12 +99,12 @@ def check_rel_path(path: object, what: str) -> str:
 def check_folder(folder: object) -> str:
     """Validate the console folder a run belongs to ('default', 'team/mnist', '/alice/x')."""
     if not isinstance(folder, str):
-        raise TrackingError(f"folder must be a str, got {type(folder).__name__} {folder!r}")
+        raise TrackingError(f"folder must be a str, got {describe(folder)}")
     try:
         check_rel_path(folder[1:] if folder.startswith("/") else folder, "folder")
     except TrackingError:
         raise TrackingError(
-            f"folder {folder!r} is not a safe console folder: use '/'-separated names without "
+            f"folder {short_repr(folder)} is not a safe console folder: use '/'-separated names without "
             "'..', '.', empty parts, backslashes or NUL, e.g. 'default' or 'team/mnist'"
         ) from None
     return folder
@@ -115,12 +115,10 @@ def check_labels(labels: object) -> list[str]:
     if labels is None:
         return []
     if isinstance(labels, str) or not isinstance(labels, (list, tuple)):
-        raise TrackingError(
-            f"labels must be a list of str, got {type(labels).__name__} {labels!r}, e.g. labels=['ddp', 'baseline']"
-        )
+        raise TrackingError(f"labels must be a list of str, got {describe(labels)}, e.g. labels=['ddp', 'baseline']")
     for label in labels:
         if not isinstance(label, str) or not label:
-            raise TrackingError(f"label {label!r} in {labels!r} must be a non-empty str")
+            raise TrackingError(f"label {short_repr(label)} in {short_repr(labels)} must be a non-empty str")
     return list(labels)
 
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ember.errors import TrackingError
+from ember.errors import TrackingError, describe, short_repr
 
 TYPE_ALIASES: dict[str, str] = {
     "train": "train",
@@ -64,7 +64,7 @@ def normalize_type(type_: object) -> str:
                 TYPE_CACHE[type_] = canonical
             return canonical
     raise TrackingError(
-        f"metric type {type_!r} is not allowed: use train/training, val/validate/validation, "
+        f"metric type {short_repr(type_)} is not allowed: use train/training, val/validate/validation, "
         "test/testing/eval/evaluate/evaluation, or a custom name of letters, digits, '_', '.' "
         "and '-' (at most 64, starting with a letter or digit), e.g. 'system'"
     )
@@ -72,7 +72,7 @@ def normalize_type(type_: object) -> str:
 
 def _bad_value(name: str, value: object, why: str = "") -> TrackingError:
     return TrackingError(
-        f"metric {name!r} = {value!r} ({type(value).__name__}) is not a number{why}; log a "
+        f"metric {short_repr(name)} = {describe(value)} is not a number{why}; log a "
         "Python int/float, a NumPy scalar or a one-element tensor (bools are not numbers)"
     )
 
@@ -80,7 +80,9 @@ def _bad_value(name: str, value: object, why: str = "") -> TrackingError:
 def _check_int(name: str, value: int) -> int:
     if -INT_LIMIT < value < INT_LIMIT:
         return value
-    raise TrackingError(f"metric {name!r} = {value} is too large: log ints with -2**1023 < value < 2**1023")
+    raise TrackingError(
+        f"metric {short_repr(name)} = {short_repr(value)} is too large: log ints with -2**1023 < value < 2**1023"
+    )
 
 
 def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
@@ -142,7 +144,7 @@ def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int 
     out: dict[str, int | float] = {}
     for name, value in metrics.items():
         if type(name) is not str or not name:
-            raise TrackingError(f"metric name {name!r} must be a non-empty str")
+            raise TrackingError(f"metric name {short_repr(name)} must be a non-empty str")
         kind = type(value)
         if kind is float or (kind is int and -INT_LIMIT < value < INT_LIMIT):
             out[name] = value
@@ -162,7 +164,7 @@ def check_step(step: object) -> int:
         except TypeError:  # a tensor with more than one element, say
             value = -1
     if value < 0:
-        raise TrackingError(f"step must be a non-negative int, got {step!r}, e.g. step=500")
+        raise TrackingError(f"step must be a non-negative int, got {short_repr(step)}, e.g. step=500")
     return value
 
 
@@ -174,7 +176,7 @@ def check_epoch(epoch: object) -> int | float | None:
         value = float(epoch) if not isinstance(epoch, numbers.Integral) else int(epoch)
         if math.isfinite(value) and value >= 0:
             return value
-    raise TrackingError(f"epoch must be None or a non-negative number, got {epoch!r}")
+    raise TrackingError(f"epoch must be None or a non-negative number, got {short_repr(epoch)}")
 
 
 def _nonfinite_to_str(value: int | float) -> int | float | str:

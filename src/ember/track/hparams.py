@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ember.errors import TrackingError
+from ember.errors import TrackingError, describe, short_repr
 
 
 def to_jsonable(value: Any, where: str) -> Any:
@@ -29,7 +29,7 @@ def to_jsonable(value: Any, where: str) -> Any:
         out = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TrackingError(f"hparam {where!r} has key {key!r} ({type(key).__name__}); keys must be str")
+                raise TrackingError(f"hparam {short_repr(where)} has key {describe(key)}; keys must be str")
             out[key] = to_jsonable(item, f"{where}.{key}")
         return out
     if isinstance(value, (list, tuple)):
@@ -41,7 +41,7 @@ def to_jsonable(value: Any, where: str) -> Any:
         if numel == 1 and hasattr(value, "item"):
             return to_jsonable(value.item(), where)
     raise TrackingError(
-        f"hparam {where!r} = {value!r} ({type(value).__name__}) cannot be stored as JSON; "
+        f"hparam {short_repr(where)} = {describe(value)} cannot be stored as JSON; "
         "pass a str, number, bool, None, list or dict (e.g. str(value))"
     )
 
@@ -121,7 +121,7 @@ class HParams(Mapping[str, Any]):
         checked: dict[str, Any] = {}
         for key, value in {**(new or {}), **kwargs}.items():
             if not isinstance(key, str) or not key:
-                raise TrackingError(f"hparam name {key!r} must be a non-empty str")
+                raise TrackingError(f"hparam name {short_repr(key)} must be a non-empty str")
             checked[key] = to_jsonable(value, key)
         with self._lock:
             changed = False
