@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import string
 import sys
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ember._exit import leave_process_group_at_exit
 from ember.errors import TrackingError, describe, short_repr
@@ -149,11 +151,18 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def parse_iso(text: str | None) -> float | None:
-    """Seconds since the epoch for an ISO 8601 string from :func:`now_iso`, or None."""
-    if not text:
+def parse_iso(text: object) -> float | None:
+    """Seconds since the epoch for an ISO 8601 string from :func:`now_iso`; None when missing or not one.
+
+    Readers show a time they cannot parse as unknown rather than failing (the store's readers
+    mark such a run Damaged first, see :func:`ember.track.store.run_damage`).
+    """
+    if not isinstance(text, str) or not text:
         return None
-    return datetime.fromisoformat(text).timestamp()
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -165,15 +174,66 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> Any:
-    """Read a JSON file, raising TrackingError that names the file when it is missing or bad."""
+MAX_JSON_BYTES = 64 << 20
+"""The largest metadata file (run.json, platform.json, artifact.json) a reader accepts."""
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open ``path`` for reading when it is a regular file and not a symbolic link.
+
+    The store's readers open every file of a run or artifact folder this way, so a link placed
+    there (``run.json`` pointing at a file elsewhere, a metrics file pointing at ``/dev/zero``)
+    is never followed, and a pipe or device is refused without waiting on it.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (callers decide what missing means).
+        TrackingError: it is a link, a folder, or something else than a regular file.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise TrackingError(
+                f"{path} is a symbolic link: the store reads only the regular files ember wrote into a run or "
+                "artifact folder; replace the link by a copy"
+            ) from None
+        raise TrackingError(f"{path} cannot be read: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise TrackingError(f"{path} is {kind}: the store expects a file there")
+    return os.fdopen(fd, "rb")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (ember writes non-finite numbers as strings)")
+
+
+def read_json(path: Path, *, follow_links: bool = True) -> Any:
+    """Read a JSON file, raising TrackingError that names the file when it is missing or bad.
+
+    Bare ``NaN``/``Infinity`` (which Python's json module accepts but JSON does not have) and
+    files over :data:`MAX_JSON_BYTES` are refused. Pass ``follow_links=False`` for the files of
+    a run or artifact folder (see :func:`open_regular`).
+    """
+    try:
+        with open(path, "rb") if follow_links else open_regular(path) as f:
+            data = f.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise TrackingError(f"{path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TrackingError(f"{path} is not valid JSON ({e}); it was not written by ember") from e
+    except IsADirectoryError:
+        raise TrackingError(f"{path} is a folder: the store expects a file there") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise TrackingError(f"{path} is over {MAX_JSON_BYTES >> 20} MB: it was not written by ember")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise TrackingError(f"{path} is not valid JSON ({reason}); it was not written by ember") from None
 
 
 def write_all(fd: int, data: bytes) -> None:

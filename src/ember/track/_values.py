@@ -15,12 +15,14 @@ import json
 import math
 import numbers
 import operator
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ember.errors import TrackingError, describe, short_repr
+from ember.track._fs import open_regular
 
 TYPE_ALIASES: dict[str, str] = {
     "train": "train",
@@ -342,14 +344,88 @@ def encode_point(step: int, epoch: int | float | None, time: float, metrics: dic
     return encode_points(buf, 0, len(buf), {})[0][""][0]
 
 
-def decode_point(line: bytes | str) -> Point:
-    """Parse one record, turning the non-finite strings back into floats."""
-    point = json.loads(line)
-    metrics = point["metrics"]
+def _check_point(point: Any) -> Point:
+    """``point`` when it has the shape ember writes, with the non-finite strings turned back into floats."""
+    if type(point) is not dict:
+        raise TypeError(f"a {type(point).__name__}, not an object")
+    step, epoch, metrics = point["step"], point.get("epoch"), point["metrics"]
+    if type(step) is not int or step < 0:
+        raise ValueError(f"step {short_repr(step)} is not an int >= 0")
+    if epoch is not None and (type(epoch) not in (int, float) or epoch < 0):
+        raise ValueError(f"epoch {short_repr(epoch)} is not a number >= 0")
+    if type(point.get("time", 0.0)) not in (int, float):
+        raise ValueError(f"time {short_repr(point['time'])} is not a number")
+    if type(metrics) is not dict:
+        raise TypeError("metrics is not an object")
     for name, value in metrics.items():
-        if type(value) is str:
+        kind = type(value)
+        if kind is str:
             metrics[name] = _NONFINITE[value]
+        elif kind is not float and kind is not int:
+            raise ValueError(f"metric {short_repr(name)} is {short_repr(value)}, not a number")
     return point
+
+
+_DAMAGE = (ValueError, KeyError, TypeError, AttributeError, RecursionError)
+
+
+def decode_point(line: bytes | str) -> Point:
+    """Parse one record, turning the non-finite strings back into floats.
+
+    Raises:
+        ValueError, KeyError, TypeError: the line is not a record of the shape ember writes.
+    """
+    return _check_point(json.loads(line))
+
+
+READ_CHUNK = 1 << 20
+"""Bytes a metrics reader takes from the file at a time: what it holds besides the points it returns."""
+
+
+def iter_point_batches(path: Path, offset: int = 0, chunk: int = READ_CHUNK) -> Iterator[tuple[list[Point], int]]:
+    """The complete records of a metrics file from byte ``offset``, a chunk of the file at a time.
+
+    Yields ``(points, cursor)``: the points of about ``chunk`` bytes and the byte offset just
+    after them. Memory stays at one chunk whatever the file's size. A last line without its
+    newline (torn by a crash or still being written) is not returned. A missing file yields
+    nothing.
+
+    Raises:
+        TrackingError: a complete line is not a valid record (the file was damaged), or the file
+            is a link or not a regular file.
+    """
+    try:
+        f = open_regular(path)
+    except FileNotFoundError:
+        return
+    number = 0
+    with f:
+        f.seek(offset)
+        tail = b""
+        while True:
+            data = f.read(chunk)
+            if not data:
+                return
+            data = tail + data
+            end = data.rfind(b"\n") + 1
+            tail = data[end:]
+            lines = [line for line in data[:end].split(b"\n")[:-1] if line.strip()]
+            try:  # one C call for the whole chunk; line by line only to find a damaged one
+                points = [_check_point(p) for p in json.loads(b"[" + b",".join(lines) + b"]")]
+            except _DAMAGE:
+                points = []
+                for i, line in enumerate(lines, start=number + 1):
+                    try:
+                        points.append(decode_point(line))
+                    except _DAMAGE as e:
+                        raise TrackingError(
+                            f"{path}: record {i} after byte {offset} is damaged ({type(e).__name__}: "
+                            f"{short_repr(str(e), 200)}); move the file away or delete that line"
+                        ) from None
+            number += len(lines)
+            offset += end
+            if points or end:
+                yield points, offset
 
 
 def read_points(path: Path, offset: int = 0) -> tuple[list[Point], int]:
@@ -357,39 +433,29 @@ def read_points(path: Path, offset: int = 0) -> tuple[list[Point], int]:
 
     A last line without its newline (torn by a crash or still being written) is not returned;
     the second value is the byte offset just after the last complete line, a cursor from which
-    a later call (or an uploader) continues.
+    a later call (or an uploader) continues. For a long file, :func:`iter_point_batches` holds
+    one chunk at a time instead of every point.
 
     Raises:
         TrackingError: when a complete line is not a valid record (the file was damaged).
     """
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
     points: list[Point] = []
-    for number, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
-        if not line.strip():
-            continue
-        try:
-            points.append(decode_point(line))
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise TrackingError(
-                f"{path}: record {number} after byte {offset} is damaged ({e}); move the file away or delete that line"
-            ) from e
-    return points, offset + end
+    cursor = offset
+    for batch, end in iter_point_batches(path, offset):
+        points += batch
+        cursor = end
+    return points, cursor
 
 
 def last_point(path: Path) -> Point | None:
     """The last complete record of a metrics file, reading only its tail; None when empty."""
     try:
-        size = path.stat().st_size
+        f = open_regular(path)
     except FileNotFoundError:
         return None
     window = 65536
-    with open(path, "rb") as f:
+    with f:
+        size = os.fstat(f.fileno()).st_size
         while True:
             start = max(0, size - window)
             f.seek(start)
@@ -406,5 +472,8 @@ def last_point(path: Path) -> Point | None:
                 continue
             try:
                 return decode_point(data[begin:end])
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise TrackingError(f"{path}: the last record is damaged ({e})") from e
+            except _DAMAGE as e:
+                raise TrackingError(
+                    f"{path}: the last record is damaged ({type(e).__name__}: {short_repr(str(e), 200)}); "
+                    "move the file away or delete that line"
+                ) from None

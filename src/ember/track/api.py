@@ -21,7 +21,6 @@ from ember.track._fs import (
     hostname,
     make_unique_dir,
     now_iso,
-    read_json,
     resolve_home,
     write_json_atomic,
 )
@@ -30,11 +29,11 @@ from ember.track.hparams import HParams
 from ember.track.run import NoOpRun, Run
 from ember.track.store import (
     PLATFORM_FILE,
-    RUN_FILE,
     effective_status,
     metric_types,
     read_metrics,
     resolve,
+    run_info,
 )
 
 CONFIG_KEYS = ("name", "hparams", "labels", "description", "folder")
@@ -199,7 +198,10 @@ def load_run(
     if resume and get_rank() != 0:
         return NoOpRun(_new_meta("default", "default", [], "", {}))
     folder = resolve(path, resolve_home(home))
-    meta = read_json(folder / RUN_FILE)
+    info = run_info(folder)
+    if info.error is not None:
+        raise TrackingError(f"run {folder} is damaged: {info.error}; move the folder out of the store or repair it")
+    meta = info.meta
     if not resume:
         return Run(folder, meta, writable=False)
     if _live.is_open(folder):

@@ -338,5 +338,5 @@ def load_artifact(path: str | os.PathLike[str], home: str | os.PathLike[str] | N
     from ember.track.store import resolve
 
     folder = resolve(path, resolve_home(home), ARTIFACTS_DIR, ARTIFACT_FILE)
-    meta = read_json(folder / ARTIFACT_FILE)
+    meta = read_json(folder / ARTIFACT_FILE, follow_links=False)
     return Artifact(folder, meta)

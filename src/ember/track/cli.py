@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from ember._cli import run_commands
-from ember.errors import TrackingError
+from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
 from ember.track import lineage
 from ember.track._fs import read_json, resolve_home
 from ember.track._values import encode_metrics
 from ember.track.store import (
+    DAMAGED,
     PLATFORM_FILE,
+    RunInfo,
     last_metrics,
     list_runs,
     metric_types,
@@ -37,26 +39,34 @@ def _home(args: argparse.Namespace) -> Path:
     return resolve_home(args.store)
 
 
+def _last_text(info: RunInfo) -> tuple[str, str | None]:
+    """The LAST METRICS text of a run and, when reading its metrics shows damage, the reason."""
+    if info.error is not None:
+        return info.error, info.error
+    try:
+        return rp.last_metrics_text(last_metrics(info.path)), None
+    except TrackingError as e:
+        return str(e), str(e)
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
-    """Print a table of the runs in the store."""
+    """Print a table of the runs in the store; a damaged run is listed as Damaged with the reason."""
     home = _home(args)
     infos = list_runs(home)
     if not infos:
         print(f"no runs in {home / 'runs'}")
         return 0
     rows = []
+    damaged = 0
     for info in infos:
-        last = rp.last_metrics_text(last_metrics(info.path)) if info.error is None else info.error
-        rows.append(
-            [
-                info.folder,
-                info.status,
-                rp.fmt_time(info.meta.get("start_time")),
-                rp.fmt_duration(info.duration()),
-                last,
-            ]
-        )
+        last, damage = _last_text(info)
+        damaged += damage is not None
+        status = DAMAGED if damage is not None else info.status
+        start = rp.fmt_time(info.meta.get("start_time"))
+        rows.append([info.folder, status, start, rp.fmt_duration(info.duration()), rp.shorten(last, 60)])
     print(rp.table(["NAME", "STATUS", "STARTED", "DURATION", "LAST METRICS"], rows))
+    if damaged:
+        print(f"{damaged} damaged run(s): `ember runs show NAME` says why", file=sys.stderr)
     return 0
 
 
@@ -84,25 +94,41 @@ def _node_text(ref: dict[str, Any], home: Path) -> str:
     folder = lineage.resolve_ref(ref, home)
     extra = ""
     if ref.get("kind") == "artifact" and (folder / "artifact.json").is_file():
-        files = read_json(folder / "artifact.json").get("files", [])
-        extra = f", {len(files)} file(s), {rp.fmt_bytes(sum(int(f['size']) for f in files))}"
+        try:
+            files = read_json(folder / "artifact.json", follow_links=False).get("files", [])
+            extra = f", {len(files)} file(s), {rp.fmt_bytes(sum(int(f['size']) for f in files))}"
+        except (TrackingError, AttributeError, KeyError, TypeError, ValueError) as e:
+            extra = f", damaged: {e}"
     elif not folder.exists():
         extra = ", missing"
     return f"{ref.get('kind')} {ref.get('name')} ({ref.get('path')}{extra})"
 
 
+def _guarded(read: Any, *args: Any) -> tuple[Any, str | None]:
+    """``read(*args)`` and None, or None and the damage it reported."""
+    try:
+        return read(*args), None
+    except TrackingError as e:
+        return None, str(e)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print a run's metadata, hparams, platform, metric summary and lineage."""
+    """Print a run's metadata, hparams, platform, metric summary and lineage (exit 1 when it is damaged)."""
     home = _home(args)
     info = run_info(resolve(args.run, home))
     if info.error is not None:
-        raise TrackingError(info.error)
+        print(rp.kv([["run", info.folder], ["status", DAMAGED], ["path", str(info.path)], ["damage", info.error]]))
+        return 1
     meta = info.meta
+    summaries, metrics_damage = _guarded(rp.run_summaries, info.path)
+    platform, platform_damage = _guarded(_platform, info.path)
+    edges, lineage_damage = _guarded(lineage.read_edges, info.path)
+    damage = metrics_damage or platform_damage or lineage_damage
     rows: list[list[Any]] = [
         ["run", info.folder],
         ["id", meta.get("id")],
         ["name", meta.get("name")],
-        ["status", info.status],
+        ["status", DAMAGED if damage else info.status],
         ["folder", meta.get("folder")],
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
@@ -113,28 +139,28 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["host", f"{meta.get('hostname')} (pid {meta.get('pid')})"],
         ["resumed", str(len(meta.get("resumes", [])))],
     ]
+    if damage:
+        rows.insert(4, ["damage", damage])
     out = [rp.kv(rows)]
     hparams = rp.flatten(meta.get("hparams", {}))
     out.append("\nhparams" + ("" if hparams else ": none"))
     if hparams:
         out.append(rp.kv([[k, json.dumps(v)] for k, v in hparams.items()], "  "))
-    platform = read_json(info.path / PLATFORM_FILE) if (info.path / PLATFORM_FILE).is_file() else {}
-    out.append("\nplatform")
-    out.append(rp.kv(_platform_lines(platform), "  "))
-    summaries = rp.run_summaries(info.path)
-    out.append("\nmetrics" + ("" if summaries else ": none"))
+    out.append("\nplatform" + (f": damaged ({platform_damage})" if platform_damage else ""))
+    if platform is not None:
+        out.append(rp.kv(_platform_lines(platform), "  "))
+    out.append("\nmetrics" + (f": damaged ({metrics_damage})" if metrics_damage else "" if summaries else ": none"))
     metric_rows = []
-    for type_, per_metric in summaries.items():
+    for type_, per_metric in (summaries or {}).items():
         for name, s in per_metric.items():
             steps = f"{s['first_step']}-{s['last_step']}"
             values = [rp.fmt_number(s[k]) if s[k] is not None else "-" for k in ("last", "min", "max")]
             metric_rows.append([type_, name, s["count"], steps, *values])
     if metric_rows:
         out.append(rp.table(["TYPE", "METRIC", "POINTS", "STEPS", "LAST", "MIN", "MAX"], metric_rows, "  "))
-    edges = lineage.read_edges(info.path)
-    out.append("\nlineage" + ("" if edges else ": none"))
+    out.append("\nlineage" + (f": damaged ({lineage_damage})" if lineage_damage else "" if edges else ": none"))
     lineage_rows = []
-    for edge in edges:
+    for edge in edges or []:
         if edge["target"]["id"] == meta.get("id"):
             lineage_rows.append(["input", _node_text(edge["source"], home)])
         else:
@@ -142,30 +168,53 @@ def cmd_show(args: argparse.Namespace) -> int:
     if lineage_rows:
         out.append(rp.kv(lineage_rows, "  "))
     print("\n".join(out))
-    return 0
+    return 1 if damage else 0
+
+
+def _platform(run_path: Path) -> dict[str, Any]:
+    """The run's platform.json ({} when it has none)."""
+    path = run_path / PLATFORM_FILE
+    if not path.exists() and not path.is_symlink():
+        return {}
+    data = read_json(path, follow_links=False)
+    if not isinstance(data, dict):
+        raise TrackingError(f"{path} holds {type(data).__name__}, not an object")
+    return data
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Print the hparams that differ and final/best metrics of several runs side by side."""
+    """Print the hparams that differ and final/best metrics of several runs side by side.
+
+    A damaged run keeps its column: status Damaged, its reason, and "-" where nothing can be read.
+    """
     home = _home(args)
     infos = [run_info(resolve(ref, home)) for ref in args.runs]
     names = [i.folder for i in infos]
     if len(set(names)) != len(names):
         raise TrackingError(f"compare: the same run is named twice in {args.runs}")
-    flat = [rp.flatten(i.meta.get("hparams", {})) for i in infos]
+    summaries: list[dict[str, Any]] = []
+    damages: list[str | None] = []
+    for info in infos:
+        summary, damage = (None, info.error) if info.error is not None else _guarded(rp.run_summaries, info.path)
+        summaries.append(summary or {})
+        damages.append(damage)
+    flat = [rp.flatten(i.meta.get("hparams", {})) if d is None else {} for i, d in zip(infos, damages, strict=True)]
     keys = sorted({k for f in flat for k in f})
     differing = [k for k in keys if len({json.dumps(f.get(k, None), sort_keys=True) for f in flat}) > 1]
-    out = [rp.table(["", *names], [["status", *[i.status for i in infos]]])]
+    statuses = [DAMAGED if d is not None else i.status for i, d in zip(infos, damages, strict=True)]
+    status_rows = [["status", *statuses]]
+    if any(damages):
+        status_rows.append(["damage", *[rp.shorten(d, 60) if d else "-" for d in damages]])
+    out = [rp.table(["", *names], status_rows)]
     out.append(f"\nhparams that differ ({len(keys) - len(differing)} identical not shown)")
     rows = [[k, *[json.dumps(f[k]) if k in f else "-" for f in flat]] for k in differing]
     if rows:
         out.append(rp.table(["NAME", *names], rows, "  "))
-    summaries = [rp.run_summaries(i.path) for i in infos]
     series = sorted({(t, m) for s in summaries for t, per in s.items() for m in per})
     if args.metric is not None:
         series = [(t, m) for t, m in series if m == args.metric]
         if not series:
-            raise TrackingError(f"compare: no run has a metric named {args.metric!r}")
+            raise TrackingError(f"compare: no run has a metric named {short_repr(args.metric)}")
     metric_rows = []
     for type_, metric in series:
         maximise = args.mode == "max" or (args.mode == "auto" and rp.higher_is_better(metric))
@@ -186,8 +235,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _export_json(path: Path) -> str:
     data = {
-        "run": read_json(path / "run.json"),
-        "platform": read_json(path / PLATFORM_FILE) if (path / PLATFORM_FILE).is_file() else None,
+        "run": read_json(path / "run.json", follow_links=False),
+        "platform": _platform(path) or None,
         "metrics": {t: read_metrics(path, t) for t in metric_types(path)},
         "lineage": lineage.read_edges(path),
     }
@@ -212,6 +261,9 @@ def _export_csv(path: Path) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a run's metrics (csv) or everything about it (json) to a file or stdout."""
     path = resolve(args.run, _home(args))
+    info = run_info(path)
+    if info.error is not None:
+        raise TrackingError(f"run {path.name} is damaged, nothing was exported: {info.error}")
     text = _export_json(path) if args.format == "json" else _export_csv(path)
     if args.output is None:
         sys.stdout.write(text)
@@ -239,7 +291,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
             print("nothing removed")
             return 1
     for info in infos:
-        shutil.rmtree(info.path)
+        if info.path.is_symlink():  # a link in the store: remove the link, never what it points at
+            info.path.unlink()
+        else:
+            shutil.rmtree(info.path)
         print(f"removed {info.path}")
     return 0
 

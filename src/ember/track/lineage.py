@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ember.errors import TrackingError
-from ember.track._fs import append_line
+from ember.errors import TrackingError, short_repr
+from ember.track._fs import append_line, open_regular
 
 LINEAGE_FILE = "lineage.jsonl"
 
@@ -71,7 +71,8 @@ def read_edges(folder: Path) -> list[dict[str, Any]]:
     """The distinct edges recorded in ``folder/lineage.jsonl`` (a torn last line is ignored)."""
     path = folder / LINEAGE_FILE
     try:
-        data = path.read_bytes()
+        with open_regular(path) as f:
+            data = f.read()
     except FileNotFoundError:
         return []
     edges: list[dict[str, Any]] = []
@@ -81,9 +82,14 @@ def read_edges(folder: Path) -> list[dict[str, Any]]:
             continue
         try:
             edge = json.loads(line)
-            key = (edge["source"]["id"], edge["target"]["id"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise TrackingError(f"{path}: line {number} is damaged ({e})") from e
+            ends = (edge["source"], edge["target"])
+            if not all(isinstance(end.get(k), str) for end in ends for k in ("kind", "id", "name", "path")):
+                raise ValueError("an end without the strings kind, id, name and path")
+            key = (ends[0]["id"], ends[1]["id"])
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise TrackingError(
+                f"{path}: line {number} is damaged ({short_repr(str(e), 200)}); move the file away or delete that line"
+            ) from None
         if key not in seen:
             seen.add(key)
             edges.append(edge)

@@ -142,7 +142,7 @@ class Run:
     @property
     def platform(self) -> dict[str, Any]:
         """What ``platform.json`` recorded: ``platform``, ``git`` and ``command``."""
-        return read_json(self._path / PLATFORM_FILE) if self._path is not None else {}
+        return read_json(self._path / PLATFORM_FILE, follow_links=False) if self._path is not None else {}
 
     # -- writing ---------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -6,6 +6,11 @@ replaced atomically and a metrics line is used only once its newline is on disk.
 A run whose ``run.json`` says ``Running`` is shown as ``Crashed`` when its process is gone:
 its host is this machine and no process has its pid, or its heartbeat (rewritten every
 ``HEARTBEAT_INTERVAL_S`` seconds while the run is open) is older than ``STALE_AFTER_S``.
+
+A run folder ember could not have written — ``run.json`` missing keys, mistyped, not JSON, a
+folder or a link where a file belongs — has the status ``Damaged`` and a reason
+(:attr:`RunInfo.error`); readers list it with the others and never fail the whole store for it.
+No reader follows a symbolic link inside a run folder (:func:`ember.track._fs.open_regular`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ember.errors import TrackingError
+from ember.errors import TrackingError, describe
 from ember.track._fs import (
     ARTIFACTS_DIR,
     RUNS_DIR,
@@ -32,6 +37,10 @@ PLATFORM_FILE = "platform.json"
 HEARTBEAT_INTERVAL_S = 10.0
 STALE_AFTER_S = 120.0
 STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+DAMAGED = "Damaged"
+"""The status readers give a run folder that ember could not have written (never written to disk)."""
+CRASHED = "Crashed"
+METRICS_DIR = "metrics"
 
 
 def effective_status(meta: dict[str, Any], now: float | None = None) -> str:
@@ -40,13 +49,65 @@ def effective_status(meta: dict[str, Any], now: float | None = None) -> str:
     if status != "Running":
         return status
     pid = meta.get("pid")
-    if meta.get("hostname") == hostname() and isinstance(pid, int) and not pid_alive(pid):
-        return "Crashed"
+    if meta.get("hostname") == hostname() and type(pid) is int and pid > 0 and not pid_alive(pid):
+        return CRASHED
     beat = parse_iso(meta.get("heartbeat"))
     now = time.time() if now is None else now
     if beat is not None and now - beat > STALE_AFTER_S:
-        return "Crashed"
+        return CRASHED
     return status
+
+
+def _is_time(value: Any, optional: bool) -> bool:
+    return (optional and value is None) or parse_iso(value) is not None
+
+
+_RUN_FIELDS: dict[str, tuple[str, Any]] = {
+    "id": ("a non-empty string", lambda v: isinstance(v, str) and v != ""),
+    "name": ("a string", lambda v: isinstance(v, str)),
+    "folder": ("a string", lambda v: isinstance(v, str)),
+    "status": (f"one of {', '.join(STATUSES)}", lambda v: v in STATUSES),
+    "start_time": ("an ISO 8601 time", lambda v: _is_time(v, False)),
+    "end_time": ("an ISO 8601 time or null", lambda v: _is_time(v, True)),
+    "heartbeat": ("an ISO 8601 time or null", lambda v: _is_time(v, True)),
+    "pid": ("an int or null", lambda v: v is None or type(v) is int),
+    "hostname": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "hparams": ("an object", lambda v: isinstance(v, dict)),
+    "labels": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "description": ("a string", lambda v: isinstance(v, str)),
+}
+
+
+def run_damage(meta: Any) -> str | None:
+    """Why ``meta`` (a parsed ``run.json``) cannot be a run ember wrote, or None when it can be."""
+    if not isinstance(meta, dict):
+        return f"it holds {describe(meta)}, not an object"
+    for key, (allowed, ok) in _RUN_FIELDS.items():
+        if key not in meta:
+            return f"it has no {key!r}"
+        if not ok(meta[key]):
+            return f"its {key!r} is {describe(meta[key])}, not {allowed}"
+    if not isinstance(meta.get("resumes", []), list):
+        return f"its 'resumes' is {describe(meta['resumes'])}, not a list"
+    return None
+
+
+def _folder_damage(path: Path) -> str | None:
+    """Why the run folder ``path`` is not laid out as ember lays it out (links, folders for files), or None."""
+    if path.is_symlink():
+        return f"{path} is a symbolic link: the store reads only run folders inside it"
+    metrics = path / METRICS_DIR
+    if metrics.is_symlink() or (metrics.exists() and not metrics.is_dir()):
+        return f"{metrics} is not a folder (a link, or a file): the store does not follow it"
+    try:
+        entries = list(os.scandir(metrics))
+    except FileNotFoundError:
+        return None
+    for entry in entries:
+        if entry.name.endswith(".jsonl") and not entry.is_file(follow_symlinks=False):
+            kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else "not a file"
+            return f"{metrics / entry.name} is {kind}: a metrics file must be a regular file"
+    return None
 
 
 def is_live(meta: dict[str, Any]) -> bool:
@@ -56,10 +117,12 @@ def is_live(meta: dict[str, Any]) -> bool:
 
 def _entries(parent: Path, meta_file: str) -> list[Path]:
     try:
-        children = list(parent.iterdir())
+        children = list(os.scandir(parent))
     except FileNotFoundError:
         return []
-    return sorted(p for p in children if not p.name.startswith(".") and (p / meta_file).is_file())
+    return sorted(
+        Path(e.path) for e in children if not e.name.startswith(".") and os.path.isfile(e.path + "/" + meta_file)
+    )
 
 
 def resolve(ref: str | os.PathLike[str], home: Path, kind_dir: str = RUNS_DIR, meta_file: str = RUN_FILE) -> Path:
@@ -121,16 +184,22 @@ class RunInfo:
 
 
 def run_info(path: Path) -> RunInfo:
-    """Read one run's metadata; a bad ``run.json`` gives status ``Unreadable`` and the error."""
+    """Read one run's metadata; a damaged folder or ``run.json`` gives status ``Damaged`` and the reason."""
+    damage = _folder_damage(path)
+    if damage is not None:
+        return RunInfo(path, status=DAMAGED, error=damage)
     try:
-        meta = read_json(path / RUN_FILE)
+        meta = read_json(path / RUN_FILE, follow_links=False)
     except TrackingError as e:
-        return RunInfo(path, status="Unreadable", error=str(e))
+        return RunInfo(path, status=DAMAGED, error=str(e))
+    reason = run_damage(meta)
+    if reason is not None:
+        return RunInfo(path, meta if isinstance(meta, dict) else {}, DAMAGED, f"{path / RUN_FILE}: {reason}")
     return RunInfo(path, meta, effective_status(meta))
 
 
 def list_runs(home: Path) -> list[RunInfo]:
-    """Every run under ``home/runs``, oldest first."""
+    """Every run under ``home/runs``, oldest first; damaged ones too (status ``Damaged``)."""
     infos = [run_info(p) for p in _entries(home / RUNS_DIR, RUN_FILE)]
     return sorted(infos, key=lambda i: (str(i.meta.get("start_time", "")), i.folder))
 
@@ -141,9 +210,16 @@ def list_artifacts(home: Path) -> list[Path]:
 
 
 def metric_types(run_path: Path) -> list[str]:
-    """The metric types a run has files for, sorted (train, val, test first)."""
+    """The metric types a run has files for, sorted (train, val, test first).
+
+    Raises:
+        TrackingError: ``metrics`` or one of its ``*.jsonl`` files is a link or not what it should be.
+    """
+    damage = _folder_damage(run_path)
+    if damage is not None:
+        raise TrackingError(damage)
     try:
-        names = [p.stem for p in (run_path / "metrics").glob("*.jsonl")]
+        names = [e.name[: -len(".jsonl")] for e in os.scandir(run_path / METRICS_DIR) if e.name.endswith(".jsonl")]
     except FileNotFoundError:
         return []
     order = {"train": 0, "val": 1, "test": 2}
