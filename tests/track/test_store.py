@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +116,40 @@ def test_a_folder_without_run_json_yet_is_not_listed(store: Path) -> None:
     (store / "runs" / "half_260101_000000_abcdef").mkdir()
     (store / "runs" / ".done_x.tmp").mkdir()
     assert [i.meta["name"] for i in st.list_runs(store)] == ["done"]
+
+
+def test_lookups_by_whole_name_list_nothing_and_prefixes_list_the_names_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ember.track import store as store_module
+    from ember.track.cli import main
+
+    runs = []
+    for i in range(12):
+        run = track.create_run(name=f"lookup{i:02d}")
+        run.log("train", {"loss": float(i)}, step=0)
+        run.finish()
+        runs.append(run.path.name)  # type: ignore[union-attr]
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def counting_scandir(path: Any = ".") -> Any:
+        if Path(path).name == "runs":
+            listed.append(str(path))
+        return real_scandir(path)
+
+    real_iterdir = Path.iterdir
+
+    def counting_iterdir(self: Path) -> Any:
+        if self.name == "runs":
+            listed.append(str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(store_module.os, "scandir", counting_scandir)
+    monkeypatch.setattr(Path, "iterdir", counting_iterdir)
+    assert main(["runs", "compare", *runs[:10]]) == 0
+    assert main(["runs", "show", runs[11]]) == 0
+    assert listed == []  # whole names: one look-up each, whatever the size of the store
+    assert main(["runs", "compare", "lookup00", "lookup01", "lookup02"]) == 0
+    assert len(listed) == 1  # prefixes: the names are listed once for the whole command
+    capsys.readouterr()

@@ -31,6 +31,7 @@ from ember.track.store import (
     metric_types,
     read_metrics,
     resolve,
+    resolve_many,
     run_info,
 )
 
@@ -188,7 +189,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     A damaged run keeps its column: status Damaged, its reason, and "-" where nothing can be read.
     """
     home = _home(args)
-    infos = [run_info(resolve(ref, home)) for ref in args.runs]
+    infos = [run_info(p) for p in resolve_many(args.runs, home)]
     names = [i.folder for i in infos]
     if len(set(names)) != len(names):
         raise TrackingError(f"compare: the same run is named twice in {args.runs}")
@@ -276,7 +277,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_rm(args: argparse.Namespace) -> int:
     """Delete runs from the store (asks first unless --yes)."""
     home = _home(args)
-    infos = [run_info(resolve(ref, home)) for ref in args.runs]
+    infos = [run_info(p) for p in resolve_many(args.runs, home)]
     for info in infos:
         if info.status == "Running":
             raise TrackingError(

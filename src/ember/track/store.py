@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ember.errors import TrackingError, describe
+from ember.errors import TrackingError, describe, short_repr
 from ember.track._fs import (
     ARTIFACTS_DIR,
     RUNS_DIR,
@@ -128,30 +128,53 @@ def _entries(parent: Path, meta_file: str) -> list[Path]:
 def resolve(ref: str | os.PathLike[str], home: Path, kind_dir: str = RUNS_DIR, meta_file: str = RUN_FILE) -> Path:
     """Find a run (or artifact) folder from its path, its folder name or a unique prefix.
 
+    A path or a whole folder name costs one look-up, whatever the size of the store; only a
+    prefix lists the folder names (names only, without opening anything).
+
     Raises:
         TrackingError: nothing matches, or a prefix matches several (they are listed).
     """
+    return resolve_many([ref], home, kind_dir, meta_file)[0]
+
+
+def resolve_many(
+    refs: list[str | os.PathLike[str]], home: Path, kind_dir: str = RUNS_DIR, meta_file: str = RUN_FILE
+) -> list[Path]:
+    """:func:`resolve` for several references, listing the folder names at most once (for prefixes)."""
     kind = "run" if kind_dir == RUNS_DIR else "artifact"
-    path = Path(ref)
-    if (path / meta_file).is_file():
-        return path.absolute()
-    text = os.fspath(ref)
     parent = home / kind_dir
-    if not text or "/" in text or os.sep in text:
-        raise TrackingError(f"{text!r} is not a {kind} folder: it has no {meta_file}")
-    names = [p.name for p in _entries(parent, meta_file)]
-    if text in names:
-        return parent / text
-    matches = [n for n in names if n.startswith(text)]
-    if len(matches) == 1:
-        return parent / matches[0]
-    if not matches:
+    names: list[str] | None = None
+    found: list[Path] = []
+    for ref in refs:
+        path = Path(ref)
+        if (path / meta_file).is_file():
+            found.append(path.absolute())
+            continue
+        text = os.fspath(ref)
+        if not text or "/" in text or os.sep in text:
+            raise TrackingError(f"{short_repr(text)} is not a {kind} folder: it has no {meta_file}")
+        if not text.startswith(".") and (parent / text / meta_file).is_file():
+            found.append(parent / text)
+            continue
+        if names is None:  # a prefix: the names, once
+            try:
+                names = sorted(e.name for e in os.scandir(parent) if not e.name.startswith("."))
+            except FileNotFoundError:
+                names = []
+        matches = [n for n in names if n.startswith(text) and (parent / n / meta_file).is_file()]
+        if len(matches) == 1:
+            found.append(parent / matches[0])
+            continue
+        if not matches:
+            raise TrackingError(
+                f"no {kind} matches {short_repr(text)} in {parent}; `ember runs ls --store {home}` lists "
+                "the runs (pass a folder path, a folder name or a unique prefix of one)"
+            )
+        shown = "\n  ".join(matches[:20]) + ("\n  ..." if len(matches) > 20 else "")
         raise TrackingError(
-            f"no {kind} matches {text!r} in {parent}; `ember runs ls --store {home}` lists "
-            "the runs (pass a folder path, a folder name or a unique prefix of one)"
+            f"{short_repr(text)} matches {len(matches)} {kind}s in {parent}; give more of the name:\n  {shown}"
         )
-    shown = "\n  ".join(matches[:20]) + ("\n  ..." if len(matches) > 20 else "")
-    raise TrackingError(f"{text!r} matches {len(matches)} {kind}s in {parent}; give more of the name:\n  {shown}")
+    return found
 
 
 @dataclass
