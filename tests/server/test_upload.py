@@ -241,3 +241,31 @@ def test_the_last_stdout_line_without_a_newline_is_uploaded(server: Server, tmp_
     upload_run(run.path, client=_client(server))
     assert server.req("GET", f"/runs/{run.id}/log").json()["text"] == log.read_text()
     assert log.read_text().endswith("done, no newline caf\u00e9 ok\n")
+
+
+def test_a_request_whose_connection_dropped_is_sent_again(server: Server, tmp_path: Path) -> None:
+    """Issue 17, item 11: a kept-alive connection the server closed fails once, then the request goes again."""
+    import httpx
+
+    class DropsFirst:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+
+        def request(self, method: str, url: str, **kwargs: Any) -> Any:
+            self.calls.append(f"{method} {url}")
+            if len(self.calls) == 1:
+                content = kwargs.get("content")
+                if content is not None and hasattr(content, "read"):
+                    content.read(3)  # part of the body went out before the connection dropped
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            return server.client.request(method, url, **kwargs)
+
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"0123456789" * 100)
+    http = DropsFirst()
+    with open(blob, "rb") as f:
+        answer = _client(server, http=http).call("PUT", f"/blobs/{sha256(blob)}", content=f)
+    assert answer["size"] == 1000 and len(http.calls) == 2
+    never = _client(server, http=CutOff(server.client, 0))  # a server that is down is not retried
+    with pytest.raises(UploadError, match="cannot reach"):
+        never.call("GET", "/me")

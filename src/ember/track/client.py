@@ -139,11 +139,28 @@ class Client:
         self._http.close()
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One request; the decoded JSON answer, or :class:`UploadError` with the server's message."""
-        try:
-            response = self._http.request(method, f"/api/v1{path}", headers=self._headers, **kwargs)
-        except self._httpx.HTTPError as e:
-            raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
+        """One request; the decoded JSON answer, or :class:`UploadError` with the server's message.
+
+        A request whose connection drops before an answer comes (a kept-alive connection the
+        server has closed meanwhile: "connection reset", "server disconnected") is sent once
+        more on a new connection. That is safe because every request of the upload protocol is
+        idempotent: metadata is put whole, lines are sent with their byte range, blobs by digest.
+        """
+        body = kwargs.get("content")
+        start = body.tell() if body is not None and hasattr(body, "seek") else None
+        dropped = (self._httpx.RemoteProtocolError, self._httpx.ReadError, self._httpx.WriteError)
+        for attempt in (1, 2):
+            try:
+                response = self._http.request(method, f"/api/v1{path}", headers=self._headers, **kwargs)
+                break
+            except dropped as e:
+                if attempt == 2:
+                    raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
+                log.info("%s %s: the connection dropped (%s); sending it again", method, path, e)
+                if body is not None and start is not None:
+                    body.seek(start)
+            except self._httpx.HTTPError as e:
+                raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
         if response.status_code >= 400:
             try:
                 detail = response.json().get("detail", response.text)
@@ -153,10 +170,32 @@ class Client:
         return response.json()
 
 
+def _no_follow(path: str, flags: int) -> int:
+    """An ``open`` opener that refuses a symbolic link (in case one appears after the check)."""
+    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+
+
+def refuse_links(folder: Path, what: str) -> None:
+    """:class:`UploadError` naming the first symbolic link inside ``folder`` (at any depth).
+
+    A run or artifact folder is uploaded as the regular files ember wrote there. A link
+    (``stdout.log`` pointing at ``~/.ssh/id_rsa``, a ``files/`` folder pointing at ``/``) would
+    send a file from elsewhere on this machine, so nothing is sent.
+    """
+    for parent, dirs, files in os.walk(folder):  # linked folders are listed, never entered
+        for name in sorted(dirs + files):
+            path = Path(parent) / name
+            if path.is_symlink():
+                raise UploadError(
+                    f"{path} is a symbolic link: a {what} folder is uploaded only as the regular files and "
+                    "folders in it (a link would send a file from elsewhere); replace the link by a copy"
+                )
+
+
 def _read(path: Path, offset: int) -> bytes:
     """Up to one batch of bytes of an append-only file from ``offset`` (nothing when missing)."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", opener=_no_follow) as f:
             f.seek(offset)
             return f.read(BATCH_BYTES)
     except FileNotFoundError:
@@ -283,6 +322,10 @@ def upload_run(
         ``{"id", "action", "folder", "cursors"}`` as the server reports after the upload.
     """
     run_dir = Path(path)
+    refuse_links(run_dir, "run")
+    linked_artifacts = _linked_artifacts(run_dir) if artifacts else []
+    for linked in linked_artifacts:  # checked before anything is sent
+        refuse_links(linked, "artifact")
     meta = read_json(run_dir / "run.json")
     own = client is None
     client = client or Client()
@@ -299,18 +342,25 @@ def upload_run(
             stream = f"metrics/{file.name}"
             cursors[stream] = _send_metrics(client, rid, file, cursors.get(stream, 0))
         cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
-        if artifacts:
-            for edge in lineage.read_edges(run_dir):
-                for end_ in (edge["source"], edge["target"]):
-                    linked = lineage.resolve_ref(end_, run_dir.parent.parent)
-                    if end_["kind"] == "artifact" and (linked / "artifact.json").is_file():
-                        upload_artifact(linked, body["folder"], make_folder, "new", client)
+        for linked in linked_artifacts:
+            upload_artifact(linked, body["folder"], make_folder, "new", client)
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
         answer["cursors"] = cursors
         return dict(answer)
     finally:
         if own:
             client.close()
+
+
+def _linked_artifacts(run_dir: Path) -> list[Path]:
+    """The folders of the local artifacts a run's lineage names (each once, in lineage order)."""
+    found: dict[Path, None] = {}
+    for edge in lineage.read_edges(run_dir):
+        for end in (edge["source"], edge["target"]):
+            linked = lineage.resolve_ref(end, run_dir.parent.parent)
+            if end["kind"] == "artifact" and (linked / "artifact.json").is_file():
+                found[linked] = None
+    return list(found)
 
 
 def _send_edges(client: Client, url: str, folder: Path, cursor: int) -> int:
@@ -349,6 +399,7 @@ def upload_artifact(
         ``{"id", "action", "folder", "cursors"}``.
     """
     art_dir = Path(path)
+    refuse_links(art_dir, "artifact")
     meta = read_json(art_dir / "artifact.json")
     own = client is None
     client = client or Client()
@@ -358,7 +409,7 @@ def upload_artifact(
         missing = set(client.call("POST", "/blobs/missing", json={"sha256": digests})["missing"]) if digests else set()
         for record in meta.get("files", []):
             if record["sha256"] in missing:
-                with open(files[record["path"]], "rb") as f:
+                with open(files[record["path"]], "rb", opener=_no_follow) as f:
                     client.call("PUT", f"/blobs/{record['sha256']}", content=f)
                 missing.discard(record["sha256"])
         keep = ("id", "name", "labels", "description", "created")
