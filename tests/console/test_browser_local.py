@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,22 @@ import pytest
 
 from ember import track
 from tests.console._data import make_store
-from tests.console.conftest import Checked, new_page
+from tests.console.conftest import Checked
+from tests.console.conftest import new_page as new_context_page
 from tests.server.conftest import free_port
+
+
+def new_page(browser: Any, ui: dict[str, Any], **context: Any) -> Checked:
+    """A fresh browser that opened the link `ember ui` printed (its token sets the cookie)."""
+    p = new_context_page(browser, ui["url"], **context)
+    enter(p, ui)
+    return p
+
+
+def enter(p: Checked, ui: dict[str, Any]) -> None:
+    p.page.goto(ui["entry"])
+    p.page.wait_for_load_state("networkidle")  # the page's own requests end before the test navigates on
+    assert "token" not in p.page.url and "/ui/folders" in p.page.url, p.page.url
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +55,17 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             break
         except httpx.HTTPError:
             time.sleep(0.2)
+    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
+    assert entry, log.read_text()
     try:
-        yield {"url": url, "runs": runs, "store": tmp / "store"}
+        yield {"url": url, "entry": entry.group(0), "runs": runs, "store": tmp / "store"}
     finally:
         proc.terminate()
         proc.wait(10)
 
 
 def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dict[str, Any]) -> None:
-    p = new_page(browser, ui["url"])
+    p = new_page(browser, ui)
     p.goto("/ui/")
     assert "/ui/folders" in p.page.url and p.page.locator("#logout").count() == 0
     p.check("local-folders")
@@ -83,7 +100,7 @@ def test_a_running_run_appears_and_its_chart_follows_it(browser: Any, ui: dict[s
     for step in range(5):
         run.log("train", {"loss": 1.0 / (step + 1)}, step=step)
     run.flush()
-    p = new_page(browser, ui["url"])
+    p = new_page(browser, ui)
     p.goto("/ui/runs?q=live")
     p.page.click("a.run-link")
     p.page.wait_for_selector("#chart-train-loss .main-svg")
@@ -109,7 +126,7 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
     lines = [proc.stdout.readline() for _ in range(2)]  # "PATH ...", "LOGGED"
     assert lines[1].strip() == "LOGGED", lines
     run_path = Path(lines[0].split(" ", 1)[1].strip())
-    p = new_page(browser, ui["url"])
+    p = new_page(browser, ui)
     try:
         p.goto("/ui/runs?status=Running")
         assert p.page.locator("a.run-link", has_text="worker-killnow").count() == 1  # alive: Running
@@ -157,6 +174,7 @@ def _overflow(p: Checked) -> int:
 def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str, Any]) -> None:
     ctx = browser.new_context(viewport=PHONE, device_scale_factor=3, is_mobile=True, has_touch=True)
     p = Checked(ctx.new_page(), ui["url"])
+    enter(p, ui)
     for path in ("/ui/folders?path=/local", "/ui/runs", "/ui/runs?sort=-hp:lr"):
         p.goto(path)
         assert _overflow(p) <= 1, (path, _overflow(p))

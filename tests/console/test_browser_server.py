@@ -3,9 +3,12 @@ artifact, compare, log out (issue 9, items 1 and 4); what another user sees (ite
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from ember.server import admin
@@ -17,17 +20,59 @@ from tests.server.conftest import ServerProcess
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A real server process on SQLite: alice with two private runs, bob with none."""
+    """A real server process on SQLite: alice with two private runs, bob with none, eve with hostile names."""
     tmp = tmp_path_factory.mktemp("console")
     settings = Settings.make(data_dir=tmp / "data", db_url=f"sqlite:///{tmp / 'server.db'}")
     keys = {"alice": admin.init(settings, "alice"), "bob": admin.add_user(settings, "bob")}
+    keys["eve"] = admin.add_user(settings, "eve")
     proc = ServerProcess(settings.data_dir, settings.db_url).start()
     runs = make_store(tmp / "store")
     upload(runs, proc.url, keys["alice"])
     try:
-        yield {"url": proc.url, "keys": keys, "runs": runs}
+        yield {"url": proc.url, "keys": keys, "runs": runs, "eve": _hostile_runs(proc.url, keys["eve"])}
     finally:
         proc.kill()
+
+
+LINK = '<a href="https://evil.example/steal">click</a>'
+NAMES = ["<b>eve zero", '<i style="color:red">eve one']  # no '/' in a run name
+
+
+def _hostile_runs(url: str, key: str) -> dict[str, Any]:
+    """Two runs of eve whose run and metric names are Plotly markup, with an output artifact."""
+    data = b"model bytes"
+    sha = hashlib.sha256(data).hexdigest()
+    art = "e" * 32
+    with httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {key}"}) as http:
+        assert http.put(f"/blobs/{sha}", content=data).status_code == 200
+        meta = {"id": art, "name": "<b>model", "files": [{"path": "w.bin", "size": len(data), "sha256": sha}]}
+        assert (
+            http.put(f"/artifacts/{art}", json={"folder": "hostile", "make_folder": True, "artifact": meta}).status_code
+            == 200
+        )
+        ids = []
+        for i, name in enumerate(NAMES):
+            run_id = f"{i + 1}" * 32
+            run = {"id": run_id, "name": name, "status": "Complete", "hparams": {"lr": 0.1 * (i + 1)}}
+            assert (
+                http.put(f"/runs/{run_id}", json={"folder": "hostile", "make_folder": True, "run": run}).status_code
+                == 200
+            )
+            points = [{"step": s, "time": 1.0, "metrics": {LINK: s * 0.5, "loss": 1.0 / (s + 1)}} for s in range(5)]
+            assert (
+                http.post(
+                    f"/runs/{run_id}/metrics", json={"type": "train", "start": 0, "end": 1, "points": points}
+                ).status_code
+                == 200
+            )
+            edge = {
+                "time": 1.0,
+                "source": {"kind": "run", "id": run_id, "name": name},
+                "target": {"kind": "artifact", "id": art, "name": "m"},
+            }
+            assert http.post(f"/runs/{run_id}/lineage", json={"start": 0, "end": 1, "edges": [edge]}).status_code == 200
+            ids.append(run_id)
+    return {"runs": ids, "artifact": art}
 
 
 def login(p: Checked, key: str) -> None:
@@ -138,4 +183,70 @@ def test_bob_sees_no_private_run_anywhere(browser: Any, site: dict[str, Any]) ->
     ids = "&".join(f"ids={r.id}" for r in site["runs"])
     assert p.goto(f"/ui/compare?{ids}").status == 404
     p.errors.clear()  # the 404s above are logged by Chromium as failed resources, on purpose
+    p.page.context.close()
+
+
+LOOPBACK = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+def test_no_request_leaves_the_machine_and_chart_text_is_text(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 17, items 8 and 9: every link of every page and every chart button is clicked; no request
+    goes to another host (Plotly's "send to cloud", a CDN, a link in a chart title); names show as typed."""
+    p = new_page(browser, site["url"], accept_downloads=True)
+    outside: list[str] = []
+    clicking = {"on": False}
+
+    def route(handle: Any) -> None:
+        request = handle.request
+        url = request.url
+        if not url.startswith(("data:", "blob:", "about:")) and urlsplit(url).hostname not in LOOPBACK:
+            outside.append(url)
+            handle.abort()
+        elif clicking["on"] and request.is_navigation_request() and request.frame == p.page.main_frame:
+            handle.fulfill(status=204)  # the click's target is recorded; the page stays for the next click
+        else:
+            handle.continue_()
+
+    p.page.context.route("**/*", route)
+    p.page.context.on("page", lambda popup: outside.append(f"popup {popup.url}"))
+    login(p, site["keys"]["eve"])
+    eve = site["eve"]
+    ids = "&".join(f"ids={i}" for i in eve["runs"])
+    pages = [
+        "/ui/folders?path=/",
+        "/ui/folders?path=/eve/hostile",
+        "/ui/runs",
+        f"/ui/runs/{eve['runs'][0]}",
+        f"/ui/artifacts/{eve['artifact']}",
+        f"/ui/compare?{ids}",
+        f"/ui/runs/{'0' * 32}",
+        "/api/v1/docs",
+    ]
+    clicked = 0
+    for path in pages:
+        clicking["on"] = False
+        p.goto(path)
+        charts = p.page.locator(".chart").count()
+        if charts:
+            p.page.wait_for_selector(".chart .main-svg")
+            assert p.page.locator(".chart a").count() == 0  # no markup became a link
+            titles = p.page.locator(".chart .gtitle").all_text_contents()
+            assert any(LINK in t for t in titles), titles
+            legends = p.page.locator(".chart .legendtext").all_text_contents()
+            if "compare" in path:
+                assert sorted(legends) == sorted(NAMES), legends
+        clicking["on"] = True
+        for chart in range(min(charts, 1)):
+            buttons = p.page.locator(".chart").nth(chart).locator(".modebar-btn")
+            assert buttons.count() >= 4
+            for i in range(buttons.count()):
+                buttons.nth(i).dispatch_event("click")
+                clicked += 1
+        links = p.page.locator("a")
+        for i in range(links.count()):
+            links.nth(i).dispatch_event("click")
+            clicked += 1
+        p.page.wait_for_timeout(200)
+        assert p.page.url.endswith(path) or "/api/v1/docs" in path, (path, p.page.url)
+    assert clicked > 40 and not outside, outside
     p.page.context.close()

@@ -7,6 +7,7 @@ variant of every database test instead of skipping it, so a broken install canno
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -73,6 +74,15 @@ class Server:
     def req(self, method: str, path: str, user: str | None = "alice", **kwargs: Any) -> Any:
         headers = self.h(user) if user else {}
         return self.client.request(method, f"/api/v1{path}", headers=headers, **kwargs)
+
+    def console_login(self, user: str = "alice") -> None:
+        """Log the test client's browser in to the console as ``user`` (the login form, with its CSRF token)."""
+        self.client.cookies.clear()
+        page = self.client.get("/ui/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf, page.text[:300]
+        form = {"api_key": self.keys[user], "csrf": csrf.group(1)}
+        assert self.client.post("/ui/login", data=form, follow_redirects=False).status_code == 303
 
 
 def make_server(tmp_path: Path, db_url: str, **limits: int) -> Server:

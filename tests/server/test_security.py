@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -13,7 +14,7 @@ from sqlalchemy import select, text
 
 from ember.server import API_PREFIX
 from ember.server.app import iter_routes
-from ember.track.client import Client, Credentials, UploadError, upload_artifact
+from ember.track.client import Client, Credentials, UploadError, upload_artifact, upload_run
 from tests.server._runs import train_tiny
 from tests.server.conftest import Server
 
@@ -108,7 +109,9 @@ def test_sharing_view_and_edit_are_inherited_from_folders(server: Server) -> Non
     assert server.req("PUT", "/shares", json={**share, "level": "none"}).status_code == 200
     assert server.req("GET", "/folders", user="bob", params={"path": "/alice/private"}).status_code == 404
     assert server.req("POST", f"/runs/{RUN}/metrics", user="bob", json=_points(2)).status_code == 403  # public view
-    assert server.req("GET", f"/runs/{'2' * 32}", user="bob").status_code == 200  # bob made it: his
+    # bob uploaded run 2 into alice's tree: it is alice's, and the revocation covers it too
+    assert server.req("GET", f"/runs/{'2' * 32}", user="bob").status_code == 404
+    assert server.req("GET", f"/runs/{'2' * 32}").json()["owner"] == "alice"
     # no open sign-up: only admins add users
     assert server.req("POST", "/users", user="bob", json={"name": "mallory"}).status_code == 403
 
@@ -214,3 +217,204 @@ def test_a_symlink_inside_an_artifact_is_not_uploaded(server: Server, tmp_path: 
     assert not any(p.is_file() for p in (server.settings.data_dir / "blobs").rglob("*"))
     with server.client.app.state.engine.connect() as conn:
         assert conn.execute(select(text("count(*)")).select_from(text("artifacts"))).scalar() == 0
+
+
+def test_revoking_a_share_revokes_it_for_the_whole_subtree(server: Server) -> None:
+    """Issue 17, item 3: an editor's sub-folder inside a shared folder is the owner's, not the editor's."""
+    assert server.req("POST", "/folders", json={"path": "shared", "parents": True}).status_code == 200
+    edit = {"kind": "folder", "target": "/alice/shared", "grantee": "bob", "level": "edit"}
+    assert server.req("PUT", "/shares", json=edit).status_code == 200
+    sub_folder = {"path": "/alice/shared/sub", "parents": True}
+    assert server.req("POST", "/folders", user="bob", json=sub_folder).status_code == 200
+    _upload_run(server, "bob", "/alice/shared/sub", "2" * 32)
+    _upload_run(server, "alice", "/alice/shared/sub", RUN)
+    sub = server.req("GET", "/folders", params={"path": "/alice/shared/sub"}).json()
+    assert sub["access"] == "own" and server.req("GET", f"/runs/{'2' * 32}").json()["owner"] == "alice"
+    # bob edits, but may not share what he created there (the tree has one owner)
+    to_carol = {"kind": "folder", "target": "/alice/shared/sub", "grantee": "carol", "level": "view"}
+    assert server.req("PUT", "/shares", user="bob", json=to_carol).status_code == 403
+    assert server.req("PUT", "/shares", user="bob", json={**to_carol, "grantee": "bob"}).status_code == 403
+    # a grant alice made on the sub-folder goes with the revocation above it
+    assert server.req("PUT", "/shares", json={**to_carol, "grantee": "bob"}).status_code == 200
+    assert server.req("PUT", "/shares", json={**edit, "level": "none"}).status_code == 200
+    for method, path, kwargs in [
+        ("GET", "/folders", {"params": {"path": "/alice/shared/sub"}}),
+        ("GET", f"/runs/{RUN}", {}),
+        ("GET", f"/runs/{'2' * 32}", {}),
+        ("PUT", "/shares", {"json": to_carol}),
+        ("DELETE", f"/runs/{RUN}", {}),
+        ("DELETE", f"/runs/{'2' * 32}", {}),
+    ]:
+        r = server.req(method, path, user="bob", **kwargs)
+        assert r.status_code == 404, (method, path, r.status_code, r.text)
+    assert server.req("GET", "/search/runs", user="bob").json()["total"] == 0
+    assert server.req("GET", f"/runs/{RUN}").status_code == 200
+
+
+def test_migration_0004_gives_every_node_of_a_tree_to_its_homes_owner(tmp_path: Path) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from ember.server.db import MIGRATIONS, make_engine, migrate
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = make_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0003")
+    t = "'2026-01-01 00:00:00'"
+    sha = "e" * 64
+    with engine.begin() as conn:
+        for statement in [
+            f"INSERT INTO users (id, name, is_admin, created) VALUES (1, 'alice', 1, {t}), (2, 'bob', 0, {t})",
+            f"INSERT INTO folders (id, path, parent_id, owner_id, created) VALUES (1, '/alice', NULL, 1, {t}), "
+            f"(2, '/bob', NULL, 2, {t}), (3, '/alice/shared', 1, 1, {t}), (4, '/alice/shared/sub', 3, 2, {t}), "
+            f"(5, '/bobby', NULL, 1, {t}), (6, '/bobby/x', 5, 2, {t})",
+            "INSERT INTO runs (pk, id, folder_id, owner_id, name, status, labels, description, hparams, meta, "
+            f"platform, uploaded) VALUES (1, '{'1' * 32}', 4, 2, 'r', 'Complete', '[]', '', '{{}}', '{{}}', "
+            f"'{{}}', {t})",
+            f"INSERT INTO blobs (sha256, size, created) VALUES ('{sha}', 3, {t})",
+            'INSERT INTO artifacts (pk, id, folder_id, owner_id, name, labels, description, "references", uploaded) '
+            f"VALUES (1, '{'2' * 32}', 4, 2, 'a', '[]', '', '[]', {t})",
+            f"INSERT INTO artifact_files (artifact_pk, path, size, sha256) VALUES (1, 'f', 3, '{sha}')",
+        ]:
+            conn.execute(text(statement))
+    migrate(engine)
+    engine.dispose()
+    plain = create_engine(url)
+    with plain.connect() as conn:
+        owners = dict(conn.execute(text("SELECT path, owner_id FROM folders")).all())
+        assert owners == {
+            "/alice": 1,
+            "/bob": 2,
+            "/alice/shared": 1,
+            "/alice/shared/sub": 1,
+            "/bobby": 1,
+            "/bobby/x": 1,
+        }
+        assert conn.execute(text("SELECT owner_id FROM runs")).scalar_one() == 1
+        assert conn.execute(text("SELECT owner_id FROM artifacts")).scalar_one() == 1
+        assert conn.execute(text("SELECT sha256, user_id FROM blob_uploads")).all() == [(sha, 2)]
+    plain.dispose()
+
+
+def test_the_lineage_graph_is_no_oracle_of_private_runs_and_artifacts(server: Server) -> None:
+    """Issue 17, item 7: an edge to a node the caller cannot view reads exactly like one to a missing node."""
+    data = b"weights"
+    sha = hashlib.sha256(data).hexdigest()
+    assert server.req("PUT", f"/blobs/{sha}", content=data).status_code == 200
+    private = "a" * 32
+    art = {"id": private, "name": "secret-model", "files": [{"path": "w", "size": len(data), "sha256": sha}]}
+    assert (
+        server.req(
+            "PUT", f"/artifacts/{private}", json={"folder": "p", "make_folder": True, "artifact": art}
+        ).status_code
+        == 200
+    )
+    _upload_run(server, "alice", "shown", RUN)  # alice's run, shared with bob, with an edge to her private artifact
+    share = {"kind": "run", "target": RUN, "grantee": "bob", "level": "view"}
+    assert server.req("PUT", "/shares", json=share).status_code == 200
+    bobs, missing = "b" * 32, "0" * 32
+    _upload_run(server, "bob", "mine", bobs)
+
+    def edge(source: str, target: str, name: str) -> dict:
+        return {
+            "time": 1.0,
+            "source": {"kind": "run", "id": source, "name": "r"},
+            "target": {"kind": "artifact", "id": target, "name": name},
+        }
+
+    alices = server.req(
+        "POST", f"/runs/{RUN}/lineage", json={"start": 0, "end": 1, "edges": [edge(RUN, private, "secret-model")]}
+    )
+    assert alices.status_code == 200
+    guesses = [
+        server.req(
+            "POST",
+            f"/runs/{bobs}/lineage",
+            user="bob",
+            json={"start": i, "end": i + 1, "edges": [edge(bobs, t, "guess")]},
+        )
+        for i, t in enumerate((private, missing))
+    ]
+    assert [r.status_code for r in guesses] == [200, 200] and guesses[0].json() == {"cursor": 1}
+    # the console's graph draws both alike: greyed, no name, no link (it used to leave out the existing one)
+    server.console_login("bob")
+    page = server.client.get(f"/ui/runs/{bobs}").text
+    assert page.count('class="node artifact missing"') == 2, page
+    assert "secret-model" not in page and f"/ui/artifacts/{private}" not in page
+    page = server.client.get(f"/ui/runs/{RUN}").text
+    assert page.count('class="node artifact missing"') == 1 and "secret-model" not in page
+    # and so does the API
+    ends = {e["target"]["id"]: e["target"] for e in server.req("GET", f"/runs/{bobs}", user="bob").json()["lineage"]}
+    assert {k: {**v, "id": "-"} for k, v in ends.items()} == {
+        private: {"kind": "artifact", "id": "-", "name": "", "visible": False},
+        missing: {"kind": "artifact", "id": "-", "name": "", "visible": False},
+    }
+    shown = server.req("GET", f"/runs/{RUN}", user="bob")
+    assert shown.status_code == 200 and "secret-model" not in shown.text
+    assert server.req("GET", f"/runs/{RUN}").json()["lineage"][0]["target"]["name"] == "secret-model"
+
+
+@pytest.mark.parametrize("link", ["stdout.log", "metrics/train.jsonl", "artifact files/"])
+def test_the_client_refuses_a_symlink_anywhere_in_what_it_uploads(server: Server, tmp_path: Path, link: str) -> None:
+    """Issue 17, item 10: a link in a run or artifact folder would send a file from elsewhere."""
+    secret = tmp_path / "elsewhere"
+    secret.mkdir()
+    (secret / "id_rsa").write_text('{"step": 0, "time": 1.0, "metrics": {"x": 1.0}}\n')
+    run, _ = train_tiny(tmp_path / "store", steps=2)
+    run.finish()
+    art_dir = next((tmp_path / "store" / "artifacts").iterdir())
+    if link == "artifact files/":
+        shutil.copy(art_dir / "files" / "model.pt", secret / "model.pt")
+        shutil.rmtree(art_dir / "files")
+        replaced = art_dir / "files"
+        os.symlink(secret, replaced)
+    else:
+        replaced = run.path / link
+        replaced.unlink()
+        os.symlink(secret / "id_rsa", replaced)
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client)
+    with pytest.raises(UploadError, match=f"{re.escape(str(replaced))} is a symbolic link"):
+        upload_run(run.path, client=client)
+    if link == "artifact files/":
+        with pytest.raises(UploadError, match="symbolic link"):
+            upload_artifact(art_dir, client=client)
+    assert not any(p.is_file() for p in (server.settings.data_dir / "blobs").rglob("*"))
+    with server.client.app.state.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM log_chunks")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar() == 0
+
+
+def test_small_ones_folders_unknown_grantees_and_no_store(server: Server) -> None:
+    """Issue 17, item 11."""
+    # parents=false makes a direct child of an existing folder (and only that)
+    assert server.req("POST", "/folders", json={"path": "top", "parents": False}).json() == {"path": "/alice/top"}
+    assert server.req("POST", "/folders", json={"path": "top/child"}).json() == {"path": "/alice/top/child"}
+    deep = server.req("POST", "/folders", json={"path": "top/a/b", "parents": False})
+    assert deep.status_code == 404 and "parents=true" in deep.json()["detail"]
+    # sharing with a name that is no user answers exactly as with a user: nobody learns who exists
+    answers = []
+    for grantee in ("bob", "nobody"):
+        r = server.req(
+            "PUT", "/shares", json={"kind": "folder", "target": "/alice/top", "grantee": grantee, "level": "view"}
+        )
+        answers.append((r.status_code, r.json()["shares"][-1 if grantee == "nobody" else 0]["level"]))
+    assert answers == [(200, "view"), (200, "view")]
+    # ... and the grant does not pass to a user created later under that name
+    key = server.req("POST", "/users", json={"name": "nobody"}).json()["key"]
+    server.keys["nobody"] = key
+    assert server.req("GET", "/folders", user="nobody", params={"path": "/alice/top"}).status_code == 404
+    # no API answer may stay in a cache: a new key above all
+    for method, path, kwargs in [
+        ("POST", "/keys", {"json": {"label": "laptop"}}),
+        ("GET", "/me", {}),
+        ("GET", "/runs/" + "0" * 32, {}),
+        ("GET", "/openapi.json", {}),
+    ]:
+        r = server.req(method, path, **kwargs)
+        assert r.headers.get("cache-control") == "no-store", (path, r.status_code, r.headers)
+    assert server.client.get("/ui/static/console.css").headers.get("cache-control") != "no-store"

@@ -16,7 +16,7 @@ from ember.server import naming
 from ember.server.auth import key_id_of, new_key, now
 from ember.server.db import check_database, make_engine, migrate, session_factory, transaction
 from ember.server.models import ApiKey, User
-from ember.server.perms import make_home
+from ember.server.perms import forget_grantee, make_home
 from ember.server.settings import ServerError, Settings
 
 
@@ -62,6 +62,7 @@ def _add(session, name: str, is_admin: bool) -> str:
     user = User(name=name, is_admin=is_admin, created=now())
     session.add(user)
     session.flush()
+    forget_grantee(session, name)
     make_home(session, user)
     return new_key(session, user, "first key")
 

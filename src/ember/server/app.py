@@ -9,16 +9,52 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 
-from ember.server import API_PREFIX, errors
+from ember.server import API_PREFIX, blobs, errors
 from ember.server.blobs import BlobStore
-from ember.server.db import check_database, make_engine, migrate, session_factory
+from ember.server.db import check_database, make_engine, make_reader, migrate, session_factory
+from ember.server.guard import Hardened, HostCheck
 from ember.server.series import SeriesReader
 from ember.server.settings import Settings
+from ember.server.wire import SafeJSONResponse
 
 API_VERSION = "1"
+log = logging.getLogger("ember.server")
+
+
+def collect_blobs(app: FastAPI) -> int:
+    """Remove the blobs no artifact lists whose uploads' grace period has passed; return how many."""
+    with app.state.sessions() as session, session.begin():
+        return blobs.collect(session, app.state.blobs)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Collect unreferenced blobs now and then, in a worker thread, while the app serves."""
+    period = max(60.0, min(3600.0, app.state.settings.blob_grace_s / 2))
+
+    async def collector() -> None:
+        while True:
+            try:
+                gone = await anyio.to_thread.run_sync(collect_blobs, app)
+            except Exception:  # logged and retried next period: collection must not stop serving
+                log.exception("collecting unreferenced blobs failed")
+            else:
+                if gone:
+                    log.info("removed %d unreferenced blobs", gone)
+            await anyio.sleep(period)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(collector)
+        yield
+        tasks.cancel_scope.cancel()
 
 
 def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
@@ -30,7 +66,8 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
             the parent process and passes False to its workers).
 
     Returns:
-        The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``, docs at ``/api/v1/docs``.
+        The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``; the Swagger UI page
+        at ``/api/v1/docs`` only with ``settings.api_docs`` (it loads its script from a CDN).
     """
     from ember.server import routes_artifacts, routes_folders, routes_runs
 
@@ -45,12 +82,16 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
         description="Runs, metrics, artifacts and lineage uploaded from ember's local store. "
         "Every route needs 'Authorization: Bearer <API key>'.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=f"{API_PREFIX}/docs" if settings.api_docs else None,
         redoc_url=None,
+        default_response_class=SafeJSONResponse,
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = session_factory(engine)
+    app.state.read_engine = make_reader(engine)
+    app.state.read_sessions = session_factory(app.state.read_engine)
     app.state.blobs = BlobStore(settings.data_dir)
     app.state.blobs.clean_tmp()
     app.state.series = SeriesReader(app.state.sessions)
@@ -66,11 +107,15 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
 
         mount(app)
     errors.install(app)
+    # The last added is the outermost: the Host check first, then the size limit.
+    app.add_middleware(Hardened)
     app.add_middleware(
         errors.BodyLimit,
         default=settings.max_body_bytes,
         limits={f"{API_PREFIX}/blobs/": settings.max_blob_bytes},
     )
+    if settings.allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed=settings.allowed_hosts)
     return app
 
 

@@ -77,10 +77,19 @@ def _aware(when: datetime) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
+READS = ("GET", "HEAD")
+"""Methods whose requests only read: their sessions come from ``app.state.read_sessions``."""
+
+
+def sessions_for(request: Request) -> sessionmaker[Session]:
+    """The session factory for a request: read-only snapshots for GET/HEAD, the writer otherwise."""
+    state = request.app.state
+    return state.read_sessions if request.method in READS else state.sessions
+
+
 def get_session(request: Request) -> Iterator[Session]:
     """A request's session; its transaction commits when the endpoint returns without error."""
-    factory: sessionmaker[Session] = request.app.state.sessions
-    with factory() as session, session.begin():
+    with sessions_for(request)() as session, session.begin():
         yield session
 
 
@@ -108,13 +117,12 @@ def current_user(request: Request, session: Annotated[Session, _SESSION]) -> Use
 
 
 def current_user_brief(request: Request) -> User:
-    """Like :func:`current_user`, in a transaction of its own that ends before the endpoint runs.
+    """Like :func:`current_user`, in a read-only transaction of its own that ends before the endpoint runs.
 
-    For streaming uploads: on SQLite a request's transaction holds the write lock, which must
-    not stay held while a large file arrives.
+    For streaming uploads: on SQLite a request's writing transaction holds the write lock, which
+    must not stay held while a large file arrives.
     """
-    factory: sessionmaker[Session] = request.app.state.sessions
-    with factory() as session, session.begin():
+    with request.app.state.read_sessions() as session, session.begin():
         return current_user(request, session)
 
 

@@ -19,7 +19,28 @@ def _settings(args: argparse.Namespace):
 
     body = int(args.max_body_mb * MiB) if getattr(args, "max_body_mb", None) else None
     blob = int(args.max_blob_mb * MiB) if getattr(args, "max_blob_mb", None) else None
-    return Settings.make(data_dir=args.data, db_url=args.db, max_body_bytes=body, max_blob_bytes=blob)
+    quota = int(args.quota_mb * MiB) if getattr(args, "quota_mb", None) else None
+    grace = args.blob_grace_hours * 3600 if getattr(args, "blob_grace_hours", None) is not None else None
+    return Settings.make(
+        data_dir=args.data,
+        db_url=args.db,
+        max_body_bytes=body,
+        max_blob_bytes=blob,
+        quota_bytes=quota,
+        blob_grace_s=grace,
+        allowed_hosts=_allowed_hosts(args) if hasattr(args, "allowed_hosts") else None,
+        api_docs=True if getattr(args, "api_docs", False) else None,
+    )
+
+
+def _allowed_hosts(args: argparse.Namespace) -> list[str]:
+    """``--allowed-hosts`` (comma-separated, repeatable), else loopback names and the ``--host`` address."""
+    from ember.server.settings import LOOPBACK_HOSTS
+
+    if args.allowed_hosts:
+        return [h for item in args.allowed_hosts for h in item.split(",") if h.strip()]
+    listen = [] if args.host in ("0.0.0.0", "::", "") else [args.host]
+    return [*LOOPBACK_HOSTS, *listen]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -136,6 +157,20 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--workers", type=int, default=1, help="server processes (use PostgreSQL for more than 1)")
     server.add_argument("--max-body-mb", type=float, help="largest JSON request (default 32)")
     server.add_argument("--max-blob-mb", type=float, help="largest artifact file (default 8192)")
+    server.add_argument("--quota-mb", type=float, help="artifact storage per user (default: no quota)")
+    server.add_argument(
+        "--blob-grace-hours", type=float, help="keep uploaded files no artifact lists this long (default 24)"
+    )
+    server.add_argument(
+        "--allowed-hosts",
+        action="append",
+        metavar="NAMES",
+        help="Host header names to answer, comma-separated, e.g. ember.example.org behind a proxy; '*': any "
+        "(default: 127.0.0.1, localhost, ::1 and the --host address)",
+    )
+    server.add_argument(
+        "--api-docs", action="store_true", help="serve the Swagger UI page /api/v1/docs (it loads a script from a CDN)"
+    )
     server.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     server.set_defaults(handler=cmd_serve)
     sub = server.add_subparsers(dest="server_command", metavar="COMMAND")
@@ -169,7 +204,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--make-folder", action="store_true", help="create the folder when missing")
     p.add_argument("--conflict", default="new", choices=("new", "skip", "error", "replace"))
     p.set_defaults(handler=cmd_upload)
-    p = subparsers.add_parser("ui", help="browse a local store's runs in the web console (loopback, no login)")
+    p = subparsers.add_parser(
+        "ui", help="browse a local store's runs in the web console (loopback, opened by the link it prints)"
+    )
     p.add_argument("--store", metavar="DIR", help="store root (default: $EMBER_HOME or ./.ember)")
     p.add_argument("--port", type=int, default=8766, help="loopback port (default 8766)")
     p.add_argument("--data", metavar="DIR", help="keep the console's database here (default: a temporary folder)")

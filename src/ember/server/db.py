@@ -1,12 +1,24 @@
 """Database engines and sessions, and running the Alembic migrations.
 
-SQLite (the default) runs in WAL mode with a busy timeout, and every transaction starts with
-``BEGIN IMMEDIATE``: writers queue for the lock instead of failing with "database is locked"
-when a read transaction tries to become a write one. PostgreSQL needs none of that.
+SQLite (the default) runs in WAL mode with a busy timeout, and every transaction of the
+writing engine starts with ``BEGIN IMMEDIATE``: writers queue for the lock instead of failing
+with "database is locked" when a read transaction tries to become a write one. Requests that
+only read (``GET``) use a second engine whose transactions start with a plain ``BEGIN`` on
+``query_only`` connections: in WAL mode they read a snapshot and never wait for a writer. A
+``GET`` that tried to write would fail loudly. PostgreSQL needs none of that: both are one engine.
+
+Writers of one process take turns in a first-come, first-served queue before ``BEGIN
+IMMEDIATE`` (:class:`WriterQueue`). Without it they wait inside SQLite's busy handler, which
+polls with sleeps of up to 100 ms: under load a writer could lose the lock again and again and
+wait seconds (the tail latency of the load benchmark). The busy timeout stays for writers of
+other processes (``ember server user add`` while the server runs).
 """
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,11 +43,31 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
+        queue = WriterQueue()
+        connection_class = type("QueuedConnection", (_QueuedConnection,), {"queue": queue})
+        connect_args = {
+            "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+            "check_same_thread": False,
+            "factory": connection_class,
+        }
+        engine = create_engine(url, connect_args=connect_args)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def make_reader(engine: Engine) -> Engine:
+    """The engine for read-only requests: on SQLite one whose snapshots never wait for writers; else ``engine``."""
+    if engine.dialect.name != "sqlite":
+        return engine
+    reader = create_engine(
+        engine.url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    )
+    event.listen(reader, "connect", _sqlite_connect)
+    event.listen(reader, "connect", _sqlite_query_only)
+    event.listen(reader, "begin", _sqlite_begin_read)
+    return reader
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -49,8 +81,96 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+class WriterQueue:
+    """First come, first served turns for the writing transactions of one process.
+
+    A turn is taken before ``BEGIN IMMEDIATE`` and given back when the connection commits, rolls
+    back or closes (whichever thread does it). A writer that waits longer than the busy timeout
+    fails as SQLite would, with "database is locked", and leaves the queue.
+    """
+
+    def __init__(self, timeout_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000) -> None:
+        self.timeout_s = timeout_s
+        self._changed = threading.Condition()
+        self._next_ticket = 0
+        self._serving = 0
+        self._abandoned: set[int] = set()
+        self._holder: object | None = None
+
+    def take(self, holder: object) -> None:
+        """Wait for this holder's turn.
+
+        Raises:
+            sqlite3.OperationalError: the turn did not come within the busy timeout.
+        """
+        with self._changed:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            deadline = time.monotonic() + self.timeout_s
+            while self._serving != ticket:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._abandoned.add(ticket)
+                    raise sqlite3.OperationalError(
+                        f"database is locked: the writers before this one held it for over {self.timeout_s:.0f} s"
+                    )
+                self._changed.wait(left)
+            self._holder = holder
+
+    def give_back(self, holder: object) -> None:
+        """End ``holder``'s turn (nothing when it holds none)."""
+        with self._changed:
+            if self._holder is holder:
+                self._holder = None
+                self._serving += 1
+                while self._serving in self._abandoned:
+                    self._abandoned.discard(self._serving)
+                    self._serving += 1
+                self._changed.notify_all()
+
+
+class _QueuedConnection(sqlite3.Connection):
+    """A writer's DBAPI connection: its turn in the engine's :class:`WriterQueue` ends with its transaction."""
+
+    queue: WriterQueue
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self.queue.give_back(self)
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self.queue.give_back(self)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.queue.give_back(self)
+
+
 def _sqlite_begin(connection: Any) -> None:
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    dbapi_connection = connection.connection.dbapi_connection
+    dbapi_connection.queue.take(dbapi_connection)
+    try:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    except BaseException:
+        dbapi_connection.queue.give_back(dbapi_connection)
+        raise
+
+
+def _sqlite_query_only(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
+
+
+def _sqlite_begin_read(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

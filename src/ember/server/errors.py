@@ -2,7 +2,8 @@
 
 Every error response is ``{"detail": "<message>"}`` (validation errors add ``errors``, the
 list of offending fields). An unexpected exception is logged on the server with its traceback
-and answered with a 500 that carries no trace; the tests treat any 500 as a bug.
+and answered with a 500 that carries no trace (by :class:`ember.server.guard.Hardened`, which
+keeps the connection open); the tests treat any 500 as a bug.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ember.server.wire import FieldError, SafeJSONResponse
 
 log = logging.getLogger("ember.server")
 
@@ -35,12 +38,15 @@ async def _validation(_request: Request, exc: Exception) -> JSONResponse:
         message = f"{first['field']}: {first['message']}" + (
             f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         )
-    return JSONResponse({"detail": message, "errors": errors}, status_code=422)
+    return SafeJSONResponse({"detail": message, "errors": errors}, status_code=422)
 
 
 async def _http(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+    body: dict[str, Any] = {"detail": str(exc.detail)}
+    if isinstance(exc, FieldError):
+        body["errors"] = exc.errors
+    return SafeJSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
@@ -48,17 +54,11 @@ async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": "a concurrent request changed the same data; retry the request"}, status_code=409)
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse({"detail": "internal server error (the server log has the details)"}, status_code=500)
-
-
 def install(app: FastAPI) -> None:
     """Register the JSON error handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(IntegrityError, _conflict)
-    app.add_exception_handler(Exception, _unexpected)
 
 
 class BodyLimit:

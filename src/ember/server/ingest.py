@@ -22,7 +22,8 @@ from sqlalchemy import Table, case, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.models import BLOCK, Cursor, Edge, LogChunk, MetricBlock, MetricPoint
+from ember.server.models import BLOCK, Artifact, Cursor, Edge, LogChunk, MetricBlock, MetricPoint, Run, User
+from ember.server.perms import Level, level
 from ember.server.schemas import EdgeIn, MetricBatch
 
 _NONFINITE = {"NaN": None, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -260,19 +261,44 @@ def store_edges(session: Session, node_id: str, edges: list[EdgeIn], start: int,
     return advance(session, node_id, "lineage.jsonl", end)
 
 
-def edges_of(session: Session, node_id: str) -> list[dict[str, Any]]:
-    """The lineage edges a node takes part in, oldest first."""
+def edges_of(session: Session, node_id: str, user: User) -> list[dict[str, Any]]:
+    """The lineage edges a node takes part in, oldest first, as ``user`` may see them.
+
+    An end the user cannot view is given exactly as one that was never uploaded: its kind and
+    id (which the edge's writer sent), no name, ``visible: false``. So the graph tells nobody
+    whether a private run or artifact exists, nor its name.
+    """
     rows = session.scalars(
         select(Edge).where((Edge.source_id == node_id) | (Edge.target_id == node_id)).order_by(Edge.time, Edge.id)
     ).all()
+    names: dict[str, str | None] = {}
+
+    def end(kind: str, id_: str) -> dict[str, Any]:
+        if id_ not in names:
+            names[id_] = _viewable_name(session, user, kind, id_)
+        name = names[id_]
+        return {"kind": kind, "id": id_, "name": name or "", "visible": name is not None}
+
     return [
         {
             "time": e.time,
-            "source": {"kind": e.source_kind, "id": e.source_id, "name": e.source_name},
-            "target": {"kind": e.target_kind, "id": e.target_id, "name": e.target_name},
+            "source": end(e.source_kind, e.source_id),
+            "target": end(e.target_kind, e.target_id),
         }
         for e in rows
     ]
+
+
+def _viewable_name(session: Session, user: User, kind: str, node_id: str) -> str | None:
+    """A run's or artifact's name when it is on the server and ``user`` may view it, else None."""
+    node: Run | Artifact | None
+    if kind == "run":
+        node = session.scalar(select(Run).where(Run.id == node_id))
+    else:
+        node = session.scalar(select(Artifact).where(Artifact.id == node_id))
+    if node is None or level(session, user, node) < Level.VIEW:
+        return None
+    return str(node.name)
 
 
 def encode_value(value: float | None) -> float | str:

@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import HTTPException
-from sqlalchemy import ColumnElement, ScalarSelect, false, func, or_, select
+from sqlalchemy import JSON, ColumnElement, ScalarSelect, Text, case, cast, false, func, null, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
-from ember.server.perms import PUBLIC, ancestors
+from ember.server.perms import PUBLIC, ancestors, home_of
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -36,16 +36,30 @@ _LOWER_IS_BETTER = re.compile(r"loss|err|perplex|mse|mae|rmse|nll|time", re.IGNO
 SORT_KEYS = ("name", "status", "start", "duration", "folder")
 
 
+def json_item(session: Session, column: Any, key: str) -> ColumnElement[Any]:
+    """``column[key]`` read in SQL, NULL for a row the database cannot parse as JSON.
+
+    Rows stored before the API refused them may hold NaN (which SQLite's JSON functions reject
+    as malformed) or ``\\u0000`` (which PostgreSQL's ``->`` cannot convert): one such run must
+    not make every listing that reads the column fail.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        readable = func.json_valid(column) == 1
+    else:
+        readable = func.strpos(cast(column, Text), "\\u0000") == 0
+    return type_coerce(case((readable, column[key]), else_=null()), JSON)
+
+
 def _to(user: User) -> ColumnElement[bool]:
     return or_(Share.grantee == user.name, Share.grantee == PUBLIC)
 
 
 def visible_folder_ids(session: Session, user: User) -> set[int]:
-    """Folders the user may view: owned or shared (directly or through a parent), or public."""
-    rows = session.execute(select(Folder.id, Folder.path, Folder.owner_id)).all()
+    """Folders the user may view: in their own tree, or shared (directly or through a parent), or public."""
+    rows = session.execute(select(Folder.id, Folder.path)).all()
     granted = set(session.scalars(select(Share.node_id).where(Share.node_kind == "folder", _to(user))))
-    open_paths = {path for fid, path, owner in rows if owner == user.id or fid in granted}
-    return {fid for fid, path, _ in rows if any(a in open_paths for a in ancestors(path))}
+    open_paths = {path for fid, path in rows if fid in granted or home_of(path) == user.name}
+    return {fid for fid, path in rows if any(a in open_paths for a in ancestors(path))}
 
 
 def visible_condition(session: Session, user: User) -> ColumnElement[bool]:
@@ -53,7 +67,7 @@ def visible_condition(session: Session, user: User) -> ColumnElement[bool]:
     shared = select(Share.node_id).where(Share.node_kind == "run", _to(user))
     folders = visible_folder_ids(session, user)
     in_folders = Run.folder_id.in_(folders) if folders else false()
-    return or_(Run.owner_id == user.id, in_folders, Run.pk.in_(shared))
+    return or_(in_folders, Run.pk.in_(shared))
 
 
 def parse_filter(text: str) -> tuple[str, str, str, Any]:
@@ -221,7 +235,7 @@ def list_runs(
     )
     per_page = max(1, min(per_page, 500))
     columns: list[Any] = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path]
-    columns += [Run.hparams[k].label(f"hp{i}") for i, k in enumerate(hp_keys)]
+    columns += [json_item(session, Run.hparams, k).label(f"hp{i}") for i, k in enumerate(hp_keys)]
     columns += [_last_value(k).label(f"m{i}") for i, k in enumerate(m_keys)]
     if label:
         columns.append(Run.labels)
@@ -290,7 +304,9 @@ def _liveness(session: Session, running: list[int]) -> dict[int, tuple[str, Any]
     for i in range(0, len(running), 500):
         chunk = running[i : i + 500]
         found = session.execute(
-            select(Run.pk, Run.meta["heartbeat"], Run.meta["pid"], Run.meta["hostname"]).where(Run.pk.in_(chunk))
+            select(Run.pk, *(json_item(session, Run.meta, k) for k in ("heartbeat", "pid", "hostname"))).where(
+                Run.pk.in_(chunk)
+            )
         )
         for pk, heartbeat, pid, host in found:
             if shown_status("Running", {"heartbeat": heartbeat, "pid": pid, "hostname": host}) == "Crashed":

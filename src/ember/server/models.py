@@ -1,5 +1,8 @@
 """The tables: users, API keys, folders, shares, runs, metric points and their block summaries, logs,
-artifacts, blobs, lineage.
+artifacts, blobs and their uploaders, lineage.
+
+A folder tree has one owner: the user whose home ``/<user>`` is its root. ``owner_id`` of every
+folder, run and artifact in it is that user, whoever created them (migration 0004).
 
 The schema is created and changed only by the Alembic migrations in ``migrations/versions``;
 these classes must match them (a test compares the two).
@@ -172,6 +175,22 @@ class Blob(Base):
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class BlobUpload(Base):
+    """A user who uploaded a blob's bytes: only they (and viewers of an artifact holding it) may use it.
+
+    ``pending_until`` is set by the upload and cleared when an artifact of theirs lists the blob:
+    until then the bytes are kept although no artifact refers to them (the grace period), and
+    they count against the uploader's quota.
+    """
+
+    __tablename__ = "blob_uploads"
+    __table_args__ = (PrimaryKeyConstraint("sha256", "user_id", name="pk_blob_uploads"),)
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    uploaded: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    pending_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
 class Artifact(Base):
     __tablename__ = "artifacts"
     pk: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -193,7 +212,7 @@ class ArtifactFile(Base):
     artifact_pk: Mapped[int] = mapped_column(ForeignKey("artifacts.pk", ondelete="CASCADE"))
     path: Mapped[str] = mapped_column(String(1024))
     size: Mapped[int] = mapped_column(BigInteger)
-    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"), index=True)
 
 
 class Edge(Base):

@@ -13,6 +13,8 @@ import re
 
 from fastapi import HTTPException
 
+from ember.server.wire import FieldError
+
 MAX_NAME = 100
 MAX_PATH = 1024
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\- ]{0,99}$")
@@ -27,7 +29,9 @@ def bad(what: str, value: object, rule: str) -> HTTPException:
     """A 422 naming the field, its (shortened) value and what is allowed."""
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    return HTTPException(status_code=422, detail=f"{what} {shown} is not allowed: {rule}")
+    error = FieldError(what, f"{shown} is not allowed: {rule}")
+    error.detail = f"{what} {shown} is not allowed: {rule}"
+    return error
 
 
 def user_name(name: str) -> str:

@@ -11,12 +11,24 @@ from sqlalchemy import select
 from ember.server import naming
 from ember.server.auth import CurrentUser, DbSession, new_key, now
 from ember.server.models import ApiKey, Artifact, Folder, Run, User
-from ember.server.perms import PUBLIC, Level, ensure_folder, get_folder, level, make_home, require, set_share, shares_of
+from ember.server.perms import (
+    PUBLIC,
+    Level,
+    ensure_folder,
+    forget_grantee,
+    get_folder,
+    level,
+    make_home,
+    require,
+    set_share,
+    shares_of,
+)
 from ember.server.routes_artifacts import get_artifact
 from ember.server.routes_runs import get_run
 from ember.server.schemas import FolderIn, KeyIn, ShareIn, UserIn
+from ember.server.wire import CheckedRoute
 
-router = APIRouter(tags=["users and folders"])
+router = APIRouter(tags=["users and folders"], route_class=CheckedRoute)
 
 
 @router.get("/me", summary="The caller: name, admin flag, home folder")
@@ -61,6 +73,7 @@ def create_user(body: UserIn, user: CurrentUser, session: DbSession):
     created = User(name=name, is_admin=body.admin, created=now())
     session.add(created)
     session.flush()
+    forget_grantee(session, name)
     make_home(session, created)
     return {"name": name, "key": new_key(session, created, "first key")}
 
@@ -85,9 +98,9 @@ def read_folder(path: Annotated[str, Query(max_length=1024)], user: CurrentUser,
     }
 
 
-@router.post("/folders", summary="Create a folder (and its parents with parents=true)")
+@router.post("/folders", summary="Create a folder in an existing one (and missing parents with parents=true)")
 def create_folder(body: FolderIn, user: CurrentUser, session: DbSession):
-    folder = ensure_folder(session, user, body.path, make=body.parents)
+    folder = ensure_folder(session, user, body.path, make=True, parents=body.parents)
     return {"path": folder.path}
 
 
@@ -104,8 +117,8 @@ def share(body: ShareIn, user: CurrentUser, session: DbSession):
         node = get_artifact(session, user, body.target)
         pk = node.pk
     require(level(session, user, node), Level.OWN, f"{body.kind} {body.target}")
+    # A name that is no user gets the same answer as a user (no oracle of who exists); the grant
+    # is dropped if a user of that name is created later (perms.forget_grantee).
     grantee = body.grantee if body.grantee == PUBLIC else naming.user_name(body.grantee)
-    if grantee != PUBLIC and session.scalar(select(User).where(User.name == grantee)) is None:
-        raise HTTPException(404, f"no user {grantee!r}")
     set_share(session, body.kind, pk, grantee, body.level)
     return {"kind": body.kind, "target": body.target, "shares": shares_of(session, body.kind, pk)}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -12,14 +9,16 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, listing, naming, series
+from ember.server import downloads, ingest, listing, naming, series
 from ember.server.auth import CurrentUser, DbSession, now
-from ember.server.models import Cursor, Folder, MetricPoint, Run, User
+from ember.server.models import Artifact, ArtifactFile, Cursor, Folder, Run, User
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, Placement, RunIn, RunPageOut
+from ember.server.wire import CheckedRoute, SafeJSONResponse, content_disposition
 
-router = APIRouter(prefix="/runs", tags=["runs"])
-search = APIRouter(prefix="/search", tags=["runs"])  # not GET /runs: '/runs/' must stay a bad run id
+router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
+# not GET /runs: '/runs/' must stay a bad run id
+search = APIRouter(prefix="/search", tags=["runs"], route_class=CheckedRoute)
 STATUSES = ("Running", "Complete", "Failed", "Interrupted")
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
@@ -63,25 +62,31 @@ def _apply(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
     run.uploaded = now()
 
 
-def place(session: Session, user: User, body: Placement, model: type[Any], name: str, what: str) -> tuple[Folder, str]:
-    """The folder for a new node and what the conflict strategy says to do: create or skip."""
+def place(
+    session: Session, user: User, body: Placement, model: type[Any], name: str, what: str
+) -> tuple[Folder, str, set[str]]:
+    """The folder for a new node, what the conflict strategy says to do (create or skip), and
+    the blob digests of artifacts it replaced (to collect once they are no longer listed)."""
     folder = ensure_folder(session, user, body.folder, body.make_folder)
     same = session.scalars(select(model).where(model.folder_id == folder.id, model.name == name)).all()
     if not same or body.conflict_strategy == "new":
-        return folder, "created"
+        return folder, "created", set()
     if body.conflict_strategy == "skip":
-        return folder, "skipped"
+        return folder, "skipped", set()
     if body.conflict_strategy == "error":
         raise HTTPException(
             409, f"folder {folder.path!r} already holds a {what} named {name!r}; pass another conflict_strategy"
         )
+    freed: set[str] = set()
     for old in same:  # replace
         require(level(session, user, old, folder), Level.EDIT, f"{what} {old.id}")
+        if isinstance(old, Artifact):
+            freed |= set(session.scalars(select(ArtifactFile.sha256).where(ArtifactFile.artifact_pk == old.pk)))
         session.execute(delete(Cursor).where(Cursor.node_id == old.id))
         drop_shares(session, what, old.pk)
         session.delete(old)
     session.flush()
-    return folder, "created"
+    return folder, "created", freed
 
 
 @router.put("/{run_id}", summary="Create or update a run from its run.json and platform.json")
@@ -94,10 +99,10 @@ def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
         _apply(run, meta, body.platform)
         action = "updated"
     else:
-        folder, action = place(session, user, body, Run, meta["name"], "run")
+        folder, action, _ = place(session, user, body, Run, meta["name"], "run")
         if action == "skipped":
             return {"id": run_id, "action": action, "folder": folder.path, "cursors": {}}
-        run = Run(id=run_id, folder_id=folder.id, owner_id=user.id, platform={})
+        run = Run(id=run_id, folder_id=folder.id, owner_id=folder.owner_id, platform={})
         _apply(run, meta, body.platform)
         session.add(run)
         session.flush()
@@ -105,7 +110,12 @@ def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
     return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, run_id)}
 
 
-@search.get("/runs", summary="The runs you may view: filtered, sorted, one page at a time", response_model=RunPageOut)
+@search.get(
+    "/runs",
+    summary="The runs you may view: filtered, sorted, one page at a time",
+    response_model=RunPageOut,
+    response_class=SafeJSONResponse,
+)
 def search_runs(
     user: CurrentUser,
     session: DbSession,
@@ -149,34 +159,20 @@ def read_series(
     return {"id": run.id, "status": run.status, **cache.series(session, run.pk, run.id, type, buckets)}
 
 
+def download(request: Request, run: Run, type_: str, fmt: str, filename: str) -> StreamingResponse:
+    """Every point of a metric type as a streamed CSV or JSON attachment named ``filename``."""
+    sessions = request.app.state.read_sessions
+    body = downloads.csv_text(sessions, run.pk, type_) if fmt == "csv" else downloads.json_text(sessions, run.pk, type_)
+    media = "text/csv; charset=utf-8" if fmt == "csv" else "application/json"
+    return StreamingResponse(body, media_type=media, headers={"Content-Disposition": content_disposition(filename)})
+
+
 @router.get("/{run_id}/metrics.csv", summary="Every point of one metric type as CSV (step, epoch, time, name, value)")
-def read_metrics_csv(run_id: str, type: MetricType, user: CurrentUser, session: DbSession) -> StreamingResponse:
+def read_metrics_csv(
+    run_id: str, type: MetricType, request: Request, user: CurrentUser, session: DbSession
+) -> StreamingResponse:
     run = get_run(session, user, run_id)
-    return StreamingResponse(
-        csv_lines(session, run.pk, type),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{run.id}-{type}.csv"'},
-    )
-
-
-def csv_lines(session: Session, run_pk: int, type_: str) -> Iterator[str]:
-    """A metric type's points as CSV text, read in one query and formatted as they stream."""
-    rows = session.execute(
-        select(MetricPoint.step, MetricPoint.epoch, MetricPoint.time, MetricPoint.name, MetricPoint.value)
-        .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_)
-        .order_by(MetricPoint.step, MetricPoint.name)
-    ).all()
-
-    def lines() -> Iterator[str]:
-        yield "step,epoch,time,name,value\n"
-        for i in range(0, len(rows), 10_000):
-            out = io.StringIO()
-            writer = csv.writer(out, lineterminator="\n")
-            for step, epoch, time, name, value in rows[i : i + 10_000]:
-                writer.writerow((step, "" if epoch is None else epoch, time, name, ingest.encode_value(value)))
-            yield out.getvalue()
-
-    return lines()
+    return download(request, run, type, "csv", f"{run.id}-{type}.csv")
 
 
 @router.get("/{run_id}", summary="A run: metadata, hparams, platform, metric summary, lineage")
@@ -196,7 +192,7 @@ def read_run(run_id: str, user: CurrentUser, session: DbSession):
         "platform": run.platform,
         "meta": run.meta,
         "metrics": series.metric_counts(session, run.pk),
-        "lineage": ingest.edges_of(session, run.id),
+        "lineage": ingest.edges_of(session, run.id, user),
         "cursors": ingest.cursors(session, run.id),
         "shares": shares_of(session, "run", run.pk),
     }
@@ -204,23 +200,10 @@ def read_run(run_id: str, user: CurrentUser, session: DbSession):
 
 @router.get("/{run_id}/metrics", summary="Every point of one metric type, as the local store writes them")
 def read_metrics(
-    run_id: str,
-    type: MetricType,
-    user: CurrentUser,
-    session: DbSession,
-):
+    run_id: str, type: MetricType, request: Request, user: CurrentUser, session: DbSession
+) -> StreamingResponse:
     run = get_run(session, user, run_id)
-    rows = session.execute(
-        select(MetricPoint.step, MetricPoint.epoch, MetricPoint.time, MetricPoint.name, MetricPoint.value)
-        .where(MetricPoint.run_pk == run.pk, MetricPoint.type == type)
-        .order_by(MetricPoint.step, MetricPoint.name)
-    ).all()
-    points: list[dict[str, Any]] = []
-    for step, epoch, time, name, value in rows:
-        if not points or points[-1]["step"] != step:
-            points.append({"step": step, "epoch": epoch, "time": time, "metrics": {}})
-        points[-1]["metrics"][name] = ingest.encode_value(value)
-    return {"type": type, "points": points}
+    return download(request, run, type, "json", f"{run.id}-{type}.json")
 
 
 @router.post("/{run_id}/metrics", summary="Append complete lines of metrics/<type>.jsonl (idempotent)")

@@ -1,4 +1,4 @@
-"""Server settings: where the database and the blobs are, and the request size limits."""
+"""Server settings: where the database and the blobs are, size limits, quota, allowed hosts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,15 @@ ENV_DB = "EMBER_SERVER_DB"
 ENV_DATA = "EMBER_SERVER_DATA"
 ENV_MAX_BODY = "EMBER_SERVER_MAX_BODY_BYTES"
 ENV_MAX_BLOB = "EMBER_SERVER_MAX_BLOB_BYTES"
+ENV_QUOTA = "EMBER_SERVER_QUOTA_BYTES"
+ENV_GRACE = "EMBER_SERVER_BLOB_GRACE_S"
+ENV_HOSTS = "EMBER_SERVER_ALLOWED_HOSTS"
+ENV_DOCS = "EMBER_SERVER_API_DOCS"
 DEFAULT_DATA = ".ember-server"
 MiB = 1 << 20
+DAY_S = 24 * 3600
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""The names a loopback-only server answers to (``ember ui``; ``ember server`` by default)."""
 
 
 class ServerError(EmberError, ValueError):
@@ -30,6 +37,12 @@ class Settings:
         max_body_bytes: the largest JSON request accepted (413 above it).
         max_blob_bytes: the largest artifact file accepted (413 above it).
         max_batch_points: the most metric records in one request (413 above it).
+        quota_bytes: the most artifact bytes one user may hold (413 above it); None: no quota.
+        blob_grace_s: how long uploaded bytes no artifact refers to are kept (the time a client
+            has between uploading a blob and the artifact that lists it).
+        allowed_hosts: the ``Host`` header names (without port) the server answers; others get
+            400 (against DNS rebinding). None: any. ``ember server`` defaults to loopback names.
+        api_docs: serve the Swagger UI page at ``/api/v1/docs`` (it loads its script from a CDN).
 
     Example:
         >>> Settings.make(data_dir="/srv/ember", db_url="postgresql+psycopg://ember@db/ember")
@@ -40,6 +53,10 @@ class Settings:
     max_body_bytes: int = 32 * MiB
     max_blob_bytes: int = 8192 * MiB
     max_batch_points: int = 20_000
+    quota_bytes: int | None = None
+    blob_grace_s: float = DAY_S
+    allowed_hosts: tuple[str, ...] | None = None
+    api_docs: bool = False
 
     @classmethod
     def make(
@@ -48,8 +65,16 @@ class Settings:
         db_url: str | None = None,
         max_body_bytes: int | None = None,
         max_blob_bytes: int | None = None,
+        quota_bytes: int | None = None,
+        blob_grace_s: float | None = None,
+        allowed_hosts: tuple[str, ...] | list[str] | None = None,
+        api_docs: bool | None = None,
     ) -> Settings:
-        """Settings from arguments, falling back to ``$EMBER_SERVER_*`` and the defaults."""
+        """Settings from arguments, falling back to ``$EMBER_SERVER_*`` and the defaults.
+
+        Raises:
+            ServerError: an unsupported database URL, or a limit that is not positive.
+        """
         data = Path(data_dir or os.environ.get(ENV_DATA) or DEFAULT_DATA).expanduser().absolute()
         url = db_url or os.environ.get(ENV_DB) or f"sqlite:///{data / 'ember.db'}"
         if not url.startswith(("sqlite", "postgresql")):
@@ -61,7 +86,17 @@ class Settings:
         blob = max_blob_bytes if max_blob_bytes is not None else _env_int(ENV_MAX_BLOB, 8192 * MiB)
         if body <= 0 or blob <= 0:
             raise ServerError(f"size limits must be positive, got max_body_bytes={body}, max_blob_bytes={blob}")
-        return cls(data_dir=data, db_url=url, max_body_bytes=body, max_blob_bytes=blob)
+        quota = quota_bytes if quota_bytes is not None else _env_int(ENV_QUOTA, 0) or None
+        if quota is not None and quota <= 0:
+            raise ServerError(f"quota_bytes must be positive (or None for no quota), got {quota}")
+        grace = blob_grace_s if blob_grace_s is not None else float(_env_int(ENV_GRACE, DAY_S))
+        if grace < 0:
+            raise ServerError(f"blob_grace_s must be 0 or more seconds, got {grace}")
+        hosts = tuple(allowed_hosts) if allowed_hosts is not None else _env_hosts()
+        if hosts is not None:
+            hosts = check_hosts(hosts)
+        docs = api_docs if api_docs is not None else os.environ.get(ENV_DOCS) == "1"
+        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs)
 
     def export_env(self) -> None:
         """Put these settings in the environment, for worker processes that rebuild them."""
@@ -69,6 +104,36 @@ class Settings:
         os.environ[ENV_DB] = self.db_url
         os.environ[ENV_MAX_BODY] = str(self.max_body_bytes)
         os.environ[ENV_MAX_BLOB] = str(self.max_blob_bytes)
+        os.environ[ENV_QUOTA] = str(self.quota_bytes or 0)
+        os.environ[ENV_GRACE] = str(int(self.blob_grace_s))
+        os.environ[ENV_HOSTS] = "*" if self.allowed_hosts is None else ",".join(self.allowed_hosts)
+        os.environ[ENV_DOCS] = "1" if self.api_docs else "0"
+
+
+def check_hosts(hosts: tuple[str, ...] | list[str]) -> tuple[str, ...] | None:
+    """Normalise ``--allowed-hosts`` names (lower case, no port, IPv6 without brackets); ``*``: any.
+
+    Raises:
+        ServerError: a name holding a port, a path, spaces or nothing.
+    """
+    out = []
+    for raw in hosts:
+        name = raw.strip().lower()
+        if name == "*":
+            return None
+        if name.startswith("[") and name.endswith("]"):
+            name = name[1:-1]
+        if not name or any(c in name for c in "/ @?#") or (":" in name and name.count(":") == 1):
+            raise ServerError(f"allowed host {raw!r}: give a host name or address without port or path, or '*'")
+        out.append(name)
+    return tuple(dict.fromkeys(out))
+
+
+def _env_hosts() -> tuple[str, ...] | None:
+    raw = os.environ.get(ENV_HOSTS)
+    if not raw:
+        return None
+    return check_hosts(raw.split(","))
 
 
 def _env_int(name: str, default: int) -> int:
@@ -78,4 +143,4 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ServerError(f"${name}={raw!r} is not a whole number of bytes") from None
+        raise ServerError(f"${name}={raw!r} is not a whole number") from None

@@ -22,11 +22,14 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from ember.server.console.session import PREFIX, load_secret
+from ember.server.settings import ServerError
 
 HERE = Path(__file__).parent
 
 
-def mount(app: FastAPI, local_user: str | None = None, sync: Callable[[], None] | None = None) -> None:
+def mount(
+    app: FastAPI, local_user: str | None = None, sync: Callable[[], None] | None = None, token: str | None = None
+) -> None:
     """Serve the console on ``app`` under ``/ui``.
 
     Args:
@@ -34,11 +37,19 @@ def mount(app: FastAPI, local_user: str | None = None, sync: Callable[[], None] 
         local_user: ``ember ui`` mode: every loopback request is this user, no login.
         sync: called (in a worker thread) before each page and data request, to bring the
             database up to date with a local store (``ember ui``).
+        token: ``ember ui`` mode: the per-launch secret a browser must have opened the console
+            with (``/ui/?token=...`` sets its cookie). Required with ``local_user``.
+
+    Raises:
+        ServerError: ``local_user`` without a ``token``.
     """
     from ember.server.console import data, pages, run_pages
 
+    if local_user is not None and not token:
+        raise ServerError("mount(local_user=...) needs the launch's token: the console must not open without it")
     app.state.console_local_user = local_user
     app.state.console_sync = sync
+    app.state.console_token = token
     if getattr(app.state, "console_mounted", False):  # create_app mounted it; `ember ui` sets the mode
         return
     app.state.console_mounted = True

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
 from ember.server import listing, naming
@@ -15,8 +15,10 @@ from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
 from ember.server.models import ArtifactFile
-from ember.server.routes_artifacts import get_artifact
-from ember.server.routes_runs import csv_lines, get_run, read_metrics
+from ember.server.routes_artifacts import file_response, get_artifact
+from ember.server.routes_runs import download as points_download
+from ember.server.routes_runs import get_run
+from ember.server.wire import SafeJSONResponse
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -53,7 +55,7 @@ def series(
     run = get_run(session, user, run_id)
     found = request.app.state.series.series(session, run.pk, run.id, type, buckets)
     status = listing.shown_status(run.status, run.meta)
-    response = JSONResponse({"id": run.id, "status": status, **found})
+    response = SafeJSONResponse({"id": run.id, "status": status, **found})
     secure(response)
     return response
 
@@ -62,19 +64,14 @@ def series(
 def metrics_csv(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    return StreamingResponse(
-        csv_lines(session, run.pk, type),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{run.name}-{type}.csv"'},
-    )
+    return points_download(request, run, type, "csv", f"{run.name}-{type}.csv")
 
 
 @router.get("/runs/{run_id}/metrics.json")
 def metrics_json(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
     user = require_viewer(request, session)
-    found: dict[str, Any] = read_metrics(run_id, type, user, session)
-    name = get_run(session, user, run_id).name
-    return JSONResponse(found, headers={"Content-Disposition": f'attachment; filename="{name}-{type}.json"'})
+    run = get_run(session, user, run_id)
+    return points_download(request, run, type, "json", f"{run.name}-{type}.json")
 
 
 @router.get("/artifacts/{artifact_id}/files/{path:path}")
@@ -86,7 +83,4 @@ def download(artifact_id: str, path: str, request: Request, session: DbSession) 
     )
     if row is None:
         raise HTTPException(404, f"artifact {artifact_id} has no file {path!r}")
-    blob = request.app.state.blobs.path(row.sha256)
-    if not blob.is_file():
-        raise HTTPException(410, f"the stored bytes of {path!r} are missing from the server's data folder")
-    return FileResponse(blob, filename=row.path.rsplit("/", 1)[-1], media_type="application/octet-stream")
+    return file_response(request.app.state.blobs, row)

@@ -1,7 +1,9 @@
 """The lineage graph of a run or artifact: inputs on the left, the node, outputs on the right.
 
 Laid out on the server as SVG with links, so it needs no script. A neighbour the viewer may
-not see is left out (its name would leak); one that was never uploaded is shown greyed.
+not see is shown exactly like one that was never uploaded: greyed, without name or link (the
+edges come from :func:`ember.server.ingest.edges_of`, which masks them), so the graph tells
+nobody whether a private run or artifact exists.
 """
 
 from __future__ import annotations
@@ -9,12 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from ember.server.console.session import PREFIX
-from ember.server.models import Artifact, Run, User
-from ember.server.perms import Level, level
 
 NODE_W, NODE_H, GAP_Y, COL_X = 200, 44, 16, (10, 290, 570)
 
@@ -32,20 +29,11 @@ class Node:
     center: bool = False
 
 
-def _visible(session: Session, user: User, kind: str, node_id: str) -> tuple[bool, str | None]:
-    """(uploaded, name if the viewer may see it)."""
-    node: Run | Artifact | None
-    if kind == "run":
-        node = session.scalar(select(Run).where(Run.id == node_id))
-    else:
-        node = session.scalar(select(Artifact).where(Artifact.id == node_id))
-    if node is None:
-        return False, None
-    return True, node.name if level(session, user, node) >= Level.VIEW else None
+HIDDEN = "(missing or not shared)"  # short enough not to be truncated in its box
 
 
-def graph(session: Session, user: User, kind: str, node_id: str, name: str, edges: list[dict[str, Any]]) -> dict:
-    """Nodes, edges and the canvas size for ``_lineage.html``."""
+def graph(kind: str, node_id: str, name: str, edges: list[dict[str, Any]]) -> dict:
+    """Nodes, edges and the canvas size for ``_lineage.html`` (``edges`` as the viewer may see them)."""
     inputs: dict[str, dict[str, Any]] = {}
     outputs: dict[str, dict[str, Any]] = {}
     for e in edges:
@@ -56,11 +44,8 @@ def graph(session: Session, user: User, kind: str, node_id: str, name: str, edge
     columns: list[list[Node]] = [[], [], []]
     for index, ends in ((0, inputs), (2, outputs)):
         for end in ends.values():
-            uploaded, shown = _visible(session, user, end["kind"], end["id"])
-            if uploaded and shown is None:
-                continue
-            href = f"{PREFIX}/{end['kind']}s/{end['id']}" if uploaded else None
-            label = shown if shown is not None else "(not on the server)"
+            href = f"{PREFIX}/{end['kind']}s/{end['id']}" if end["visible"] else None
+            label = end["name"] if end["visible"] else HIDDEN
             columns[index].append(Node(end["kind"], end["id"], label, href, COL_X[index], 0))
     columns[1].append(Node(kind, node_id, name, None, COL_X[1], 0, center=True))
     height = max(len(c) for c in columns) * (NODE_H + GAP_Y) + GAP_Y

@@ -6,19 +6,28 @@ store is uploaded into it with the ordinary, incremental upload protocol. Before
 request the store is synced again; only what changed since the last sync is sent (a run whose
 files have not changed is skipped without a request), so a running run's charts follow it
 live. The store itself is only read.
+
+No login does not mean open: it answers only ``Host`` names of loopback (a page of another site
+whose name resolves to 127.0.0.1 is refused), and only a browser that opened the URL it prints,
+which carries a per-launch token (see :mod:`ember.server.console.session`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 LOCAL_USER = "local"
 log = logging.getLogger("ember.server")
@@ -86,6 +95,34 @@ class StoreSync:
                 self._seen[folder] = signature
 
 
+def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -> tuple[FastAPI, str]:
+    """The ``ember ui`` app over ``store`` (its database in ``data_dir``) and the URL to print.
+
+    Returns:
+        The app and ``http://127.0.0.1:PORT/ui/?token=...``, the only way in.
+
+    Raises:
+        ServerError: the store holds no runs/ or artifacts/.
+    """
+    from ember.server import admin
+    from ember.server.app import create_app
+    from ember.server.console import mount
+    from ember.server.settings import LOOPBACK_HOSTS, ServerError, Settings
+    from ember.track._fs import resolve_home
+
+    root = resolve_home(store)
+    if not (root / RUNS_DIR).is_dir() and not (root / ARTIFACTS_DIR).is_dir():
+        raise ServerError(f"{root} holds no runs/ or artifacts/: pass --store DIR (the folder holding runs/)")
+    settings = Settings.make(data_dir=data_dir, db_url=f"sqlite:///{data_dir / 'ui.db'}", allowed_hosts=LOOPBACK_HOSTS)
+    key = admin.init(settings, LOCAL_USER)
+    app = create_app(settings)
+    url = f"http://127.0.0.1:{port}"
+    token = secrets.token_urlsafe(32)
+    mount(app, local_user=LOCAL_USER, sync=StoreSync(root, url, key), token=token)
+    app.state.console_root = root
+    return app, f"{url}/ui/?token={token}"
+
+
 def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | None = None) -> int:
     """Serve the console over ``store`` on ``127.0.0.1:port`` until interrupted.
 
@@ -97,23 +134,14 @@ def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | No
     """
     import uvicorn
 
-    from ember.server import admin
-    from ember.server.app import create_app
-    from ember.server.console import mount
-    from ember.server.settings import ServerError, Settings
-    from ember.track._fs import resolve_home
-
-    root = resolve_home(store)
-    if not (root / RUNS_DIR).is_dir() and not (root / ARTIFACTS_DIR).is_dir():
-        raise ServerError(f"{root} holds no runs/ or artifacts/: pass --store DIR (the folder holding runs/)")
     folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="ember-ui-"))
     try:
-        settings = Settings.make(data_dir=folder, db_url=f"sqlite:///{folder / 'ui.db'}")
-        key = admin.init(settings, LOCAL_USER)
-        app = create_app(settings)
-        url = f"http://127.0.0.1:{port}"
-        mount(app, local_user=LOCAL_USER, sync=StoreSync(root, url, key))
-        print(f"ember ui: {root} at {url}/ui/ (loopback only, no login; Ctrl-C stops)", flush=True)
+        app, url = build_app(store, port, folder)
+        print(
+            f"ember ui: {app.state.console_root} at\n    {url}\n"
+            "(loopback only; open this link: its token is the login, valid until ember ui stops; Ctrl-C stops)",
+            flush=True,
+        )
         uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
     finally:
         if not data:

@@ -56,7 +56,7 @@ def run_page(
     counts = [(m["type"], m["name"], m["count"]) for m in metric_counts(session, run.pk)]  # block summaries
     order = {"train": 0, "val": 1, "test": 2}
     types = sorted({t for t, _, _ in counts}, key=lambda t: (order.get(t, 3), t))
-    edges = ingest.edges_of(session, run.id)
+    edges = ingest.edges_of(session, run.id, user)
     log_lines, total_lines = _log_view(ingest.read_log(session, run.pk), log_q)
     platform = run.platform or {}
     status = listing.shown_status(run.status, run.meta)
@@ -80,7 +80,7 @@ def run_page(
         total_lines=total_lines,
         log_q=log_q,
         artifacts=_artifacts(session, user, edges),
-        graph=lineage.graph(session, user, "run", run.id, run.name, edges),
+        graph=lineage.graph("run", run.id, run.name, edges),
     )
 
 
@@ -92,7 +92,7 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
     files = session.scalars(
         select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk).order_by(ArtifactFile.path)
     ).all()
-    edges = ingest.edges_of(session, art.id)
+    edges = ingest.edges_of(session, art.id, user)
     return render(
         request,
         "artifact.html",
@@ -102,5 +102,5 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
         crumbs=crumbs(folder),
         files=files,
         total=sum(f.size for f in files),
-        graph=lineage.graph(session, user, "artifact", art.id, art.name, edges),
+        graph=lineage.graph("artifact", art.id, art.name, edges),
     )

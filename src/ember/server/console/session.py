@@ -11,7 +11,12 @@ Forms carry a CSRF token derived from a random per-browser cookie (signed double
 with a secret kept in the data folder, so every server process shares it), and a POST whose
 ``Origin`` names another host is refused.
 
-In ``ember ui`` mode (``local_user`` set) every request on loopback is that user, without login.
+In ``ember ui`` mode (``local_user`` set) there is no login, but the console is not open to
+whatever reaches the port: the server answers only ``Host`` names of loopback (against DNS
+rebinding, :class:`ember.server.guard.HostCheck`), and every page needs a per-launch token.
+``ember ui`` prints its URL with ``?token=...`` (as notebook servers do); opening it sets an
+HttpOnly, SameSite=Strict cookie holding the token and redirects to the same page without it.
+Another local user's browser, or a page of another site, does not have the token.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import HTTPException, Request, Response
+from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
@@ -101,6 +107,34 @@ def _secret(request: Request) -> bytes:
     return request.app.state.console_secret
 
 
+def local_cookie(token: str) -> str:
+    """The name of an ``ember ui`` launch's cookie (one per launch: two consoles on two ports do not clash)."""
+    return "ember_ui_" + hashlib.sha256(token.encode()).hexdigest()[:12]
+
+
+def local_pass(request: Request) -> bool:
+    """Whether a request to ``ember ui`` carries this launch's token in its cookie."""
+    token: str | None = request.app.state.console_token
+    if token is None:
+        return True
+    held = request.cookies.get(local_cookie(token), "")
+    return hmac.compare_digest(held.encode(), token.encode())
+
+
+def local_entry(request: Request) -> Response | None:
+    """``?token=...`` of the URL ``ember ui`` printed: set its cookie and redirect to the page without it."""
+    token: str | None = request.app.state.console_token
+    given = request.query_params.get("token")
+    if token is None or given is None or not hmac.compare_digest(given.encode(), token.encode()):
+        return None
+    rest = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "token"])
+    response = RedirectResponse(request.url.path + (f"?{rest}" if rest else ""), status_code=303)
+    response.set_cookie(local_cookie(token), token, path=PREFIX, httponly=True, samesite="strict")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    return response
+
+
 def viewer(request: Request, session: Session) -> User | None:
     """The signed-in user (or the local user of ``ember ui``), None when nobody is."""
     local = request.app.state.console_local_user
@@ -108,6 +142,12 @@ def viewer(request: Request, session: Session) -> User | None:
         host = request.client.host if request.client else ""
         if host not in LOOPBACK:
             raise HTTPException(403, "`ember ui` answers only on loopback")
+        if not local_pass(request):
+            raise HTTPException(
+                403,
+                "this console opens only with the link `ember ui` printed when it started "
+                "(http://127.0.0.1:PORT/ui/?token=...): open that link in this browser",
+            )
         return session.scalar(select(User).where(User.name == local))
     token = request.cookies.get(SESSION_COOKIE, "")
     if not token or len(token) > 100:

@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ember.server.console.session import PREFIX, NeedLogin, csrf_token
+from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
 
 _HERE = __import__("pathlib").Path(__file__).parent
 env = Environment(
@@ -86,7 +86,8 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
         csrf=csrf_token(request, response),
         local=request.app.state.console_local_user is not None,
     )
-    response.body = env.get_template(template).render(**context).encode()
+    # "replace": a lone surrogate stored before the server refused them must not fail the page.
+    response.body = env.get_template(template).render(**context).encode("utf-8", "replace")
     response.headers["content-length"] = str(len(response.body))
     secure(response)
     return response
@@ -122,8 +123,12 @@ class ConsoleRoute(APIRoute):
         json_errors = self.json_errors
 
         async def route(request: Request) -> Response:
+            if request.app.state.console_local_user is not None:
+                entered = local_entry(request)
+                if entered is not None:
+                    return entered
             sync = request.app.state.console_sync
-            if sync is not None:
+            if sync is not None and local_pass(request):
                 await anyio.to_thread.run_sync(sync)
             try:
                 return await handler(request)
@@ -138,7 +143,9 @@ class ConsoleRoute(APIRoute):
                 if json_errors:
                     return JSONResponse({"detail": detail}, status_code=code)
                 title = _TITLES.get(code, "Something went wrong")
-                return render(request, "error.html", status_code=code, title=title, detail=detail, code=code)
+                return await anyio.to_thread.run_sync(
+                    lambda: render(request, "error.html", status_code=code, title=title, detail=detail, code=code)
+                )
 
         return route
 

@@ -4,6 +4,12 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const state = { x: "step", smoothing: 0, log: false };
+
+  // Plotly renders a subset of HTML in titles, legends and hover labels (<a href>, <b>, <span
+  // style>...): run and metric names are the users' text, so they are escaped to show as typed.
+  function esc(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
   const cache = {};  // key -> series JSON
 
   // Exponential moving average with the start-up bias removed (as TensorBoard smooths).
@@ -20,6 +26,7 @@
 
   function traces(label, s, color) {
     const x = state.x === "epoch" ? s.epoch : s.step;
+    label = esc(label);
     const raw = { x: x, y: s.value, name: label, type: "scatter", mode: s.value.length < 60 ? "lines+markers" : "lines",
                   line: { width: 1.5, color: color }, connectgaps: false };
     if (!state.smoothing) return [raw];
@@ -30,12 +37,14 @@
 
   function layout(title) {
     return {
-      title: { text: title, font: { size: 14 } }, margin: { l: 50, r: 12, t: 34, b: 38 }, hovermode: "x unified",
+      title: { text: esc(title), font: { size: 14 } }, margin: { l: 50, r: 12, t: 34, b: 38 }, hovermode: "x unified",
       xaxis: { title: { text: state.x }, zeroline: false }, yaxis: { type: state.log ? "log" : "linear", zeroline: false },
       legend: { orientation: "h", y: -0.25 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff",
     };
   }
-  const config = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  // Nothing leaves the machine: no "send to cloud" / "edit in Chart Studio", no link to plotly.com.
+  const config = { responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
+                   showLink: false, showTips: false, modeBarButtonsToRemove: ["lasso2d", "select2d", "sendDataToCloud"] };
 
   function chartDiv(grid, id) {
     let div = $(id);
