@@ -7,6 +7,8 @@ import json
 import math
 import random
 import threading
+import time
+from typing import Any
 
 import pytest
 
@@ -243,3 +245,28 @@ def test_a_writer_thread_that_dies_of_a_bug_makes_every_later_call_raise(monkeyp
         run.finish("Failed")
     assert track.load_run(run.path).status == "Failed"
     assert [p["step"] for p in run.metrics("train")] == [0]  # steps 1, 2 were refused, step 0 kept
+
+
+def test_the_queue_is_bounded_a_logging_loop_waits_for_a_slow_writer_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ember.track import run as run_module
+
+    monkeypatch.setattr(_writer, "MAX_QUEUED", 7 * 500, raising=False)  # 500 points of one metric
+    monkeypatch.setattr(run_module, "WAKE_AT", 7 * 100)
+    real_encode = _writer.encode_points
+
+    def slow_encode(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.002)  # a writer far slower than the loop
+        return real_encode(*args, **kwargs)
+
+    monkeypatch.setattr(_writer, "encode_points", slow_encode)
+    run = track.create_run(name="bounded")
+    assert run._writer is not None
+    most = 0
+    for step in range(5_000):
+        run.log("train", {"loss": float(step)}, step=step)
+        most = max(most, len(run._writer.pending))
+    run.finish()
+    assert most <= 7 * 500 + 7  # never more than the bound and the point that reached it
+    assert [p["step"] for p in run.metrics("train")] == list(range(5_000))

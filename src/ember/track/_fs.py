@@ -222,13 +222,13 @@ def read_json(path: Path, *, follow_links: bool = True) -> Any:
     """
     try:
         with open(path, "rb") if follow_links else open_regular(path) as f:
-            data = f.read(MAX_JSON_BYTES + 1)
+            if os.fstat(f.fileno()).st_size > MAX_JSON_BYTES:
+                raise TrackingError(f"{path} is over {MAX_JSON_BYTES >> 20} MB: it was not written by ember")
+            data = f.read()
     except FileNotFoundError:
         raise TrackingError(f"{path} does not exist") from None
     except IsADirectoryError:
         raise TrackingError(f"{path} is a folder: the store expects a file there") from None
-    if len(data) > MAX_JSON_BYTES:
-        raise TrackingError(f"{path} is over {MAX_JSON_BYTES >> 20} MB: it was not written by ember")
     try:
         return json.loads(data.decode("utf-8"), parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:

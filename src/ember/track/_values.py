@@ -181,6 +181,11 @@ def check_epoch(epoch: object) -> int | float | None:
     raise TrackingError(f"epoch must be None or a non-negative number, got {short_repr(epoch)}")
 
 
+def json_metrics(metrics: Mapping[str, int | float]) -> dict[str, int | float | str]:
+    """``metrics`` with NaN and infinities as the strings the store writes (what strict JSON can hold)."""
+    return {k: _nonfinite_to_str(v) for k, v in metrics.items()}
+
+
 def _nonfinite_to_str(value: int | float) -> int | float | str:
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
@@ -192,7 +197,7 @@ def encode_metrics(metrics: Mapping[str, int | float]) -> str:
     try:
         return _dumps(metrics)
     except ValueError:
-        return _dumps({k: _nonfinite_to_str(v) for k, v in metrics.items()})
+        return _dumps(json_metrics(metrics))
 
 
 HEAD = 5
@@ -382,13 +387,16 @@ READ_CHUNK = 1 << 20
 """Bytes a metrics reader takes from the file at a time: what it holds besides the points it returns."""
 
 
-def iter_point_batches(path: Path, offset: int = 0, chunk: int = READ_CHUNK) -> Iterator[tuple[list[Point], int]]:
+def iter_point_batches(
+    path: Path, offset: int = 0, chunk: int | None = None, end: int | None = None
+) -> Iterator[tuple[list[Point], int]]:
     """The complete records of a metrics file from byte ``offset``, a chunk of the file at a time.
 
     Yields ``(points, cursor)``: the points of about ``chunk`` bytes and the byte offset just
     after them. Memory stays at one chunk whatever the file's size. A last line without its
     newline (torn by a crash or still being written) is not returned. A missing file yields
-    nothing.
+    nothing. With ``end`` (a cursor from an earlier pass), nothing after that byte is read:
+    two passes over a file that is still growing see the same records.
 
     Raises:
         TrackingError: a complete line is not a valid record (the file was damaged), or the file
@@ -398,18 +406,21 @@ def iter_point_batches(path: Path, offset: int = 0, chunk: int = READ_CHUNK) -> 
         f = open_regular(path)
     except FileNotFoundError:
         return
-    number = 0
+    number, start = 0, offset
+    chunk = chunk or READ_CHUNK
     with f:
         f.seek(offset)
         tail = b""
+        position = offset  # the file's read position; offset: the cursor after the last complete line
         while True:
-            data = f.read(chunk)
+            data = f.read(chunk if end is None else min(chunk, end - position))
             if not data:
                 return
+            position += len(data)
             data = tail + data
-            end = data.rfind(b"\n") + 1
-            tail = data[end:]
-            lines = [line for line in data[:end].split(b"\n")[:-1] if line.strip()]
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            lines = [line for line in data[:cut].split(b"\n")[:-1] if line.strip()]
             try:  # one C call for the whole chunk; line by line only to find a damaged one
                 points = [_check_point(p) for p in json.loads(b"[" + b",".join(lines) + b"]")]
             except _DAMAGE:
@@ -419,12 +430,12 @@ def iter_point_batches(path: Path, offset: int = 0, chunk: int = READ_CHUNK) -> 
                         points.append(decode_point(line))
                     except _DAMAGE as e:
                         raise TrackingError(
-                            f"{path}: record {i} after byte {offset} is damaged ({type(e).__name__}: "
+                            f"{path}: record {i} after byte {start} is damaged ({type(e).__name__}: "
                             f"{short_repr(str(e), 200)}); move the file away or delete that line"
                         ) from None
             number += len(lines)
-            offset += end
-            if points or end:
+            offset += cut
+            if cut:
                 yield points, offset
 
 

@@ -6,7 +6,8 @@
 ``interval`` seconds (sooner when the list grows long), encodes the points queued so far, appends
 them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per chunk of points, through file
 descriptors opened once, and then drops them from the front of the list. Nothing is fsynced: a
-crash loses at most the last interval.
+crash loses at most the last interval. The list is bounded: at :data:`MAX_QUEUED` slots
+``Run.log`` waits for the writer (a tight loop logs at the writer's pace, in bounded memory).
 Unbuffered descriptors also mean a forked child (a DataLoader worker) holds no copy of
 unwritten bytes that it could write a second time.
 """
@@ -26,9 +27,13 @@ from ember.track._values import HEAD, encode_points
 
 FLUSH_INTERVAL_S = 0.5
 # Queued slots (7 for a point of one metric, 2 more a metric) that wake the writer before its
-# interval is up: bounds the memory a tight logging loop holds, about 20 bytes a slot (a point of
-# one metric takes 140 bytes with its float value, time and step), so about 20 MB.
+# interval is up, about 20 bytes a slot (a point of one metric takes 140 bytes with its float
+# value, time and step), so about 20 MB.
 WAKE_AT = 1 << 20
+# Queued slots at which Run.log waits for the writer to catch up (about 40 MB, ~300,000 points of
+# one metric): a loop that logs faster than the points can be formatted and written is slowed to
+# the writer's pace instead of holding every point in memory.
+MAX_QUEUED = 2 * WAKE_AT
 # Points encoded and written at a time: bounds the text held during a flush, and the time the
 # writer holds the GIL in one C call (~4 ms here, under the 5 ms switch interval; 20,000 at a
 # time halved the rate of a thread logging meanwhile).
@@ -173,6 +178,7 @@ class Writer:
         self.pending: list[Any] = []
         self._fds: dict[str, int] = {}
         self._wake = threading.Event()
+        self._room = threading.Condition()  # notified when a flush took points off the queue
         self._closing = False
         self.error: str | None = None
         self.stopped: str | None = None  # set when the thread died of a bug: every later call says so
@@ -182,10 +188,27 @@ class Writer:
         self._thread.start()
 
     def wake(self) -> None:
-        """Flush now instead of at the end of the interval."""
+        """Flush now instead of at the end of the interval; wait while :data:`MAX_QUEUED` slots are queued."""
         # Run.log calls this at every point while WAKE_AT or more wait; Event.set takes a lock.
         if not self._wake.is_set():
             self._wake.set()
+        if len(self.pending) >= MAX_QUEUED:
+            self._wait_for_room()
+
+    def _wait_for_room(self) -> None:
+        """Block the logging thread until the writer has taken points off a full queue.
+
+        Not when the writer cannot do so: it stopped, a write failed (the next ``log`` raises
+        that error), the run is closing, or this is the writer thread itself.
+        """
+        if threading.current_thread() is self._thread:
+            return
+        with self._room:
+            while (
+                len(self.pending) >= MAX_QUEUED and self.error is None and not self._closing and self._thread.is_alive()
+            ):
+                self._wake.set()
+                self._room.wait(0.1)
 
     def last_step(self, type_: str) -> int | None:
         """The highest step of ``type_`` queued or written (or given at creation), or None."""
@@ -239,6 +262,8 @@ class Writer:
                 )
             finally:
                 del pending[:done]  # Run.log only ever extends the end: this is all ours
+                with self._room:
+                    self._room.notify_all()
 
     def _loop(self) -> None:
         try:
@@ -272,6 +297,7 @@ class Writer:
         """In a forked child: drop the parent's queued data and descriptors, never write."""
         # Another thread may have held this lock at the fork: the child gets a fresh one.
         self._flush_lock = threading.Lock()
+        self._room = threading.Condition()
         self.pending = []
         self.sink.enabled = False
         self.sink._lock = threading.Lock()

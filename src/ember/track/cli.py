@@ -8,28 +8,23 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from ember._cli import run_commands
+from ember._cli import output_file, run_commands
 from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
-from ember.track import lineage
+from ember.track import export, lineage
 from ember.track._fs import read_json, resolve_home
-from ember.track._values import encode_metrics
 from ember.track.store import (
     DAMAGED,
     PLATFORM_FILE,
     RunInfo,
     last_metrics,
     list_runs,
-    metric_types,
-    read_metrics,
     resolve,
     resolve_many,
     run_info,
@@ -234,42 +229,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export_json(path: Path) -> str:
-    data = {
-        "run": read_json(path / "run.json", follow_links=False),
-        "platform": _platform(path) or None,
-        "metrics": {t: read_metrics(path, t) for t in metric_types(path)},
-        "lineage": lineage.read_edges(path),
-    }
-    for points in data["metrics"].values():
-        for point in points:  # the store's encoding of NaN/inf, so the output is strict JSON
-            point["metrics"] = json.loads(encode_metrics(point["metrics"]))
-    return json.dumps(data, indent=2, allow_nan=False) + "\n"
-
-
-def _export_csv(path: Path) -> str:
-    rows = [(t, p) for t in metric_types(path) for p in read_metrics(path, t)]
-    names = sorted({name for _, p in rows for name in p["metrics"]})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["type", "step", "epoch", "time", *names])
-    for type_, p in rows:
-        epoch = "" if p["epoch"] is None else p["epoch"]
-        writer.writerow([type_, p["step"], epoch, p["time"], *[p["metrics"].get(n, "") for n in names]])
-    return buffer.getvalue()
-
-
 def cmd_export(args: argparse.Namespace) -> int:
-    """Write a run's metrics (csv) or everything about it (json) to a file or stdout."""
+    """Write a run's metrics (csv) or everything about it (json) to a file or stdout, streamed."""
     path = resolve(args.run, _home(args))
+    out = None if args.output is None else output_file(args.output, "runs export --output", TrackingError)
     info = run_info(path)
     if info.error is not None:
         raise TrackingError(f"run {path.name} is damaged, nothing was exported: {info.error}")
-    text = _export_json(path) if args.format == "json" else _export_csv(path)
-    if args.output is None:
-        sys.stdout.write(text)
+    write = export.write_json if args.format == "json" else export.write_csv
+    if out is None:
+        write(path, sys.stdout)
     else:
-        Path(args.output).write_text(text, encoding="utf-8")
+        with export.replacing(out) as f:
+            write(path, f)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ember.track._fs import (
     pid_alive,
     read_json,
 )
-from ember.track._values import Point, last_point, read_points
+from ember.track._values import Point, iter_point_batches, last_point, read_points
 
 RUN_FILE = "run.json"
 PLATFORM_FILE = "platform.json"
@@ -253,6 +254,12 @@ def read_metrics(run_path: Path, type_: str) -> list[Point]:
     """Every complete point of one metric type, in file order."""
     points, _ = read_points(run_path / "metrics" / f"{type_}.jsonl")
     return points
+
+
+def metric_batches(run_path: Path, type_: str, end: int | None = None) -> Iterator[tuple[list[Point], int]]:
+    """The points of one metric type a chunk at a time, with the byte cursor after each chunk
+    (see :func:`ember.track._values.iter_point_batches`): memory stays bounded however long the run."""
+    return iter_point_batches(run_path / METRICS_DIR / f"{type_}.jsonl", end=end)
 
 
 def last_metrics(run_path: Path) -> dict[str, Point]:
