@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,53 @@ def test_a_crashed_then_resumed_run_has_one_checkpoints_artifact_of_final_and_be
         copy = artifact.path / "files" / record["path"]
         assert copy.read_bytes() == source.read_bytes()
     assert sorted(p.name for p in (artifact.path / "files").iterdir()) == sorted([final.name, best.name])
+
+
+class SignalAt(hooks.BaseHook):
+    """Sends SIGTERM to this process after the given optimizer step (a scheduler preempting the job)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step = step
+
+    def after_train_iter(self, output, label, loss) -> None:
+        if self.trainer.cur_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class FailsAtTheEnd(hooks.BaseHook):
+    def after_train(self) -> None:
+        raise RuntimeError("could not upload the report")
+
+
+def test_a_preempted_fit_is_recorded_preempted_and_its_resume_ends_complete(tmp_path: Path) -> None:
+    from ember.trainer import Preempted
+
+    ckpt = tmp_path / "ckpt"
+    tracking = hooks.TrackingHook(name="preempted", home=str(tmp_path))
+    with pytest.raises(Preempted):
+        Trainer(make_engine()).fit(loader(64, 8), epochs=2,
+                                   hooks=[SignalAt(3), hooks.CheckpointHook(ckpt), tracking])  # fmt: skip
+    run = track.load_run(tracking.run.path, home=tmp_path)
+    assert run.status == "Preempted" and "SIGTERM" in run.reason
+    resumed = hooks.TrackingHook(name="preempted", home=str(tmp_path))
+    Trainer(make_engine()).fit(loader(64, 8), epochs=2, hooks=[hooks.CheckpointHook(ckpt), resumed], resume="auto")
+    assert resumed.run.path == run.path
+    again = track.load_run(run.path, home=tmp_path)
+    assert again.status == "Complete" and again.reason is None
+    assert len(again._meta["resumes"]) == 1
+
+
+def test_a_run_whose_after_train_hook_raised_is_failed_with_the_reason(tmp_path: Path) -> None:
+    tracking = hooks.TrackingHook(home=str(tmp_path))
+    with pytest.raises(RuntimeError, match="could not upload"):
+        Trainer(make_engine()).fit(loader(16, 8), epochs=1, hooks=[FailsAtTheEnd(), tracking])
+    run = track.load_run(tracking.run.path, home=tmp_path)
+    assert run.status == "Failed" and "could not upload the report" in run.reason
+
+
+def test_a_failing_fit_records_the_error_as_the_reason(tmp_path: Path) -> None:
+    tracking = hooks.TrackingHook(home=str(tmp_path))
+    with pytest.raises(RuntimeError, match="boom"):
+        Trainer(make_engine()).fit(loader(64, 8), epochs=1, hooks=[FailAt(2), tracking])
+    assert track.load_run(tracking.run.path, home=tmp_path).reason.startswith("RuntimeError: boom at 2")

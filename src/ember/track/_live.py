@@ -10,7 +10,7 @@ from typing import Protocol
 
 
 class _Closable(Protocol):
-    def finish(self, status: str = "Complete") -> None: ...
+    def finish(self, status: str = "Complete", reason: str | None = None) -> None: ...
 
     def _forget_after_fork(self) -> None: ...
 
@@ -45,23 +45,22 @@ def is_open(path: object) -> bool:
     return any(getattr(r, "path", None) == path for r in runs)
 
 
-def exit_status() -> str:
-    """The status for runs still open at exit: from the uncaught exception, if any."""
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if exc is None:
-        return "Complete"
-    return "Interrupted" if isinstance(exc, KeyboardInterrupt) else "Failed"
+def exit_exception() -> BaseException | None:
+    """The uncaught exception that is ending the program, if any."""
+    return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
 
 
 def finish_all_at_exit() -> None:
     """Finish every open run; errors are raised after all runs had their turn."""
-    status = exit_status()
+    from ember.track.run import ending_status
+
+    status, reason = ending_status(exit_exception())
     with _lock:
         runs = list(_live.values())
     errors: list[Exception] = []
     for run in runs:
         try:
-            run.finish(status)
+            run.finish(status, reason)
         except Exception as e:  # noqa: BLE001 - every run must be finished; re-raised below
             errors.append(e)
     if errors:

@@ -221,6 +221,7 @@ def load_run(
     drop_torn_tail(folder / lineage.LINEAGE_FILE)
     meta.update(
         status="Running",
+        reason=None,
         end_time=None,
         heartbeat=now_iso(),
         pid=os.getpid(),

@@ -125,6 +125,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["id", meta.get("id")],
         ["name", meta.get("name")],
         ["status", DAMAGED if damage else info.status],
+        ["reason", meta.get("reason") or "-"],
         ["folder", meta.get("folder")],
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
@@ -136,7 +137,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["resumed", str(len(meta.get("resumes", [])))],
     ]
     if damage:
-        rows.insert(4, ["damage", damage])
+        rows.insert(5, ["damage", damage])
     out = [rp.kv(rows)]
     hparams = rp.flatten(meta.get("hparams", {}))
     out.append("\nhparams" + ("" if hparams else ": none"))

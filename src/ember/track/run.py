@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -9,7 +10,7 @@ from time import time as _time
 from types import TracebackType
 from typing import Any
 
-from ember.errors import TrackingError
+from ember.errors import TrackingError, describe, short_repr
 from ember.track import _live, lineage
 from ember.track._fs import check_description, check_labels, now_iso, read_json, write_json_atomic
 from ember.track._values import (
@@ -32,7 +33,16 @@ from ember.track.store import (
     read_metrics,
 )
 
-FINAL_STATUSES = ("Complete", "Failed", "Interrupted")
+FINAL_STATUSES = ("Complete", "Failed", "Interrupted", "Preempted")
+"""How a run can end: Preempted is "stopped by a signal after saving: run again to resume"."""
+_REASON_CHARS = 2000
+
+
+def _check_finish(status: object, reason: object) -> None:
+    if status not in FINAL_STATUSES:
+        raise TrackingError(f"finish(status={short_repr(status)}): use one of {FINAL_STATUSES}")
+    if reason is not None and not isinstance(reason, str):
+        raise TrackingError(f"finish(reason=...) must be a str or None, got {describe(reason)}")
 
 
 class Run:
@@ -125,8 +135,14 @@ class Run:
 
     @property
     def status(self) -> str:
-        """Running, Complete, Failed or Interrupted (as written in run.json)."""
+        """Running, Complete, Failed, Interrupted or Preempted (as written in run.json)."""
         return str(self._meta["status"])
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run ended with its status (the error, the signal), or None."""
+        reason = self._meta.get("reason")
+        return None if reason is None else str(reason)
 
     @property
     def start_time(self) -> str:
@@ -328,17 +344,21 @@ class Run:
             lineage.record_edge(source, target)
             self._edges.add(key)
 
-    def finish(self, status: str = "Complete") -> None:
+    def finish(self, status: str = "Complete", reason: str | None = None) -> None:
         """Flush, stop the console capture and write the final status. A second call does nothing.
 
         Stopping the capture puts back ``sys.stdout``/``sys.stderr`` and the ``logging``
         handlers that were writing through the run's tee (``docs/tracking.md``, console output).
 
         Args:
-            status: Complete, Failed or Interrupted.
+            status: Complete, Failed, Interrupted or Preempted (stopped by a signal after its
+                state was saved: running the job again resumes it).
+            reason: why it ended so (the error, the signal), kept in ``run.json`` as ``reason``.
+
+        Example:
+            >>> run.finish("Failed", reason="ValueError: loss is nan at step 12")
         """
-        if status not in FINAL_STATUSES:
-            raise TrackingError(f"finish(status={status!r}): use one of {FINAL_STATUSES}")
+        _check_finish(status, reason)
         if self._state == "finished":
             return
         self._check_open()
@@ -352,6 +372,7 @@ class Run:
             writer.close()  # outside the lock: the writer thread takes it for the heartbeat
         with self._lock:
             self._meta["status"] = status
+            self._meta["reason"] = None if reason is None else reason[:_REASON_CHARS]
             self._meta["end_time"] = now_iso()
             self._meta["heartbeat"] = self._meta["end_time"]
             self._save()
@@ -419,8 +440,7 @@ class Run:
         if exc_type is None:
             self.finish("Complete")
         else:
-            interrupted = issubclass(exc_type, KeyboardInterrupt)
-            self.finish("Interrupted" if interrupted else "Failed")
+            self.finish(*ending_status(exc))
 
 
 class NoOpRun(Run):
@@ -458,9 +478,28 @@ class NoOpRun(Run):
     ) -> dict[str, Any]:
         return {}
 
-    def finish(self, status: str = "Complete") -> None:
-        if status not in FINAL_STATUSES:
-            raise TrackingError(f"finish(status={status!r}): use one of {FINAL_STATUSES}")
+    def finish(self, status: str = "Complete", reason: str | None = None) -> None:
+        _check_finish(status, reason)
         if self._state == "open":
             self._state = "finished"
-            self._meta.update(status=status, end_time=now_iso())
+            self._meta.update(status=status, reason=reason, end_time=now_iso())
+
+
+def ending_status(exc: BaseException | None) -> tuple[str, str | None]:
+    """The status and reason of a run that an exception (or None) ends.
+
+    ``KeyboardInterrupt``: Interrupted; ``SystemExit`` with code 0/None: Complete, with code 75
+    (``EX_TEMPFAIL``, what a preempted ``fit`` exits with after saving): Preempted; anything
+    else: Failed, the reason being the exception.
+    """
+    if exc is None:
+        return "Complete", None
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, KeyboardInterrupt):
+        return "Interrupted", text
+    if isinstance(exc, SystemExit):
+        if exc.code in (0, None):
+            return "Complete", None
+        if exc.code == getattr(os, "EX_TEMPFAIL", 75):
+            return "Preempted", str(exc) or text
+    return "Failed", text

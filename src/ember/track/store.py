@@ -37,7 +37,7 @@ RUN_FILE = "run.json"
 PLATFORM_FILE = "platform.json"
 HEARTBEAT_INTERVAL_S = 10.0
 STALE_AFTER_S = 120.0
-STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
 DAMAGED = "Damaged"
 """The status readers give a run folder that ember could not have written (never written to disk)."""
 CRASHED = "Crashed"
@@ -88,6 +88,8 @@ def run_damage(meta: Any) -> str | None:
             return f"it has no {key!r}"
         if not ok(meta[key]):
             return f"its {key!r} is {describe(meta[key])}, not {allowed}"
+    if not isinstance(meta.get("reason"), str | None):
+        return f"its 'reason' is {describe(meta['reason'])}, not a string or null"
     if not isinstance(meta.get("resumes", []), list):
         return f"its 'resumes' is {describe(meta['resumes'])}, not a list"
     return None

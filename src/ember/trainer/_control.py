@@ -65,6 +65,8 @@ class Control:
         """Whether the ranks agreed to stop for a preemption signal (set at a safe point)."""
         self._preempt: str | None = None
         self._error: tuple[Exception, str] | None = None
+        self.ending_error: Exception | None = None
+        """The first exception a hook raised in ``after_train`` (:meth:`call_all`) in this fit."""
         self._pending: distributed.PendingMax | None = None
         self._updates = 0  # lagged safe points passed
         self._exchange_at = 1  # the lagged safe point of the next exchange
@@ -141,7 +143,11 @@ class Control:
                 self._failed(exc, f"{hook.name}.{event}")
 
     def call_all(self, event: str) -> Exception | None:
-        """Run ``event`` on every hook even if some raise; return the first exception."""
+        """Run ``event`` on every hook even if some raise; return the first exception.
+
+        The first one is also :attr:`ending_error` as soon as it is raised, so the hooks that
+        run after it see how the fit ends (``trainer.fit_outcome``).
+        """
         first: Exception | None = None
         for hook, method in self._calls[event]:
             if self._hold is not None:
@@ -154,7 +160,7 @@ class Control:
                 where = f"{hook.name}.{event}"
                 _note(exc, f"raised by hook {where}")
                 if first is None:
-                    first = exc
+                    first = self.ending_error = exc
                 else:
                     self.logger.error(f"{where} also raised {exc!r}")
         return first
@@ -163,6 +169,7 @@ class Control:
     def reset(self) -> None:
         """Forget stop requests and errors (at the start of ``fit``)."""
         self.stop_requested, self.stop_reason, self.stopping, self._error = False, None, False, None
+        self.ending_error = None
         self.preempted, self._preempt, self._pending = False, None, None
         self._multi = self.must_agree = distributed.is_active()
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
     from ember.trainer.hooks.base import BaseHook
 
 _STATE_KEYS = ("cur_epoch", "epoch_iter", "cur_step", "micro_step", "samples_seen", "history")
+
+
+class FitOutcome(NamedTuple):
+    """How a ``fit`` ends (:attr:`TrainerState.fit_outcome`)."""
+
+    status: str
+    """``"Complete"``, ``"Failed"``, ``"Interrupted"`` or ``"Preempted"``."""
+    reason: str | None
+    """The error or signal, or None."""
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class TrainerState:
@@ -55,6 +69,30 @@ class TrainerState:
         ``after_train`` still run. Hooks may raise :class:`~ember.trainer.StopTraining` instead.
         """
         self._control.request_stop(reason or "trainer.stop() was called")
+
+    @property
+    def fit_outcome(self) -> FitOutcome:
+        """How the ``fit`` that is ending ends, for hooks' ``after_train`` (e.g. a run's final status).
+
+        ``status`` is ``"Failed"`` when an exception is ending ``fit`` or a hook's ``after_train``
+        before this one raised, ``"Interrupted"`` for ``KeyboardInterrupt`` (a ``SystemExit`` as
+        :func:`ember.track.run.ending_status` says), ``"Preempted"``
+        after SIGTERM/SIGINT with a CheckpointHook (the state is saved; ``fit`` raises
+        ``Preempted`` next), else ``"Complete"`` (an early stop included); ``reason`` says why.
+        A hook whose ``after_train`` runs after this hook's and raises is not seen: the tracking
+        hook runs at ``Priority.LOWEST``, after the others.
+        """
+        from ember.track.run import ending_status  # the one mapping of exceptions to statuses
+
+        exc = sys.exc_info()[1]  # after_train runs in fit's `finally`: the exception ending it
+        if exc is not None:
+            return FitOutcome(*ending_status(exc))
+        control = self._control
+        if control.ending_error is not None:
+            return FitOutcome("Failed", f"after_train raised {_text(control.ending_error)}")
+        if control.preempted:
+            return FitOutcome("Preempted", control.stop_reason)
+        return FitOutcome("Complete", None)
 
     @property
     def stop_reason(self) -> str | None:

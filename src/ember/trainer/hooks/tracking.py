@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,7 +39,10 @@ class TrackingHook(BaseHook):
       ``cpu_percent`` (this process's CPU time over the interval's wall time; 100 is one busy
       core) and ``load_1m`` (the 1-minute load average, where the OS has one);
     - at the end: the final and best checkpoints of a :class:`CheckpointHook`, in one output
-      artifact ``<run name>-checkpoints`` per run.
+      artifact ``<run name>-checkpoints`` per run, and the run's status with its reason
+      (``trainer.fit_outcome``): Complete, Failed (an exception, or another hook's ``after_train``
+      raised), Interrupted (``KeyboardInterrupt``) or Preempted (SIGTERM/SIGINT with a
+      CheckpointHook: saved, and resumed by running the job again, which sets it back to Running).
 
     The run's id and path are part of this hook's ``state_dict``, so a job resumed from a
     checkpoint continues the same run and skips the steps it had already logged; its end
@@ -159,13 +161,8 @@ class TrackingHook(BaseHook):
             return
         self._mark_checkpoints(run)
         if self._owns_run:
-            exc = sys.exc_info()[1]  # after_train runs in the Trainer's `finally`
-            if exc is None:
-                run.finish("Complete")
-            elif isinstance(exc, KeyboardInterrupt | SystemExit):
-                run.finish("Interrupted")
-            else:
-                run.finish("Failed")
+            status, reason = self.trainer.fit_outcome
+            run.finish(status, reason)
         else:
             run.flush()
 
