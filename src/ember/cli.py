@@ -42,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     """
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
 
     from ember.errors import LaunchError
 
@@ -52,11 +53,17 @@ def _run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     argv = [f"--nproc_per_node={args.nproc}", f"--nnodes={args.nnodes}", f"--max_restarts={args.max_restarts}"]
     if args.rdzv_endpoint:
-        argv += ["--rdzv_backend=c10d", f"--rdzv_endpoint={args.rdzv_endpoint}"]
+        from ember import _rendezvous
+
+        _rendezvous.check_endpoint(args.rdzv_endpoint)
+        _rendezvous.register()  # torch's c10d rendezvous, whose failures name the endpoint and the nodes seen
+        argv += [f"--rdzv_backend={_rendezvous.BACKEND}", f"--rdzv_endpoint={args.rdzv_endpoint}"]
         if args.rdzv_id:
             argv.append(f"--rdzv_id={args.rdzv_id}")
     elif args.nnodes == "1":
         argv.append("--standalone")
+    if args.rdzv_conf:
+        argv.append(f"--rdzv_conf={args.rdzv_conf}")
     if args.max_restarts:
         # A restarted worker resumes from the newest checkpoint (Trainer.fit(resume=None) reads it).
         os.environ.setdefault("EMBER_RESUME", "auto")
@@ -66,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         torchrun.run(torchrun.parse_args(argv))
     except ChildFailedError as failed:
         return _report_failure(failed)
+    except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
+        raise LaunchError(f"ember run: {exc}") from None
     return 0
 
 
@@ -183,6 +192,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--nnodes", default="1", help="machines, or MIN:MAX for elastic jobs (default 1)")
     run.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous for several machines")
     run.add_argument("--rdzv-id", help="a job id shared by all machines")
+    run.add_argument("--rdzv-conf", help="torchrun's rendezvous settings, e.g. join_timeout=600,last_call_timeout=30")
     run.add_argument("--max-restarts", type=int, default=0, help="restart failed workers this many times")
     run.add_argument("script_args", nargs="*", help="arguments for the script, after `--`")
     run.set_defaults(handler=_run)
