@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from ember import context as _context
 from ember._exit import leave_process_group_at_exit
+from ember._same_config import check_same_config
 from ember.config import ConfigSource, load_config
 from ember.errors import LaunchError
 
@@ -49,10 +50,17 @@ def launch(
             torch with ``seed + rank`` (DDP makes the initial weights equal on every rank).
         verbose: log one line on rank 0 describing the job.
         overrides: ``"key.sub=value"`` strings applied on top of the config.
-        timeout_s: how long collectives wait before failing.
+        timeout_s: how long collectives wait before failing; also how long the other ranks wait
+            in a collective for a machine that vanished without closing its connections.
 
     Returns:
         The context, also available as ``ember.context``.
+
+    Raises:
+        LaunchError: bad ranks, a process group that cannot be joined, or (with several
+            processes) a config that is not the same on every rank: the ranks compare a hash
+            of their config right after joining, and the error names the ranks, their hosts
+            and the keys that differ.
 
     Example:
         >>> ember.launch(config={"amp": "bf16"}, rank=0, world_size=1)
@@ -103,6 +111,7 @@ def launch(
             ) from None
         group_backend = backend
         leave_process_group_at_exit()  # see its docstring: an abort at exit otherwise
+        check_same_config(cfg, world_size)  # before the mesh: a differing layout would hang there
         mesh = _build_mesh(layout, device)
 
     base_seed = cfg.seed if cfg.seed is not None else seed
@@ -136,10 +145,19 @@ def launch_from_torch(
     seed: int = 1024,
     verbose: bool = True,
     overrides: Sequence[str] | None = None,
+    timeout_s: float = 1800,
 ) -> _context.Context:
     """Launch from the variables ``torchrun`` (or ``ember run``) sets.
 
-    Reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``.
+    Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``LOCAL_RANK``. The
+    same variables but ``LOCAL_RANK`` are what Kubernetes operators set for a pod that runs
+    ``python train.py`` itself, one process per pod (a Kubeflow ``PyTorchJob``, T9k's
+    ``PyTorchTrainingJob``): without ``LOCAL_RANK`` the local rank is 0, unless the operator
+    says the pod runs several processes (``PET_NPROC_PER_NODE`` > 1, which it leaves to
+    torchrun to start), which is a :class:`LaunchError`.
+
+    Args:
+        config, backend, seed, verbose, overrides, timeout_s: as for :func:`launch`.
 
     Example:
         >>> ember.launch_from_torch(config="config.py")   # under: torchrun --nproc_per_node 2 train.py
@@ -150,10 +168,12 @@ def launch_from_torch(
         "run the script with `torchrun --nproc_per_node N script.py` or `ember run script.py --nproc N`",
         None,
         None,
+        local_optional=True,
         backend=backend,
         seed=seed,
         verbose=verbose,
         overrides=overrides,
+        timeout_s=timeout_s,
     )
 
 
@@ -164,11 +184,24 @@ def launch_from_slurm(
     backend: str | None = None,
     seed: int = 1024,
     verbose: bool = True,
+    timeout_s: float = 1800,
 ) -> _context.Context:
-    """Launch from the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NPROCS``, ``SLURM_LOCALID``)."""
+    """Launch from the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NPROCS``, ``SLURM_LOCALID``).
+
+    Args:
+        config: as for :func:`launch`.
+        host: the address of rank 0's node: the first of ``scontrol show hostnames
+            "$SLURM_JOB_NODELIST"`` (``examples/slurm/srun_python.sbatch`` exports it as
+            ``MASTER_ADDR``).
+        port: a free port on that node that every node can reach.
+        backend, seed, verbose, timeout_s: as for :func:`launch`.
+
+    Example:
+        >>> ember.launch_from_slurm("config.py", host=os.environ["MASTER_ADDR"], port=29500)  # under srun
+    """
     return _launch_from_env(
         config, ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"), "start the script with `srun` inside a Slurm job",
-        host, port, backend=backend, seed=seed, verbose=verbose,
+        host, port, backend=backend, seed=seed, verbose=verbose, timeout_s=timeout_s,
     )  # fmt: skip
 
 
@@ -179,11 +212,25 @@ def launch_from_openmpi(
     backend: str | None = None,
     seed: int = 1024,
     verbose: bool = True,
+    timeout_s: float = 1800,
 ) -> _context.Context:
-    """Launch from the variables ``mpirun`` sets (``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``)."""
+    """Launch from the variables ``mpirun`` sets (``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``).
+
+    ``mpirun`` only starts the processes; they talk through gloo or NCCL, not MPI.
+
+    Args:
+        config: as for :func:`launch`.
+        host: the address of rank 0's machine (the first host given to ``mpirun``).
+        port: a free port on that machine that every machine can reach.
+        backend, seed, verbose, timeout_s: as for :func:`launch`.
+
+    Example:
+        >>> ember.launch_from_openmpi("config.py", host="node0", port=29500)  # under: mpirun -np 8 -H node0:4,node1:4
+    """
     return _launch_from_env(
         config, ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
         "start the script with Open MPI's `mpirun`", host, port, backend=backend, seed=seed, verbose=verbose,
+        timeout_s=timeout_s,
     )  # fmt: skip
 
 
@@ -193,24 +240,41 @@ def _launch_from_env(
     hint: str,
     host: str | None,
     port: int | str | None,
+    local_optional: bool = False,
     **kwargs: Any,
 ) -> _context.Context:
     """Launch with rank, world size and local rank read from the variables ``names`` (in that order).
 
     Without ``host``/``port`` they come from ``MASTER_ADDR``/``MASTER_PORT`` (torchrun's).
+    With ``local_optional`` a missing local-rank variable means one process per machine.
     """
     rank, world, local = names
     address = ("MASTER_ADDR", "MASTER_PORT") if host is None else ()
-    env = _read_env((rank, local, world, *address), hint)
+    required = (rank, world, *address) if local_optional and local not in os.environ else (rank, local, world, *address)
+    env = _read_env(required, hint)
+    if local not in env:
+        _check_one_process_per_machine(local)
     return launch(
         config,
         rank=int(env[rank]),
         world_size=int(env[world]),
         host=env["MASTER_ADDR"] if host is None else host,
         port=env["MASTER_PORT"] if port is None else port,
-        local_rank=int(env[local]),
+        local_rank=int(env.get(local, "0")),
         **kwargs,
     )
+
+
+def _check_one_process_per_machine(local: str) -> None:
+    """Without a local rank, refuse what says this machine runs several processes of the job."""
+    nproc = os.environ.get("PET_NPROC_PER_NODE", "1")
+    if nproc != "1":
+        raise LaunchError(
+            f"{local} is not set, but PET_NPROC_PER_NODE={nproc!r} says this machine runs several processes "
+            "(a Kubernetes operator sets it for torchrun): start the script with `torchrun script.py` or "
+            "`ember run script.py --nproc N` in the container, which set each process's local rank, or run "
+            "one process per pod (nprocPerNode 1)"
+        )
 
 
 def _build_mesh(layout: _context.ParallelLayout, device: torch.device) -> Any:
