@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": None,
     "deterministic": False,
     "ddp": {},
+    "nonfinite_loss": "error",
 }
 
 
@@ -447,6 +448,7 @@ def test_module_attribute_reads_launched_config_and_says_so_before_launch() -> N
         ({"compile": {"backend": 3}}, None, ["'compile.backend'", "3 (int)", "a name or a callable"]),
         ({"seed": -1}, None, ["'seed'", "-1 (int)"]),
         ({"deterministic": "yes"}, None, ["'deterministic'", "True or False"]),
+        ({"nonfinite_loss": "raise"}, None, ["'nonfinite_loss'", "'error', 'warn', 'ignore'"]),
         ({"find_unused_parameters": 1}, None, ["'find_unused_parameters'", "1 (int)"]),
         (
             {"find_unused_parameters": True, "ddp": {"find_unused_parameters": False}},

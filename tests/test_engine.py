@@ -8,6 +8,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import ember
+import ember.engine
 from tests.models import params_of, tiny_dataset, tiny_mlp
 
 
@@ -263,3 +264,52 @@ def test_reset_accumulation_drops_a_half_cycle() -> None:
     engine.backward(engine.criterion(engine(x), y))
     engine.reset_accumulation()
     assert engine.micro_step == 0 and all(p.grad is None for p in model.parameters())
+
+
+def _nan_engine(**config: object) -> tuple[ember.engine.Engine, torch.Tensor, torch.Tensor]:
+    model = tiny_mlp(0)
+    engine, *_ = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+                                  config=config)  # fmt: skip
+    x, y = tiny_dataset(8).tensors
+    return engine, x, y
+
+
+def _steps(engine: ember.engine.Engine, x: torch.Tensor, y: torch.Tensor, n: int, nan_at: int) -> None:
+    for i in range(1, n + 1):
+        engine.zero_grad()
+        loss = engine.criterion(engine(x), y)
+        engine.backward(loss * float("nan") if i == nan_at else loss)
+        engine.step()
+
+
+def test_a_non_finite_loss_stops_with_an_error_naming_the_step_before_it_is_back_propagated() -> None:
+    from ember.errors import NonFiniteLossError
+
+    engine, x, y = _nan_engine(gradient_accumulation=2)
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss \(nan\) at step 3 \(micro-batch 2 of") as caught:
+        _steps(engine, x, y, 8, nan_at=6)
+    assert caught.value.step == 3
+    assert all(torch.isfinite(p).all() for p in engine.model.parameters())
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in engine.model.parameters())
+
+
+def test_nonfinite_loss_warn_goes_on_and_says_so_and_ignore_does_not_look(caplog: pytest.LogCaptureFixture) -> None:
+    engine, x, y = _nan_engine(nonfinite_loss="warn")
+    _steps(engine, x, y, 4, nan_at=2)
+    assert engine.check_loss() == 2 and "non-finite loss (nan) at step 2" in caplog.text
+    quiet, x, y = _nan_engine(nonfinite_loss="ignore")
+    _steps(quiet, x, y, 4, nan_at=2)
+    assert quiet.loss_check is None and quiet.check_loss() is None
+
+
+def test_on_an_accelerator_the_flag_stays_on_the_device_and_is_read_one_update_late() -> None:
+    from ember.errors import NonFiniteLossError
+    from ember.loss_check import LossCheck
+
+    check = LossCheck("error", torch.device("cpu"), on_device=True)  # the accelerator's path, on the CPU
+    check.note(torch.tensor(1.0), step=1, micro=1)
+    check.boundary(1)
+    check.note(torch.tensor(float("inf")), step=2, micro=1)  # no host read here
+    check.boundary(2)  # reads update 1's flag (finite), sends update 2's
+    with pytest.raises(NonFiniteLossError, match="at step 2"):
+        check.settle()  # before a checkpoint: waits for update 2's flag

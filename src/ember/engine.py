@@ -30,6 +30,7 @@ from ember.config import Config
 from ember.data import data_parallel_rank_and_size, to_device
 from ember.errors import EngineError
 from ember.logging import get_dist_logger
+from ember.loss_check import LossCheck
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
 Criterion = Callable[..., torch.Tensor]
@@ -48,7 +49,7 @@ class Engine:
             from the user's: see :attr:`optimizer`).
         criterion: the loss function, called as ``criterion(output, label)``.
         config: the validated config (``amp``, ``gradient_accumulation``, ``clip_grad_norm``,
-            ``clip_grad_value``, ``gradient_handler``, ``grad_scaler``).
+            ``clip_grad_value``, ``gradient_handler``, ``grad_scaler``, ``nonfinite_loss``).
         device: the device the model lives on.
         train_module: what the forward pass runs through while gradients are on (the DDP
             wrapper, a compiled module); defaults to ``model``.
@@ -125,6 +126,9 @@ class Engine:
         """Boundary steps taken (applied or skipped) since the Engine was built or loaded."""
         self.skipped_updates = 0
         """Boundary steps skipped for an fp16 overflow since the Engine was built or loaded."""
+        mode = config.get("nonfinite_loss", "error")
+        self.loss_check: LossCheck | None = None if mode == "ignore" else LossCheck(mode, device)
+        """The check of each loss for NaN/inf (config ``nonfinite_loss``; None when ``"ignore"``)."""
 
     # -- the user's objects --------------------------------------------------------------
     @property
@@ -244,6 +248,8 @@ class Engine:
                 "engine.backward got a loss that does not require grad: was it computed under "
                 "torch.no_grad(), from a detached output, or with the model frozen?"
             )
+        if self.loss_check is not None:  # before anything is back-propagated from it
+            self.loss_check.note(loss, self.num_updates + 1, self.micro_step + 1)
         self.micro_step += 1
         self.sync_gradients = bool(boundary) or self.micro_step >= self.gradient_accumulation
         unsynced, self._forward_unsynced, self._boundary_expected = self._forward_unsynced, False, False
@@ -291,6 +297,8 @@ class Engine:
         """
         if not (self.sync_gradients and self.micro_step > 0):
             return False
+        if self.loss_check is not None:
+            self.loss_check.boundary(self.num_updates + 1)
         self.precision.unscale_(self._optimizer)
         if self.gradient_handlers:
             with_grads = [p for p in self._params if p.grad is not None]
@@ -312,6 +320,17 @@ class Engine:
                 ranks=[0],
             )
         return updated
+
+    def check_loss(self) -> int | None:
+        """The step of the first non-finite loss this Engine saw (None: none, or ``nonfinite_loss="ignore"``).
+
+        On an accelerator this waits for the flag of the last update (see :mod:`ember.loss_check`):
+        call it where it must be known now, e.g. before saving a checkpoint.
+
+        Raises:
+            NonFiniteLossError: with ``nonfinite_loss="error"``, when that flag shows one.
+        """
+        return None if self.loss_check is None else self.loss_check.settle()
 
     def train(self, mode: bool = True) -> Engine:
         """Put the model in training mode (or evaluation mode with ``mode=False``)."""

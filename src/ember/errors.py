@@ -51,6 +51,18 @@ class TrackingError(EmberError, ValueError):
     """A tracking call got bad input (non-numeric metric, bad name, missing file...)."""
 
 
+class NonFiniteLossError(EmberError, FloatingPointError):
+    """A training loss was NaN or infinite (config ``nonfinite_loss="error"``, the default).
+
+    Attributes:
+        step: the optimizer update (1-based) whose loss it was, or None.
+    """
+
+    def __init__(self, message: str, step: int | None = None) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 def short_repr(value: object, limit: int = 80) -> str:
     """``repr(value)``, at most ``limit`` characters: how an error message shows a bad value.
 

@@ -235,6 +235,7 @@ _SCHEMA: dict[str, _Field] = {
     "seed": _Field(_int(0, optional=True), None),
     "deterministic": _Field(_BOOL, False),
     "ddp": _Field(_DDP, None),
+    "nonfinite_loss": _Field(_choice("error", "warn", "ignore"), "error"),
 }
 # Accepted on input and folded into the keys above: fp16 -> amp + grad_scaler, the other -> ddp.
 _FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})

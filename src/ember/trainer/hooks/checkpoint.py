@@ -133,6 +133,7 @@ class CheckpointHook(BaseHook):
         if self.background_copy and not self.async_save:
             raise HookError("CheckpointHook(background_copy=True) needs async_save=True")
         self._copying: DeferredCopy | None = None  # async_save: the last save's background copies, until checked
+        self._last_finite: Path | None = None  # the newest checkpoint saved before any non-finite loss
         self._step_hook: RemovableHandle | None = None
         self.stall_s = 0.0
 
@@ -269,14 +270,35 @@ class CheckpointHook(BaseHook):
         started = time.perf_counter()
         try:
             self._writer.wait()  # one write at a time; its error surfaces here
-            self._write(path, key, reason, best)
+            self._write(path, key, reason, best, self._nonfinite_step(path))
         finally:
             self.stall_s += time.perf_counter() - started
         return path
 
-    def _write(self, path: Path, key: _Key, reason: str, best: bool) -> None:
+    def _nonfinite_step(self, path: Path) -> int | None:
+        """The step of the first non-finite loss so far (None: none), said in a warning when there is one.
+
+        With ``nonfinite_loss="error"`` (the default) such a loss stops training instead (raised
+        here when its flag was still on its way from an accelerator), so no checkpoint of the
+        weights it produced is written.
+        """
+        check = getattr(self.trainer.engine, "check_loss", None)
+        first = None if check is None else check()
+        if first is not None:
+            kept = "" if self._last_finite is None else f"; retention keeps {self._last_finite.name}, saved before it"
+            self.trainer.logger.warning(
+                f"{self.name}: {path.name} is saved after a non-finite loss at step {first} "
+                f"(nonfinite_loss='warn'): its weights may be non-finite{kept}",
+                ranks=[0],
+            )
+        return first
+
+    def _write(self, path: Path, key: _Key, reason: str, best: bool, nonfinite: int | None = None) -> None:
         t = self.trainer
-        keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path) if p is not None)
+        protected = self._last_finite if nonfinite is not None else None
+        keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path, protected) if p is not None)
+        if nonfinite is None:
+            self._last_finite = path
         then = functools.partial(self._after_write, path.name, best, keep)
         if is_sharded(t.engine):
             if self.async_save and not self._warned_sync:

@@ -19,6 +19,10 @@ __all__ = ["EarlyStoppingHook", "TerminateOnNaNHook"]
 class TerminateOnNaNHook(BaseHook):
     """Stops training (on every rank) when a training (or test) loss is NaN or infinite.
 
+    The Engine checks training losses first (config ``nonfinite_loss``): with the default
+    ``"error"`` it raises a ``NonFiniteLossError`` before this hook sees the loss; use this hook
+    with ``nonfinite_loss="warn"`` to stop cleanly instead, or for test losses.
+
     The check stays on the device between optimizer updates and is read once per update (every
     ``check_every`` updates), so it costs one small host-device copy per update on GPUs; raise
     ``check_every`` to make that rarer. Training stops after the update in which the bad loss
