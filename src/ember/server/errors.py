@@ -25,7 +25,13 @@ log = logging.getLogger("ember.server")
 
 
 def _field(error: dict[str, Any]) -> str:
-    return ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+    """``("body", "points", 0, "time")`` -> ``points[0].time``, as the server's own checks name fields."""
+    out = ""
+    for part in error.get("loc", ()):
+        if part == "body" and not out:
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
 
 
 async def _validation(_request: Request, exc: Exception) -> JSONResponse:

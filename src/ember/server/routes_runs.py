@@ -9,7 +9,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server import downloads, ingest, listing, naming, series
+from ember.server import downloads, ingest, listing, naming, series, wire
 from ember.server.auth import CurrentUser, DbSession, now
 from ember.server.models import Artifact, ArtifactFile, Cursor, Folder, Run, User
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
@@ -33,6 +33,8 @@ def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIE
 
 
 def _checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
+    wire.check(body.run, "run")
+    wire.check(body.platform, "platform")
     meta = body.run
     if meta.get("id") != run_id:
         raise HTTPException(422, f"run.id {meta.get('id')!r} differs from the id in the URL {run_id!r}")
@@ -155,8 +157,8 @@ def read_series(
     buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
 ):
     run = get_run(session, user, run_id)
-    cache = request.app.state.series
-    return {"id": run.id, "status": run.status, **cache.series(session, run.pk, run.id, type, buckets)}
+    found = request.app.state.series.series(session, run.pk, run.id, type, buckets)
+    return SafeJSONResponse({"id": run.id, "status": run.status, **found})
 
 
 def download(request: Request, run: Run, type_: str, fmt: str, filename: str) -> StreamingResponse:

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 Count = Annotated[int, Strict(), Field(ge=0, le=2**62)]
-Number = Annotated[float, Strict()]
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+"""A finite float: NaN and infinities travel as the strings of :data:`Value`, nowhere else."""
 Value = Number | Literal["NaN", "Infinity", "-Infinity"]
 MetricName = Annotated[str, Field(min_length=1, max_length=200)]
 Conflict = Literal["new", "skip", "error", "replace"]

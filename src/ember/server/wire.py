@@ -5,14 +5,16 @@ What the server accepts it must be able to give back. Python's JSON decoder acce
 encoder can write) and ``"\\u0000"`` (NUL, which PostgreSQL text cannot hold). Such values used
 to be stored and then made every answer that included them fail. :class:`CheckedRoute` decodes
 request bodies with :func:`loads`, which refuses them with a 422 naming the field
-(``run.hparams.lr``). Answers go through :class:`SafeJSONResponse`, which encodes rows stored
-before these checks too: a non-finite number as the strings ``"NaN"``/``"Infinity"``/
-``"-Infinity"`` (the API's spelling of them), a lone surrogate as U+FFFD.
+(``run.hparams.lr``); an infinite number from ``1e999`` is refused by the typed fields
+(``schemas.Number``) and, in free-form JSON, by :func:`check`. Answers go through
+:class:`SafeJSONResponse`, which encodes rows stored before these checks too: a non-finite
+number as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (the API's spelling of them), a
+lone surrogate as U+FFFD.
 
 Example:
     >>> loads(b'{"run": {"hparams": {"lr": NaN}}}')
     Traceback (most recent call last):
-    ember.server.wire.FieldError: run.hparams.lr: NaN and infinities are not JSON numbers ...
+    ember.server.wire.FieldError: 422: run.hparams.lr: NaN is not a JSON number; ...
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import quote
 
@@ -28,9 +30,10 @@ from fastapi import HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-# Escapes that may decode to NUL or to a surrogate, and exponents that may overflow to infinity:
-# only a body holding one of these is walked value by value (the rest costs one regex search).
-_SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})|[eE][+]?[0-9]{3}")
+# Escapes that may decode to NUL or to a surrogate: only a body holding one of these (or a
+# non-finite number) is walked value by value. Raw NUL and raw surrogates cannot reach the
+# decoder: JSON forbids control characters in strings, and the body is decoded as strict UTF-8.
+_SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
 
@@ -110,9 +113,21 @@ def loads(body: bytes) -> Any:
         return _NonFinite(token)
 
     value = json.loads(text, parse_constant=constant)
-    if flagged or _SUSPECT.search(text):
+    if flagged or ("\\u" in text and _SUSPECT.search(text)):
         _walk(value, "")
     return value
+
+
+def check(value: Any, field: str) -> None:
+    """Walk a free-form JSON value (a run's ``run.json``) for what :func:`loads` lets through cheaply.
+
+    ``1e999`` decodes to an infinite float: typed fields refuse it (``schemas.Number``); free-form
+    ones are walked here, which costs little for a run's metadata.
+
+    Raises:
+        FieldError: 422 naming the field of the first non-finite number, NUL or lone surrogate.
+    """
+    _walk(value, field)
 
 
 class _CheckedRequest(Request):
@@ -151,19 +166,26 @@ def safe(value: Any) -> Any:
 
 def dumps(value: Any) -> str:
     """JSON text of ``value``; values stored before the checks are encoded by :func:`safe`."""
+    return encode(value).decode("utf-8")
+
+
+def encode(value: Any) -> bytes:
+    """UTF-8 JSON of ``value``; values stored before the checks are encoded by :func:`safe`."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (ValueError, UnicodeEncodeError):
-        text = json.dumps(safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    return text
+        return json.dumps(safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 class SafeJSONResponse(JSONResponse):
-    """A JSON answer that never fails to encode (see :func:`dumps`)."""
+    """A JSON answer that never fails to encode (see :func:`encode`).
+
+    Returning one from a route also skips FastAPI's ``jsonable_encoder`` walk over the content,
+    which for a chart's thousands of numbers costs more than the query.
+    """
 
     def render(self, content: Any) -> bytes:
-        return dumps(content).encode("utf-8")
+        return encode(content)
 
 
 def content_disposition(filename: str, kind: str = "attachment") -> str:
@@ -178,9 +200,3 @@ def content_disposition(filename: str, kind: str = "attachment") -> str:
     """
     fallback = "".join(c if " " <= c <= "~" and c not in '"\\' else "_" for c in filename) or "download"
     return f"{kind}; filename=\"{fallback}\"; filename*=UTF-8''{quote(safe(filename), safe='')}"
-
-
-def json_lines(parts: Iterator[Any]) -> Iterator[str]:
-    """Each value of ``parts`` as JSON text, for streaming answers."""
-    for part in parts:
-        yield dumps(part)
