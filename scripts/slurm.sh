@@ -9,19 +9,23 @@ set -euo pipefail
 action="${1:-start}"
 dir="${2:-${TMPDIR:-/tmp}/ember-slurm}"
 port="${EMBER_SLURM_PORT:-56817}"   # slurmctld; slurmd takes the next one
-cpus="${EMBER_SLURM_CPUS:-2}"
+cpus="${EMBER_SLURM_CPUS:-2}"      # the tests start 2 tasks; config_overrides allows it on 1 core
 
 die() { echo "scripts/slurm.sh: ERROR: $*" >&2; exit 1; }
+
+alive() {  # a running process; an exited daemon whose parent never reaps it (a zombie) is not
+    [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* (.*) Z ' "/proc/$1/stat" 2>/dev/null
+}
 
 stop_daemons() {
     local name pid
     for name in slurmd slurmctld munged; do
         [ -f "$dir/$name.pid" ] || continue
         pid=$(cat "$dir/$name.pid" 2>/dev/null || true)
-        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        if [ -n "$pid" ] && alive "$pid"; then
             kill "$pid" 2>/dev/null || true
-            for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-            kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+            for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+            if alive "$pid"; then kill -9 "$pid" 2>/dev/null || true; fi
         fi
     done
 }
@@ -60,6 +64,7 @@ StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
+SlurmdParameters=config_overrides
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 ProctrackType=proctrack/linuxproc
