@@ -7,6 +7,7 @@ import enum
 import pickle
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -412,7 +413,7 @@ def test_module_attribute_reads_launched_config_and_says_so_before_launch() -> N
         ({"parallel": {"tensr": 2}}, None, ["'parallel.tensr'", "'parallel.tensor'"]),
         ({"parallel": {"pipeline": {"scheduel": "1f1b"}}}, None, ["'parallel.pipeline.scheduel'"]),
         ({"ddp": {"foo": True}}, None, ["'ddp.foo'", "find_unused_parameters"]),
-        ({"gradient_accumulation": 0}, None, ["'gradient_accumulation'", "0 (int)", ">= 1"]),
+        ({"gradient_accumulation": 0}, None, ["'gradient_accumulation'", "0 (int)", "an int from 1 to 2147483647"]),
         ({"gradient_accumulation": "4"}, None, ["'gradient_accumulation'", "'4' (str)"]),
         ({"gradient_accumulation": True}, None, ["'gradient_accumulation'", "True (bool)"]),
         ({"clip_grad_norm": -1.0}, None, ["'clip_grad_norm'", "positive max norm"]),
@@ -510,3 +511,60 @@ def test_missing_file_raises_config_error_naming_it(tmp_path: Path, source: str 
     with pytest.raises(ConfigError, match="does not exist") as excinfo:
         load_config(str(path) if isinstance(source, str) else path)
     assert str(path) in str(excinfo.value)
+
+
+# -- inputs that could hang or overflow ------------------------------------------------------------
+
+
+def _bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("bomb9.yaml", _bomb(9), "reaches .* values more than once through shared parts"),
+        ("bomb10.yaml", _bomb(10), "an alias bomb"),
+        ("self.yaml", "a: &a [1, *a]\n", r"key 'a\[1\]' contains itself"),
+        ("deep.yaml", "x: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply to read"),
+        ("deep.json", '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply to read"),
+        ("nested.yaml", "x: " + "[" * 150 + "]" * 150 + "\n", r"key 'x\[0\]\[0\].*' is nested more than 100 levels"),
+        ("long.yaml", "BIG: " + "7" * 5000 + "\n", "key 'BIG' is an int of about 5000 digits"),
+        ("long.json", '{"lr": 1, "BIG": ' + "7" * 5000 + "}", "key 'BIG' is an int of about 5000 digits"),
+        ("seed.yaml", f"seed: {2**64}\n", r"config key .seed. got 18446744073709551616 \(int\); allowed: an int from"),
+        ("accum.yaml", f"gradient_accumulation: {10**30}\n", "config key 'gradient_accumulation' got 1000"),
+        ("clip.yaml", f"clip_grad_norm: {10**400}\n", "config key 'clip_grad_norm' got 1000"),
+        ("exits.py", "import sys\nsys.exit(3)\n", "raised SystemExit at line 2: 3"),
+        ("interrupts.py", "raise KeyboardInterrupt\n", "raised KeyboardInterrupt at line 1"),
+    ],
+)
+def test_inputs_that_would_hang_or_overflow_are_one_config_error_naming_the_key(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+    assert time.perf_counter() - started < 10.0  # the 10-level bomb used not to finish
+
+
+def test_a_python_config_that_refers_to_itself_or_shares_too_much_is_refused() -> None:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(ConfigError, match=r"key 'layers\[1\]' contains itself"):
+        load_config({"layers": loop})
+    shared: Any = [0] * 10
+    for _ in range(6):
+        shared = [shared] * 10
+    with pytest.raises(ConfigError, match="through shared parts"):
+        load_config({"table": shared})
+    assert load_config({"blocks": [{"width": 4}] * 12}).blocks[11].width == 4  # some sharing is fine
+
+
+def test_an_override_with_an_alias_loop_is_refused() -> None:
+    with pytest.raises(ConfigError, match="override 'x': key '\\[1\\]' contains itself"):
+        parse_overrides(["x=&a [1, *a]"])

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from ember.config.schema import _merge, _normalize
-from ember.config.sources import _assign, _expand_dotted, _read, _split_key, _YamlLoader
-from ember.errors import ConfigError, ContextError, describe
+from ember.config.sources import _assign, _expand_dotted, _read, _split_key, _YamlLoader, check_shape
+from ember.errors import ConfigError, ContextError, describe, short_repr
 
 __all__ = ["Config", "ConfigSource", "load_config", "merge_configs", "parse_overrides"]
 
@@ -163,9 +163,12 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         parts = _split_key(key, item)
         try:
             value = yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
+        except RecursionError:
+            raise ConfigError(f"override {short_repr(item)} is nested too deeply to read") from None
         except yaml.YAMLError as err:
             problem = getattr(err, "problem", None) or str(err)
-            raise ConfigError(f"override {item!r} has a value that is not valid YAML: {problem}") from None
+            raise ConfigError(f"override {short_repr(item)} has a value that is not valid YAML: {problem}") from None
+        check_shape(value, f"override {short_repr(key.strip())}")
         _assign(out, parts, None if value in ("None", "none") else value)
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,14 +48,30 @@ def _check(
     return check
 
 
-def _int(low: int, high: float = float("inf"), optional: bool = False) -> _Check:
-    allowed = f"an int >= {low}" if high == float("inf") else f"an int from {low} to {high}"
+COUNT_MAX = 2**31 - 1
+"""The largest count ember takes (accumulation, sizes, intervals): what torch keeps in an int32."""
+SEED_MAX = 2**63 - 1
+"""The largest seed: each rank seeds torch with ``seed + rank``, which must stay below 2**64."""
+
+
+def _int(low: int, high: int = COUNT_MAX, optional: bool = False) -> _Check:
+    allowed = f"an int from {low} to {high}"
     ok = lambda v: _is_int(v) and low <= v <= high  # noqa: E731
     return _check(ok, allowed + " or None" * optional, int, optional)
 
 
+def _finite(value: Any) -> bool:
+    """A real number that is finite as a float (a huge int is not: float() overflows)."""
+    if not _is_real(value):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def _real(low: float, high: float = float("inf"), allowed: str = "a number > 0") -> _Check:
-    return _check(lambda v: _is_real(v) and low < v < high, allowed, float)
+    return _check(lambda v: _finite(v) and low < v < high, allowed, float)
 
 
 def _choice(*options: str, optional: bool = False) -> _Check:
@@ -74,13 +91,13 @@ _OPT_STR = _check(_is(str), "a string or None", optional=True)
 _OPT_DICT = _check(_is(Mapping), "a dict or None", dict, optional=True)
 _NAME_OR_FN = _check(lambda v: isinstance(v, str) or callable(v), "a name or a callable")
 _CLIP = _check(
-    lambda v: _is_real(v) and v > 0,
+    lambda v: _finite(v) and v > 0,
     "a number > 0 or None (use a positive max norm, or None to disable)",
     float,
     optional=True,
 )
 _CLIP_VALUE = _check(
-    lambda v: _is_real(v) and v > 0,
+    lambda v: _finite(v) and v > 0,
     "a number > 0 or None (each gradient element is clamped to [-value, value]; None disables)",
     float,
     optional=True,
@@ -232,7 +249,7 @@ _SCHEMA: dict[str, _Field] = {
     "parallel": _Field(_PARALLEL, None),
     "zero": _Field(_zero, None),
     "compile": _Field(_compile, False),
-    "seed": _Field(_int(0, optional=True), None),
+    "seed": _Field(_int(0, SEED_MAX, optional=True), None),
     "deterministic": _Field(_BOOL, False),
     "ddp": _Field(_DDP, None),
     "nonfinite_loss": _Field(_choice("error", "warn", "ignore"), "error"),

@@ -21,8 +21,32 @@ from ember.errors import ConfigError, describe
 # Reading sources.
 
 
+MAX_DEPTH = 100
+"""The deepest nesting of dicts and lists a config may have."""
+MAX_SHARED = 10_000
+"""How many values a config may reach more than once (YAML aliases, a list shared in a .py file)."""
+_INT_DIGITS = 4000  # below Python's 4300-digit limit on converting ints to and from text
+
+
+class _LongInt:
+    """An int too long to convert from text, kept in its place so the check can name its key."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
 class _YamlLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``)."""
+    """``yaml.SafeLoader`` that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``).
+
+    Ints of more digits than Python converts are kept as a marker that :func:`check_shape`
+    reports with their key.
+    """
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
+        text = str(node.value)
+        if len(text) > _INT_DIGITS:
+            return _LongInt(len(text))
+        return super().construct_yaml_int(node)
 
 
 _YamlLoader.add_implicit_resolver(
@@ -30,6 +54,73 @@ _YamlLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _YamlLoader.construct_yaml_int)
+
+
+def _json_int(text: str) -> Any:
+    return _LongInt(len(text)) if len(text) > _INT_DIGITS else int(text)
+
+
+def check_shape(data: Any, source: str) -> None:
+    """Refuse data that ember's own walks over a config could not handle, naming the key.
+
+    Nesting deeper than :data:`MAX_DEPTH`, a dict or list that contains itself, more than
+    :data:`MAX_SHARED` values reached again through shared parts (a YAML alias "bomb" expands
+    exponentially when copied), and ints too long to write as text. The walk is iterative and
+    visits each shared part once, so it costs the size of the data as written, whatever it
+    would expand to.
+
+    Raises:
+        ConfigError: naming ``source`` and the key.
+    """
+    sizes: dict[int, int] = {}  # id of a container -> values in it, expanded
+    open_: set[int] = set()  # containers on the path being walked
+    stack: list[tuple[Any, str, Any]] = [(data, "", None)]
+    while stack:
+        obj, key, items = stack[-1]
+        if items is None:  # first visit
+            if isinstance(obj, _LongInt) or (isinstance(obj, int) and obj.bit_length() > 3.32 * _INT_DIGITS):
+                digits = obj.digits if isinstance(obj, _LongInt) else int(obj.bit_length() * 0.30103)
+                raise ConfigError(
+                    f"{_where(source, key)} is an int of about {digits} digits, more than Python converts to and "
+                    "from text: use a number that fits (or a string)"
+                )
+            if not isinstance(obj, Mapping | list | tuple) or id(obj) in sizes:
+                stack.pop()
+                continue
+            if id(obj) in open_:
+                raise ConfigError(f"{_where(source, key)} contains itself (a recursive alias or reference)")
+            if len(open_) >= MAX_DEPTH:
+                raise ConfigError(f"{_where(source, key)} is nested more than {MAX_DEPTH} levels deep")
+            open_.add(id(obj))
+            pairs = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
+            items = iter(list(pairs))
+            stack[-1] = (obj, key, items)
+        child = next(items, None)
+        if child is None:
+            stack.pop()
+            open_.discard(id(obj))
+            values = obj.values() if isinstance(obj, Mapping) else obj
+            sizes[id(obj)] = 1 + sum(sizes.get(id(v), 0) for v in values)
+            continue
+        sub, value = child
+        name = f"{key}[{sub}]" if not isinstance(obj, Mapping) else f"{key}.{sub}" if key else str(sub)
+        if id(value) in open_:
+            raise ConfigError(f"{_where(source, name)} contains itself (a recursive alias or reference)")
+        if not (isinstance(value, Mapping | list | tuple) and id(value) in sizes):
+            stack.append((value, name, None))
+    total = sizes.get(id(data), 0)
+    if total - len(sizes) > MAX_SHARED:
+        raise ConfigError(
+            f"{source} reaches {total - len(sizes)} values more than once through shared parts (YAML aliases, a "
+            f"list or dict used several times), more than {MAX_SHARED}: copied, it would expand to {total} values "
+            "(an alias bomb?); write the values out, or share less"
+        )
+
+
+def _where(source: str, key: str) -> str:
+    shown = key if len(key) <= 80 else key[:40] + "..." + key[-37:]
+    return f"{source}: key '{shown}'" if key else source
 
 
 def _load_python(path: Path, text: str) -> dict[str, Any]:
@@ -43,7 +134,7 @@ def _load_python(path: Path, text: str) -> dict[str, Any]:
     sys.path.insert(0, str(path.parent))  # so a config can import helpers that sit beside it
     try:
         exec(code, module.__dict__)
-    except Exception as err:  # noqa: BLE001 - re-raised below as a ConfigError naming file and line
+    except (Exception, SystemExit, KeyboardInterrupt) as err:  # noqa: BLE001 - the config's own error, below
         frames = traceback.extract_tb(err.__traceback__)
         ours = [f for f in frames if f.filename == str(path)]
         where = f"line {ours[-1].lineno}" if ours else "load time"
@@ -59,8 +150,10 @@ def _load_data(path: Path, text: str) -> Any:
     """YAML, or JSON by suffix; a parse error names the file, line and column."""
     try:
         if path.suffix.lower() == ".json":
-            return json.loads(text)
+            return json.loads(text, parse_int=_json_int)
         return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
+    except RecursionError:
+        raise ConfigError(f"config file '{path}' is nested too deeply to read (at most {MAX_DEPTH} levels)") from None
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else getattr(err, "lineno", "?")
@@ -78,6 +171,7 @@ def _read(source: Any) -> Mapping[str, Any]:
     if source is None:
         return {}
     if isinstance(source, Mapping):
+        check_shape(source, "config")
         return source
     if not isinstance(source, (str, os.PathLike)):
         raise ConfigError(
@@ -96,6 +190,7 @@ def _read(source: Any) -> Mapping[str, Any]:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"config file '{path}' cannot be read: {err}") from None
     data = loader(path, text)
+    check_shape(data, f"config file '{path}'")
     if data is None:
         return {}
     if not isinstance(data, Mapping):
