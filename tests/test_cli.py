@@ -123,3 +123,36 @@ def test_the_first_worker_to_raise_is_reported_not_one_stopped_or_failing_after_
     killed = {0: _failure(tmp_path, 0, -9, None)}
     assert _report_failure(ChildFailedError("train.py", killed)) == 128 + 9
     assert capsys.readouterr().err.rstrip().endswith("killed by signal 9 (SIGKILL)")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--nproc", "0"], "--nproc 0: give the number of processes per machine, 1 or more"),
+        (["--nproc", "-2"], "--nproc -2"),
+        (["--nnodes", "0"], "--nnodes '0': give the number of machines"),
+        (["--nnodes", "3:2"], "--nnodes '3:2'"),
+        (["--nnodes", "two"], "--nnodes 'two'"),
+        (["--max-restarts", "-1"], "--max-restarts -1: give 0 (no restart) or more"),
+    ],
+)
+def test_bad_ember_run_numbers_are_one_clear_error_before_anything_starts(option: list[str], message: str) -> None:
+    proc = _ember("run", __file__, *option, timeout=60)
+    assert proc.returncode == 2 and f"ember: error: ember run: {message}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "AssertionError" not in proc.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("code", [7, 75])
+def test_ember_run_exits_with_the_scripts_own_exit_code(tmp_path: Path, code: int) -> None:
+    script = tmp_path / "exits.py"
+    script.write_text(f"import sys\nsys.exit({code})\n")
+    assert _ember("run", str(script)).returncode == code  # 75: preempted after saving, requeue it
+
+
+def test_a_script_with_a_syntax_error_ends_with_its_own_message(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("x = (\n")
+    proc = _ember("run", str(script))
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().splitlines()[-1] == "SyntaxError: '(' was never closed"

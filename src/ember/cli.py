@@ -40,6 +40,7 @@ def _run(args: argparse.Namespace) -> int:
     that worker's traceback, so the error is the last thing printed; the exit code is the
     worker's (128 + N for a worker killed by signal N).
     """
+    _check_run_arguments(args)  # before torch is imported: a typo answers at once
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
@@ -76,6 +77,26 @@ def _run(args: argparse.Namespace) -> int:
     except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
         raise LaunchError(f"ember run: {exc}") from None
     return 0
+
+
+def _check_run_arguments(args: argparse.Namespace) -> None:
+    """``ember run``'s numbers, checked before anything starts (torchrun only asserts them)."""
+    from ember.errors import LaunchError
+
+    if args.nproc < 1:
+        raise LaunchError(f"ember run: --nproc {args.nproc}: give the number of processes per machine, 1 or more")
+    low, _, high = str(args.nnodes).partition(":")
+    try:
+        sizes = [int(low), int(high or low)]
+    except ValueError:
+        sizes = [0, 0]
+    if not 1 <= sizes[0] <= sizes[1]:
+        raise LaunchError(
+            f"ember run: --nnodes {args.nnodes!r}: give the number of machines, 1 or more, or MIN:MAX with "
+            "1 <= MIN <= MAX for an elastic job"
+        )
+    if args.max_restarts < 0:
+        raise LaunchError(f"ember run: --max-restarts {args.max_restarts}: give 0 (no restart) or more")
 
 
 def _worker() -> None:
