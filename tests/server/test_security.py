@@ -251,14 +251,14 @@ def test_revoking_a_share_revokes_it_for_the_whole_subtree(server: Server) -> No
     assert server.req("GET", f"/runs/{RUN}").status_code == 200
 
 
-def test_migration_0004_gives_every_node_of_a_tree_to_its_homes_owner(tmp_path: Path) -> None:
+def test_migration_0004_gives_every_node_of_a_tree_to_its_homes_owner(db_url: str) -> None:
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import create_engine
 
     from ember.server.db import MIGRATIONS, make_engine, migrate
 
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+    url = db_url
     engine = make_engine(url)
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
@@ -269,7 +269,7 @@ def test_migration_0004_gives_every_node_of_a_tree_to_its_homes_owner(tmp_path: 
     sha = "e" * 64
     with engine.begin() as conn:
         for statement in [
-            f"INSERT INTO users (id, name, is_admin, created) VALUES (1, 'alice', 1, {t}), (2, 'bob', 0, {t})",
+            f"INSERT INTO users (id, name, is_admin, created) VALUES (1, 'alice', TRUE, {t}), (2, 'bob', FALSE, {t})",
             f"INSERT INTO folders (id, path, parent_id, owner_id, created) VALUES (1, '/alice', NULL, 1, {t}), "
             f"(2, '/bob', NULL, 2, {t}), (3, '/alice/shared', 1, 1, {t}), (4, '/alice/shared/sub', 3, 2, {t}), "
             f"(5, '/bobby', NULL, 1, {t}), (6, '/bobby/x', 5, 2, {t})",
