@@ -61,8 +61,14 @@ def _run(args: argparse.Namespace) -> int:
         argv += [f"--rdzv_backend={_rendezvous.BACKEND}", f"--rdzv_endpoint={args.rdzv_endpoint}"]
         if args.rdzv_id:
             argv.append(f"--rdzv_id={args.rdzv_id}")
-    elif args.nnodes == "1":
+    elif args.nnodes in ("1", "1:1"):
         argv.append("--standalone")
+    elif "PET_MASTER_ADDR" not in os.environ:  # else torchrun's static rendezvous, as in a Kubeflow TrainJob
+        raise LaunchError(
+            f"ember run: --nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (the first machine's address and a "
+            "free port on it) and --rdzv-id JOB, the same on every machine"
+        )
+    _check_operator_nnodes(args.nnodes)
     if args.rdzv_conf:
         argv.append(f"--rdzv_conf={args.rdzv_conf}")
     if args.max_restarts:
@@ -77,6 +83,23 @@ def _run(args: argparse.Namespace) -> int:
     except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
         raise LaunchError(f"ember run: {exc}") from None
     return 0
+
+
+def _check_operator_nnodes(nnodes: str) -> None:
+    """Refuse to start a one-machine job in a pod that a Kubernetes operator made part of a bigger one.
+
+    Operators set ``PET_NNODES`` for torchrun, which reads it; ``ember run`` passes ``--nnodes``
+    itself, so without this each pod would train a job of its own.
+    """
+    from ember.errors import LaunchError
+
+    pet = os.environ.get("PET_NNODES")
+    if pet is not None and pet != nnodes:
+        raise LaunchError(
+            f"ember run: --nnodes {nnodes}, but PET_NNODES={pet} (set by a Kubernetes operator) says this job spans "
+            f'{pet} machines: pass --nnodes "$PET_NNODES" --nproc "$PET_NPROC_PER_NODE", or make torchrun the '
+            "container command"
+        )
 
 
 def _check_run_arguments(args: argparse.Namespace) -> None:

@@ -77,3 +77,19 @@ def test_an_rdzv_endpoint_that_is_not_host_port_is_one_error(endpoint: str, caps
     code = ember.cli.main(["run", str(JOB), "--nnodes", "2", "--rdzv-endpoint", endpoint])
     assert code == 2
     assert f"--rdzv-endpoint {endpoint!r} is not HOST:PORT" in capsys.readouterr().err
+
+
+def test_several_machines_without_an_rdzv_endpoint_is_one_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("PET_MASTER_ADDR", raising=False)
+    assert ember.cli.main(["run", str(JOB), "--nnodes", "2"]) == 2
+    assert "--nnodes 2 needs --rdzv-endpoint HOST:PORT" in capsys.readouterr().err
+
+
+def test_ember_run_in_a_pod_of_a_bigger_kubernetes_job_refuses_to_train_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PET_NNODES", "2")  # what a TrainJob or PyTorchJob pod has; torchrun would read it
+    assert ember.cli.main(["run", str(JOB), "--nproc", "1"]) == 2
+    assert "--nnodes 1, but PET_NNODES=2 (set by a Kubernetes operator)" in capsys.readouterr().err
