@@ -139,3 +139,19 @@ def test_in_process_overhead_refuses_contenders_that_did_different_work(monkeypa
     params = {"model": "linear", "batch_size": 64, "batches": 2, "epochs": 1, "seed": 0}
     with pytest.raises(RuntimeError, match="different work"):
         overhead.measure(params, rounds=1, log=lambda _: None)
+
+
+def test_the_store_and_checkpoint_size_benchmarks_run_at_tiny_sizes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from benchmarks import checkpoint_sizes, store_scale
+
+    monkeypatch.setattr(sys, "argv", ["store_scale", "lookups", "--sizes", "12", "--repeat", "1"])
+    assert store_scale.main() == 0
+    assert "compare 10 names" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["checkpoint_sizes", "--sizes", "0.5", "--rounds", "1", "--saves", "2"])
+    assert checkpoint_sizes.main() == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in checkpoint_sizes.SAVERS)
