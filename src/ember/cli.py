@@ -24,7 +24,7 @@ _FAMILIES: dict[str, tuple[str, str]] = {
     "login": ("ember.server.cli", "store a tracking server's address and your API key"),
     "logout": ("ember.server.cli", "forget the stored server credentials"),
     "upload": ("ember.server.cli", "upload a run, an artifact, or a whole local store"),
-    "ui": ("ember.server.cli", "browse a local store's runs in the web console (loopback, opened by the link it prints)"),
+    "ui": ("ember.server.cli", "browse a local store's runs in the web console (loopback, via the link it prints)"),
 }
 
 
