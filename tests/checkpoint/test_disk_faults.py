@@ -65,19 +65,20 @@ def test_a_disk_fault_during_a_save_is_one_error_naming_the_folder_and_the_earli
 
 def test_a_real_file_size_limit_names_the_cause_not_torchs_unexpected_pos(tmp_path: Path) -> None:
     fit(tmp_path, 1)
+    target = tmp_path / "ckpt-e0002-s000000004.ckpt"
     script = textwrap.dedent(f"""
-        import resource, signal
+        import resource, signal, torch
+        from ember.checkpoint.io import save_file
         from ember.errors import CheckpointError
-        from tests.checkpoint.test_disk_faults import fit
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG rather than the signal
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
         try:
-            fit(__import__("pathlib").Path({str(tmp_path)!r}), 3, resume="auto")
+            save_file({{"weights": torch.ones(8192)}}, {str(target)!r})
         except CheckpointError as exc:
             print("ERROR", exc)
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert f"ERROR cannot write checkpoint '{tmp_path}/ckpt-e0002-s000000004.ckpt'" in out.stdout, out.stderr
-    assert "File too large (the file-size limit of this process (ulimit -f)" in out.stdout
+    assert f"ERROR cannot write checkpoint '{target}' in folder '{tmp_path}': File too large" in out.stdout, out.stderr
+    assert "(the file-size limit of this process (ulimit -f)" in out.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == [FIRST, "last_checkpoint"]
     assert checkpoint.read(tmp_path / FIRST)["meta"]["step"] == 2
