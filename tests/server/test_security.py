@@ -418,3 +418,26 @@ def test_small_ones_folders_unknown_grantees_and_no_store(server: Server) -> Non
         r = server.req(method, path, **kwargs)
         assert r.headers.get("cache-control") == "no-store", (path, r.status_code, r.headers)
     assert server.client.get("/ui/static/console.css").headers.get("cache-control") != "no-store"
+
+
+def test_ids_folder_and_user_names_with_a_trailing_newline_are_refused(server: Server) -> None:
+    """``$`` also matches before a final newline: every name and id check matches the whole value.
+
+    Before, a run id ``<32 hex>\\n``, a folder ``sub\\n`` and a user ``eve\\n`` were stored.
+    """
+    run_id = "3" * 32 + "\n"
+    attempts = [
+        ("PUT", f"/runs/{quote(run_id)}", {"json": {"run": {"id": run_id, "name": "r", "status": "Complete"}}}),
+        ("POST", "/folders", {"json": {"path": "sub\n"}}),
+        ("POST", "/users", {"json": {"name": "eve\n"}}),
+        ("GET", f"/runs/{'3' * 32}%0A", {}),
+    ]
+    for method, path, kwargs in attempts:
+        answer = server.req(method, path, **kwargs)
+        assert answer.status_code == 422, (method, path, answer.status_code, answer.text[:200])
+    with server.client.app.state.engine.connect() as conn:
+        stored = [
+            *conn.execute(text("SELECT id FROM runs")).scalars(),
+            *conn.execute(text("SELECT path FROM folders")).scalars(),
+        ]
+    assert not [s for s in stored if "\n" in s]

@@ -36,21 +36,21 @@ def bad(what: str, value: object, rule: str) -> HTTPException:
 
 def user_name(name: str) -> str:
     """A user name: 1-32 of a-z, 0-9, '_', '-', starting with a letter."""
-    if not isinstance(name, str) or not _USER.match(name):
+    if not isinstance(name, str) or not _USER.fullmatch(name):
         raise bad("user name", name, "use 1-32 characters a-z, 0-9, '_' or '-', starting with a letter")
     return name
 
 
 def node_id(value: str, what: str = "id") -> str:
     """A run or artifact id: 32 lowercase hex digits (a uuid4 as the local store writes it)."""
-    if not isinstance(value, str) or not _HEX32.match(value):
+    if not isinstance(value, str) or not _HEX32.fullmatch(value):
         raise bad(what, value, "use the 32 lowercase hex digits of the local run.json/artifact.json id")
     return value
 
 
 def sha256(value: str) -> str:
     """A sha256 digest: 64 lowercase hex digits."""
-    if not isinstance(value, str) or not _HEX64.match(value):
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
         raise bad("sha256", value, "use 64 lowercase hex digits")
     return value
 
@@ -92,7 +92,7 @@ def rel_path(value: str, what: str = "path") -> str:
 
 def folder_segment(value: str) -> str:
     """One folder name: letters, digits, '_', '.', '-', spaces; not starting with '.' or '-'."""
-    if not isinstance(value, str) or not _SEGMENT.match(value) or ".." in value:
+    if not isinstance(value, str) or not _SEGMENT.fullmatch(value) or ".." in value:
         raise bad("folder name", value, "use 1-100 letters, digits, '_', '.', '-' or spaces, starting with a letter")
     return value
 
