@@ -40,7 +40,7 @@ def _last_text(info: RunInfo) -> tuple[str, str | None]:
     if info.error is not None:
         return info.error, info.error
     try:
-        return rp.last_metrics_text(last_metrics(info.path)), None
+        return rp.last_metrics_text(last_metrics(info.path, info.types)), None
     except TrackingError as e:
         return str(e), str(e)
 

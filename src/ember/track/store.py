@@ -16,6 +16,7 @@ No reader follows a symbolic link inside a run folder (:func:`ember.track._fs.op
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,27 +96,32 @@ def run_damage(meta: Any) -> str | None:
     return None
 
 
-def _folder_damage(path: Path) -> str | None:
-    """Why the run folder ``path`` is not laid out as ember lays it out (links, folders for files), or None."""
-    if path.is_symlink():
-        return f"{path} is a symbolic link: the store reads only run folders inside it"
-    metrics = path / METRICS_DIR
-    if metrics.is_symlink() or (metrics.exists() and not metrics.is_dir()):
-        return f"{metrics} is not a folder (a link, or a file): the store does not follow it"
+_ORDER = {"train": 0, "val": 1, "test": 2}
+
+
+def _scan_metrics(path: Path) -> tuple[list[str], str | None]:
+    """The metric types of the run folder ``path`` (sorted), and why its ``metrics`` folder is damaged (or None).
+
+    One ``lstat`` and one listing: ``metrics`` must be a folder (not a link) of regular
+    ``*.jsonl`` files; a missing one holds no types.
+    """
+    metrics = os.path.join(path, METRICS_DIR)
     try:
-        entries = list(os.scandir(metrics))
+        mode = os.lstat(metrics).st_mode
     except FileNotFoundError:
-        return None
-    for entry in entries:
-        if entry.name.endswith(".jsonl") and not entry.is_file(follow_symlinks=False):
-            kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else "not a file"
-            return f"{metrics / entry.name} is {kind}: a metrics file must be a regular file"
-    return None
-
-
-def is_live(meta: dict[str, Any]) -> bool:
-    """Whether a process may still be writing this run."""
-    return effective_status(meta) == "Running"
+        return [], None
+    if not stat.S_ISDIR(mode):
+        return [], f"{metrics} is not a folder (a link, or a file): the store does not follow it"
+    names = []
+    with os.scandir(metrics) as entries:
+        for entry in entries:
+            if not entry.name.endswith(".jsonl"):
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                kind = "a symbolic link" if entry.is_symlink() else "a folder" if entry.is_dir() else "not a file"
+                return [], f"{entry.path} is {kind}: a metrics file must be a regular file"
+            names.append(entry.name[: -len(".jsonl")])
+    return sorted(names, key=lambda n: (_ORDER.get(n, 3), n)), None
 
 
 def _entries(parent: Path, meta_file: str) -> list[Path]:
@@ -188,6 +194,8 @@ class RunInfo:
     meta: dict[str, Any] = field(default_factory=dict)
     status: str = "?"
     error: str | None = None
+    types: list[str] | None = None
+    """The run's metric types, as found when it was read (None for a damaged run)."""
 
     @property
     def folder(self) -> str:
@@ -211,7 +219,9 @@ class RunInfo:
 
 def run_info(path: Path) -> RunInfo:
     """Read one run's metadata; a damaged folder or ``run.json`` gives status ``Damaged`` and the reason."""
-    damage = _folder_damage(path)
+    if path.is_symlink():
+        return RunInfo(path, status=DAMAGED, error=f"{path} is a symbolic link: the store reads only folders inside it")
+    types, damage = _scan_metrics(path)
     if damage is not None:
         return RunInfo(path, status=DAMAGED, error=damage)
     try:
@@ -221,7 +231,7 @@ def run_info(path: Path) -> RunInfo:
     reason = run_damage(meta)
     if reason is not None:
         return RunInfo(path, meta if isinstance(meta, dict) else {}, DAMAGED, f"{path / RUN_FILE}: {reason}")
-    return RunInfo(path, meta, effective_status(meta))
+    return RunInfo(path, meta, effective_status(meta), types=types)
 
 
 def list_runs(home: Path) -> list[RunInfo]:
@@ -241,15 +251,10 @@ def metric_types(run_path: Path) -> list[str]:
     Raises:
         TrackingError: ``metrics`` or one of its ``*.jsonl`` files is a link or not what it should be.
     """
-    damage = _folder_damage(run_path)
+    types, damage = _scan_metrics(run_path)
     if damage is not None:
         raise TrackingError(damage)
-    try:
-        names = [e.name[: -len(".jsonl")] for e in os.scandir(run_path / METRICS_DIR) if e.name.endswith(".jsonl")]
-    except FileNotFoundError:
-        return []
-    order = {"train": 0, "val": 1, "test": 2}
-    return sorted(names, key=lambda n: (order.get(n, 3), n))
+    return types
 
 
 def read_metrics(run_path: Path, type_: str) -> list[Point]:
@@ -264,10 +269,13 @@ def metric_batches(run_path: Path, type_: str, end: int | None = None) -> Iterat
     return iter_point_batches(run_path / METRICS_DIR / f"{type_}.jsonl", end=end)
 
 
-def last_metrics(run_path: Path) -> dict[str, Point]:
-    """The last complete point of each metric type, reading only the files' tails."""
+def last_metrics(run_path: Path, types: list[str] | None = None) -> dict[str, Point]:
+    """The last complete point of each metric type, reading only the files' tails.
+
+    ``types``: the run's metric types when already known (:attr:`RunInfo.types`).
+    """
     out: dict[str, Point] = {}
-    for type_ in metric_types(run_path):
+    for type_ in metric_types(run_path) if types is None else types:
         point = last_point(run_path / "metrics" / f"{type_}.jsonl")
         if point is not None:
             out[type_] = point
