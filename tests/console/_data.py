@@ -26,3 +26,37 @@ def upload(runs: list[track.Run], host: str, key: str, folder: str | None = None
     with Client(Credentials(host, key)) as client:
         for run in runs:
             upload_run(run.path, folder, True, "new", client)
+
+
+def write_runs(store: Path, count: int, folder: str = "default", points: int = 3, first: int = 0) -> list[Path]:
+    """``count`` finished runs written straight in the store's layout (fast): ``r00000``, ``r00001``...
+
+    Run ``i`` was created ``i`` seconds after the first (its folder name says so), so the last
+    one is the newest.
+    """
+    import json
+    import uuid
+    from datetime import datetime, timedelta, timezone
+
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    paths = []
+    for i in range(first, first + count):
+        when = base + timedelta(seconds=i)
+        path = store / "runs" / f"r{i:05d}_{when:%y%m%d_%H%M%S}_{i:06d}"
+        (path / "metrics").mkdir(parents=True)
+        meta = {
+            "format": "ember.run/1", "id": uuid.uuid4().hex, "name": f"r{i:05d}", "folder": folder, "labels": [],
+            "description": "", "status": "Complete", "start_time": when.isoformat(), "end_time": when.isoformat(),
+            "heartbeat": when.isoformat(), "pid": 1, "hostname": "elsewhere", "hparams": {"i": i}, "resumes": [],
+            "reason": None,
+        }  # fmt: skip
+        (path / "run.json").write_text(json.dumps(meta))
+        (path / "platform.json").write_text("{}")
+        (path / "stdout.log").write_text(f"run {i}\n")
+        lines = [
+            json.dumps({"step": s, "epoch": 0, "time": 1.7e9 + s, "metrics": {"loss": 1 / (s + 1)}})
+            for s in range(points)
+        ]
+        (path / "metrics" / "train.jsonl").write_text("".join(line + "\n" for line in lines))
+        paths.append(path)
+    return paths

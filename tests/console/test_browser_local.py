@@ -57,11 +57,36 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             time.sleep(0.2)
     entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
     assert entry, log.read_text()
+    with httpx.Client() as http:  # the store is indexed in the background: wait until it is
+        http.get(entry.group(0))
+        while "Reading the store" in http.get(f"{url}/ui/runs").text and time.monotonic() < deadline:
+            time.sleep(0.2)
     try:
         yield {"url": url, "entry": entry.group(0), "runs": runs, "store": tmp / "store"}
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def wait_listed(p: Checked, path: str, text: str, timeout: float = 15.0) -> None:
+    """Open ``path`` until a run link reads ``text``: `ember ui` indexes what changed every second."""
+    deadline = time.monotonic() + timeout
+    p.goto(path)
+    while p.page.locator("a.run-link", has_text=text).count() == 0 and time.monotonic() < deadline:
+        p.page.wait_for_timeout(250)
+        p.goto(path)
+    assert p.page.locator("a.run-link", has_text=text).count() > 0, (path, text)
+
+
+def wait_points(p: Checked, chart: str, points: str, timeout: float = 15.0) -> None:
+    """Reload a run page until ``chart`` shows ``points`` points (what the index has read so far)."""
+    deadline = time.monotonic() + timeout
+    p.page.wait_for_selector(f"{chart} .main-svg")
+    while p.page.get_attribute(chart, "data-points") != points and time.monotonic() < deadline:
+        p.page.wait_for_timeout(250)
+        p.page.reload()
+        p.page.wait_for_selector(f"{chart} .main-svg")
+    assert p.page.get_attribute(chart, "data-points") == points
 
 
 def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dict[str, Any]) -> None:
@@ -101,10 +126,10 @@ def test_a_running_run_appears_and_its_chart_follows_it(browser: Any, ui: dict[s
         run.log("train", {"loss": 1.0 / (step + 1)}, step=step)
     run.flush()
     p = new_page(browser, ui)
-    p.goto("/ui/runs?q=live")
+    wait_listed(p, "/ui/runs?q=live", "live")
     p.page.click("a.run-link")
-    p.page.wait_for_selector("#chart-train-loss .main-svg")
-    assert p.page.get_attribute("#chart-train-loss", "data-points") == "5" and p.page.locator("#live").count() == 1
+    wait_points(p, "#chart-train-loss", "5")
+    assert p.page.locator("#live").count() == 1
     for step in range(5, 12):
         run.log("train", {"loss": 1.0 / (step + 1)}, step=step)
     run.finish()
@@ -128,8 +153,7 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
     run_path = Path(lines[0].split(" ", 1)[1].strip())
     p = new_page(browser, ui)
     try:
-        p.goto("/ui/runs?status=Running")
-        assert p.page.locator("a.run-link", has_text="worker-killnow").count() == 1  # alive: Running
+        wait_listed(p, "/ui/runs?status=Running", "worker-killnow")  # alive: Running
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         assert json.loads((run_path / "run.json").read_text())["status"] == "Running"  # what the files say
@@ -140,9 +164,8 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
         assert p.page.locator("a.run-link", has_text="worker-killnow").count() == 0
         p.goto("/ui/runs?q=worker-killnow")
         p.page.click("a.run-link")
-        p.page.wait_for_selector("#chart-train-loss .main-svg")
+        wait_points(p, "#chart-train-loss", "40")
         assert p.page.inner_text("#run-status") == "Crashed" and p.page.locator("#live").count() == 0
-        assert p.page.get_attribute("#chart-train-loss", "data-points") == "40"
         p.check("local-crashed-run")
     finally:
         if proc.poll() is None:

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from ember.server import naming
 from ember.server.models import BLOCK, Artifact, Cursor, Edge, LogChunk, MetricBlock, MetricPoint, Run, User
 from ember.server.perms import Level, level
-from ember.server.schemas import EdgeIn, MetricBatch
+from ember.server.schemas import Columns, EdgeIn, MetricBatch
 
 _NONFINITE = {"NaN": None, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -104,6 +104,19 @@ def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch
     lock_cursor(session, run_id, stream)
     check_start(session, run_id, stream, batch.start, batch.end)
     cols = batch.columns()
+    rows = metric_rows(run_pk, batch.type, cols, max_points)
+    if rows:
+        insert_points(session, rows)
+        summarize(session, run_pk, batch.type, cols.metrics, min(cols.step), max(cols.step))
+    return advance(session, run_id, stream, batch.end)
+
+
+def metric_rows(run_pk: int, type_: str, cols: Columns, max_points: int) -> list[tuple[Any, ...]]:
+    """The ``metric_points`` rows of a batch's columns (``_POINT_COLUMNS`` order; NaN as NULL, missing values left out).
+
+    Raises:
+        HTTPException: 413 when the batch holds more than ``max_points`` cells (lines times metrics).
+    """
     cells = len(cols.step) * len(cols.metrics)
     if cells > max_points:
         raise HTTPException(
@@ -111,16 +124,12 @@ def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch
             f"{len(cols.step)} lines x {len(cols.metrics)} metrics in one request; the server takes at most "
             f"{max_points} values: send fewer lines per batch",
         )
-    rows = [
-        (run_pk, batch.type, step, name, epoch, time, _stored(value))
+    return [
+        (run_pk, type_, step, name, epoch, time, _stored(value))
         for name, column in cols.metrics.items()
         for step, epoch, time, value in zip(cols.step, cols.epoch, cols.time, column, strict=True)
         if value is not None
     ]
-    if rows:
-        _insert_points(session, rows)
-        summarize(session, run_pk, batch.type, cols.metrics, min(cols.step), max(cols.step))
-    return advance(session, run_id, stream, batch.end)
 
 
 def _stored(value: float | str) -> float | None:
@@ -133,8 +142,8 @@ def _stored(value: float | str) -> float | None:
 _POINT_COLUMNS = "run_pk, type, step, name, epoch, time, value"
 
 
-def _insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
-    """Insert points (tuples in ``_POINT_COLUMNS`` order), skipping those already stored.
+def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
+    """Insert points of one run and type (tuples in ``_POINT_COLUMNS`` order), skipping those already stored.
 
     SQLite gets one ``executemany`` of the tuples; PostgreSQL one statement that unnests
     arrays sent in binary (a single round trip, no per-row statement, no text to parse).
@@ -240,6 +249,12 @@ def read_log(session: Session, run_pk: int, offset: int = 0) -> str:
 def store_edges(session: Session, node_id: str, edges: list[EdgeIn], start: int, end: int) -> int:
     """Insert lineage edges read from a node's ``lineage.jsonl``; each must touch that node."""
     check_start(session, node_id, "lineage.jsonl", start, end)
+    insert_ignore(session, Edge, edge_rows(node_id, edges), ["source_id", "target_id"])
+    return advance(session, node_id, "lineage.jsonl", end)
+
+
+def edge_rows(node_id: str, edges: list[EdgeIn]) -> list[dict[str, Any]]:
+    """The ``edges`` rows of lineage lines sent for a node (422 for a bad id or an edge not touching it)."""
     rows = []
     for edge in edges:
         naming.node_id(edge.source.id, "lineage source id")
@@ -257,8 +272,7 @@ def store_edges(session: Session, node_id: str, edges: list[EdgeIn], start: int,
                 "time": edge.time,
             }
         )
-    insert_ignore(session, Edge, rows, ["source_id", "target_id"])
-    return advance(session, node_id, "lineage.jsonl", end)
+    return rows
 
 
 def edges_of(session: Session, node_id: str, user: User) -> list[dict[str, Any]]:

@@ -334,13 +334,15 @@ def _sort_value(
 
 
 def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
-    """Complete one page's rows: id, labels, every hparam, metric summaries; drop the primary key."""
+    """Complete one page's rows: id, labels, every hparam, the status's reason, metric summaries; drop the pk."""
     by_pk = {r["pk"]: r for r in chosen}
     if by_pk:
-        for pk, id_, labels, hparams in session.execute(
-            select(Run.pk, Run.id, Run.labels, Run.hparams).where(Run.pk.in_(list(by_pk)))
+        reason = json_item(session, Run.meta, "reason")
+        for pk, id_, labels, hparams, why in session.execute(
+            select(Run.pk, Run.id, Run.labels, Run.hparams, reason).where(Run.pk.in_(list(by_pk)))
         ):
-            by_pk[pk].update(id=id_, labels=list(labels or []), hparams=dict(hparams or {}))
+            why = why if isinstance(why, str) else None
+            by_pk[pk].update(id=id_, labels=list(labels or []), hparams=dict(hparams or {}), reason=why)
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
         r["metrics"] = summary.get(r["pk"], {})

@@ -19,7 +19,7 @@ from ember.server.wire import CheckedRoute, SafeJSONResponse, content_dispositio
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
 # not GET /runs: '/runs/' must stay a bad run id
 search = APIRouter(prefix="/search", tags=["runs"], route_class=CheckedRoute)
-STATUSES = ("Running", "Complete", "Failed", "Interrupted")
+STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
@@ -32,7 +32,8 @@ def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIE
     return run
 
 
-def _checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
+def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
+    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong)."""
     wire.check(body.run, "run")
     wire.check(body.platform, "platform")
     meta = body.run
@@ -50,7 +51,8 @@ def _checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
     return meta
 
 
-def _apply(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
+def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
+    """Set a run's columns from its checked run.json (and platform.json, when sent)."""
     run.name = meta["name"]
     run.status = meta["status"]
     run.start_time = meta.get("start_time")
@@ -94,18 +96,18 @@ def place(
 @router.put("/{run_id}", summary="Create or update a run from its run.json and platform.json")
 def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
     """Idempotent: the same run (by id) is updated in place; ``cursors`` says what the server has."""
-    meta = _checked_meta(body, naming.node_id(run_id, "run id"))
+    meta = checked_meta(body, naming.node_id(run_id, "run id"))
     run = session.scalar(select(Run).where(Run.id == run_id))
     if run is not None:
         require(level(session, user, run), Level.EDIT, f"run {run_id}")
-        _apply(run, meta, body.platform)
+        apply_meta(run, meta, body.platform)
         action = "updated"
     else:
         folder, action, _ = place(session, user, body, Run, meta["name"], "run")
         if action == "skipped":
             return {"id": run_id, "action": action, "folder": folder.path, "cursors": {}}
         run = Run(id=run_id, folder_id=folder.id, owner_id=folder.owner_id, platform={})
-        _apply(run, meta, body.platform)
+        apply_meta(run, meta, body.platform)
         session.add(run)
         session.flush()
     folder_path = session.scalar(select(Folder.path).where(Folder.id == run.folder_id))

@@ -210,7 +210,11 @@ class UserIn(_Strict):
 
 
 class RunRow(BaseModel):
-    """One row of the runs table; ``metrics`` maps ``type/name`` to its last and best value."""
+    """One row of the runs table; ``metrics`` maps ``type/name`` to its last and best value.
+
+    ``reason`` says why a run ended Failed or Preempted (run.json's ``reason``), or why it is listed
+    ``Damaged`` (``ember ui``: a run folder ember could not have written).
+    """
 
     id: str
     name: str
@@ -222,6 +226,7 @@ class RunRow(BaseModel):
     labels: list[str]
     hparams: dict[str, Any]
     metrics: dict[str, dict[str, float | None]]
+    reason: str | None = None
 
 
 class RunPageOut(BaseModel):

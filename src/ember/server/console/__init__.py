@@ -14,8 +14,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
@@ -24,19 +24,22 @@ from fastapi.staticfiles import StaticFiles
 from ember.server.console.session import PREFIX, load_secret
 from ember.server.settings import ServerError
 
+if TYPE_CHECKING:
+    from ember.server.console.index import StoreIndex
+
 HERE = Path(__file__).parent
 
 
 def mount(
-    app: FastAPI, local_user: str | None = None, sync: Callable[[], None] | None = None, token: str | None = None
+    app: FastAPI, local_user: str | None = None, index: StoreIndex | None = None, token: str | None = None
 ) -> None:
     """Serve the console on ``app`` under ``/ui``.
 
     Args:
         app: the server app from :func:`ember.server.app.create_app`.
         local_user: ``ember ui`` mode: every loopback request is this user, no login.
-        sync: called (in a worker thread) before each page and data request, to bring the
-            database up to date with a local store (``ember ui``).
+        index: ``ember ui`` mode: what keeps the database in step with the local store, in the
+            background (pages never wait for it; they show its progress while it works).
         token: ``ember ui`` mode: the per-launch secret a browser must have opened the console
             with (``/ui/?token=...`` sets its cookie). Required with ``local_user``.
 
@@ -48,7 +51,7 @@ def mount(
     if local_user is not None and not token:
         raise ServerError("mount(local_user=...) needs the launch's token: the console must not open without it")
     app.state.console_local_user = local_user
-    app.state.console_sync = sync
+    app.state.console_index = index
     app.state.console_token = token
     if getattr(app.state, "console_mounted", False):  # create_app mounted it; `ember ui` sets the mode
         return

@@ -27,7 +27,7 @@ from ember.server.routes_runs import get_run
 from ember.server.schemas import ShareIn
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
-STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted")
+STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted", "Preempted", "Damaged")
 
 
 def crumbs(path: str) -> list[tuple[str, str]]:

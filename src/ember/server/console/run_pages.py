@@ -69,6 +69,7 @@ def run_page(
         crumbs=crumbs(folder),
         owner=session.scalar(select(User.name).where(User.id == run.owner_id)),
         status=status,
+        reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         duration=listing.duration_s(run.start_time, run.meta.get("heartbeat") if status == "Crashed" else run.end_time),
         types=types,
         counts={f"{t}/{n}": c for t, n, c in counts},

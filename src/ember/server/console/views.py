@@ -81,10 +81,12 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
     """Render a page with the viewer, the CSRF token and the mode in its context."""
     response = HTMLResponse("", status_code=status_code)
     context.setdefault("user", None)
+    index = request.app.state.console_index
     context.update(
         request=request,
         csrf=csrf_token(request, response),
         local=request.app.state.console_local_user is not None,
+        indexing=index.progress() if index is not None and local_pass(request) else None,
     )
     # "replace": a lone surrogate stored before the server refused them must not fail the page.
     response.body = env.get_template(template).render(**context).encode("utf-8", "replace")
@@ -127,9 +129,6 @@ class ConsoleRoute(APIRoute):
                 entered = local_entry(request)
                 if entered is not None:
                     return entered
-            sync = request.app.state.console_sync
-            if sync is not None and local_pass(request):
-                await anyio.to_thread.run_sync(sync)
             try:
                 return await handler(request)
             except NeedLogin:
