@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from ember import track
-from tests.console._data import make_store
+from tests.console._data import make_store, write_runs
 from tests.console.conftest import Checked
 from tests.console.conftest import new_page as new_context_page
 from tests.server.conftest import free_port
@@ -220,3 +220,33 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str,
     assert _overflow(p) <= 1, ("compare page", _overflow(p))
     p.check("phone-compare")
     ctx.close()
+
+
+def test_a_damaged_run_is_listed_with_its_reason_and_a_folder_reads_in_pages(browser: Any, ui: dict[str, Any]) -> None:
+    """A run folder ember could not have written shows as Damaged, with the reason, in the runs table and on its
+    page (issue 18, item 2); a folder of more runs than a page is read a page at a time (item 13)."""
+    paged = write_runs(ui["store"], 5, folder="paged", first=900)
+    broken = write_runs(ui["store"], 1, first=950)[0]
+    (broken / "run.json").write_text('{"id": "12')  # cut short: nothing of it can be read
+    p = new_page(browser, ui)
+    wait_listed(p, "/ui/runs?status=Damaged", broken.name)  # listed under its folder's name
+    assert "is not valid JSON" in p.page.inner_text("#runs-table tbody tr .reason")
+    wait_listed(p, "/ui/runs", "r00904")
+    assert p.page.locator(
+        "#runs-table .status.damaged"
+    ).count() == 1 and "1 run folder is damaged" in p.page.inner_text("#indexing")
+    p.check("local-runs-damaged")
+    p.page.click(f"a.run-link:has-text('{broken.name}')")
+    p.page.wait_for_load_state("networkidle")
+    assert p.page.inner_text("#run-status") == "Damaged" and "is not valid JSON" in p.page.inner_text("#run-reason")
+    p.check("local-run-damaged")
+    p.goto("/ui/folders?path=/local/paged&per_page=2")
+    p.check("local-folder-pages")
+    seen = p.page.locator("a.run-link").all_inner_texts()
+    while p.page.locator("#next-page").count():
+        p.page.click("#next-page")
+        p.page.wait_for_load_state("networkidle")
+        seen += p.page.locator("a.run-link").all_inner_texts()
+    assert seen == [path.name.split("_")[0] for path in reversed(paged)]
+    p.check()
+    p.page.context.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,10 @@ def test_the_migration_creates_exactly_the_models_schema(server: Server) -> None
 
     from ember.server.models import Base
 
-    with server.client.app.state.engine.connect() as conn:
+    with server.client.app.state.engine.connect() as conn, warnings.catch_warnings():
+        # SQLite cannot reflect the expression index of migration 0005: test_folder_pages checks it.
+        warnings.filterwarnings("ignore", message=".*expression-based index ix_runs_folder_start")
+        warnings.filterwarnings("ignore", message=".*expression-based index 'ix_runs_folder_start'")
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
 

@@ -279,6 +279,26 @@ def list_runs(
     return RunPage(total, page, per_page, chosen, hp_cols, m_cols)
 
 
+def table_of(session: Session, run_ids: list[str], total: int, per_page: int) -> RunPage:
+    """The runs table's rows for these runs, in this order (the caller checked the right to view them).
+
+    What the console's folder page shows of one page of ``GET /api/v1/folders``: the same columns
+    as :func:`list_runs` (Crashed for a Running run whose process is gone, last and best metrics).
+    """
+    columns = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path, Run.id]
+    found = {
+        r.id: r
+        for r in session.execute(select(*columns).join(Folder, Folder.id == Run.folder_id).where(Run.id.in_(run_ids)))
+    }
+    picked = [found[i] for i in run_ids if i in found]
+    live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+    chosen = [_row(r, [], [], live) for r in picked]
+    _fill_page(session, chosen)
+    hp_cols = sorted({k for r in chosen for k in r["hparams"]})[:8]
+    m_cols = sorted({k for r in chosen for k in r["metrics"]}, key=_metric_order)[:8]
+    return RunPage(total, 1, per_page, chosen, hp_cols, m_cols)
+
+
 def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
     """A row of the candidate query as a dict; ``hparams``/``metrics`` hold only the keys asked for."""
     status, end = live.get(r[0], (r[2], r[4]))

@@ -20,11 +20,13 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     PrimaryKeyConstraint,
     String,
     Text,
     UniqueConstraint,
+    func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -242,3 +244,9 @@ class ConsoleSession(Base):
     key_id: Mapped[str] = mapped_column(String(16))  # the API key logged in with: revoking it ends the session
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+# A folder's runs newest first and its artifacts by name, read a page at a time from where the
+# last page ended (``folder_pages``): index ranges, whatever the folder holds (migration 0005).
+Index("ix_runs_folder_start", Run.folder_id, func.coalesce(Run.start_time, ""), Run.pk)
+Index("ix_artifacts_folder_name", Artifact.folder_id, Artifact.name, Artifact.pk)

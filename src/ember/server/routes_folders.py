@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from ember.server import naming
 from ember.server.auth import CurrentUser, DbSession, new_key, now
+from ember.server.folder_pages import MAX_LIMIT, folder_page
 from ember.server.models import ApiKey, Artifact, Folder, Run, User
 from ember.server.perms import (
     PUBLIC,
@@ -78,23 +79,30 @@ def create_user(body: UserIn, user: CurrentUser, session: DbSession):
     return {"name": name, "key": new_key(session, created, "first key")}
 
 
-@router.get("/folders", summary="A folder: its sub-folders, runs and artifacts the caller may see")
-def read_folder(path: Annotated[str, Query(max_length=1024)], user: CurrentUser, session: DbSession):
+@router.get("/folders", summary="A folder: a page of its sub-folders, runs and artifacts the caller may see")
+def read_folder(
+    path: Annotated[str, Query(max_length=1024)],
+    user: CurrentUser,
+    session: DbSession,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="the most sub-folders, runs and artifacts")] = 100,
+    page_token: Annotated[str | None, Query(max_length=2000, description="next_page_token of the page before")] = None,
+):
+    """One page: up to ``limit`` sub-folders (by path), runs (newest first) and artifacts (by name).
+
+    ``next_page_token`` continues whichever list is not finished (null when none is); pass it
+    back as ``page_token`` with the same ``path``. ``access`` and ``shares`` come on every page.
+    """
     folder = get_folder(session, user, path)
-    children = session.scalars(select(Folder).where(Folder.parent_id == folder.id).order_by(Folder.path)).all()
-    runs = session.scalars(select(Run).where(Run.folder_id == folder.id).order_by(Run.start_time)).all()
-    artifacts = session.scalars(select(Artifact).where(Artifact.folder_id == folder.id).order_by(Artifact.name)).all()
+    page = folder_page(session, folder, limit, page_token)
     mine = level(session, user, folder)
     return {
         "path": folder.path,
         "access": mine.name.lower(),
-        "folders": [f.path for f in children if mine >= Level.VIEW or level(session, user, f) >= Level.VIEW],
-        "runs": [
-            {"id": r.id, "name": r.name, "status": r.status, "start_time": r.start_time, "end_time": r.end_time}
-            for r in runs
-        ],
-        "artifacts": [{"id": a.id, "name": a.name} for a in artifacts],
+        "folders": page.folders,
+        "runs": [{k: v for k, v in r.items() if k != "pk"} for r in page.runs],
+        "artifacts": page.artifacts,
         "shares": shares_of(session, "folder", folder.id) if mine == Level.OWN else [],
+        "next_page_token": page.next_page_token,
     }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, HTTPException, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ember.server import listing, naming
 from ember.server.auth import DbSession
@@ -20,7 +21,7 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, render, secure
-from ember.server.models import Folder
+from ember.server.models import Folder, Run
 from ember.server.perms import Level, get_folder, level
 from ember.server.routes_folders import read_folder, share
 from ember.server.routes_runs import get_run
@@ -77,13 +78,22 @@ def home(request: Request, session: DbSession) -> Response:
 
 @router.get("/folders")
 def folder_page(
-    request: Request, session: DbSession, path: Annotated[str | None, Query(max_length=1024)] = None
+    request: Request,
+    session: DbSession,
+    path: Annotated[str | None, Query(max_length=1024)] = None,
+    page_token: Annotated[str | None, Query(max_length=2000)] = None,
+    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
+    """A folder a page at a time, from ``GET /api/v1/folders``'s pages: "next page" follows its token."""
     user = require_viewer(request, session)
     if not path or path == "/":
         return _roots(request, session, user)
-    found = read_folder(path, user, session)
-    runs = listing.list_runs(session, user, folder=found["path"], sort="-start", per_page=20)
+    found = read_folder(path, user, session, limit=per_page, page_token=page_token)
+    folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
+    total = session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id)) or 0
+    runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
+    token = found["next_page_token"]
+    keep = {"path": found["path"], **({"per_page": per_page} if per_page != 50 else {})}
     return render(
         request,
         "folder.html",
@@ -97,6 +107,8 @@ def folder_page(
         sort="-start",
         children=[(p.rsplit("/", 1)[-1], p) for p in found["folders"]],
         own=found["access"] == "own",
+        next_page=f"{PREFIX}/folders?{urlencode({**keep, 'page_token': token})}" if token else None,
+        first_page=f"{PREFIX}/folders?{urlencode(keep)}" if page_token else None,
     )
 
 
