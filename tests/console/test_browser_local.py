@@ -250,3 +250,21 @@ def test_a_damaged_run_is_listed_with_its_reason_and_a_folder_reads_in_pages(bro
     assert seen == [path.name.split("_")[0] for path in reversed(paged)]
     p.check()
     p.page.context.close()
+
+
+def test_a_damaged_metrics_line_is_skipped_with_a_warning_on_the_run_page(browser: Any, ui: dict[str, Any]) -> None:
+    """One line of a metrics file that is not a metric point: the run keeps its status and every other
+    point, and its page says which line was skipped (issue 19; before: Damaged, most points hidden)."""
+    path = write_runs(ui["store"], 1, folder="skipped", points=30, first=970)[0]
+    lines = (path / "metrics" / "train.jsonl").read_text().splitlines(keepends=True)
+    lines[3] = '{"step": 3, "time": 1.7e9, "metrics": [1, 2]\n'  # cut short by hand
+    (path / "metrics" / "train.jsonl").write_text("".join(lines))
+    p = new_page(browser, ui)
+    wait_listed(p, "/ui/runs?folder=/local/skipped", "r00970")
+    assert p.page.inner_text("#runs-table tbody tr .status") == "Complete"
+    p.page.click("a.run-link")
+    wait_points(p, "#chart-train-loss", "29")
+    note = p.page.inner_text("#run-skipped")
+    assert "metrics/train.jsonl: the line at byte" in note and "is not JSON" in note and "skipped" in note
+    p.check("local-run-skipped-line")
+    p.page.context.close()

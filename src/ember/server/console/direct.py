@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from typing import Any
 
 from fastapi import HTTPException
@@ -28,9 +29,10 @@ from ember.server.auth import now
 from ember.server.models import Folder, Run, User
 from ember.server.perms import Level, ensure_folder
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
-from ember.track.client import UploadError
+from ember.track.client import Client, UploadError
 
 DAMAGED = "Damaged"
+log = logging.getLogger("ember.server")
 
 
 class DirectClient:
@@ -157,3 +159,19 @@ def _name(wanted: Any, folder_name: str) -> str:
         except HTTPException:
             pass  # shown under its folder's name instead
     return folder_name[:100]
+
+
+def forget_run(client: DirectClient, run_id: str) -> None:
+    """Delete a run whose folder left the store (or that is now listed under another id)."""
+    try:
+        client.call("DELETE", f"/runs/{run_id}")
+    except UploadError as e:
+        log.warning("ember ui: could not drop run %s: %s", run_id, e)
+
+
+def forget_artifact(client: Client, artifact_id: str) -> None:
+    """Delete an artifact whose folder left the store (over HTTP, as it was uploaded)."""
+    try:
+        client.call("DELETE", f"/artifacts/{artifact_id}")
+    except UploadError as e:
+        log.warning("ember ui: could not drop artifact %s: %s", artifact_id, e)

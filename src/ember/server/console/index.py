@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from ember.errors import TrackingError
-from ember.server.console import bulk
+from ember.server.console import bulk, salvage
 from ember.server.console.bulk import Recorded, Recorder
-from ember.server.console.direct import DirectClient, damaged_id, mark_damaged
+from ember.server.console.direct import DirectClient, damaged_id, forget_artifact, forget_run, mark_damaged
 from ember.server.console.scan import HOT_S, Entry, Folders, signature
 from ember.server.models import Run, User
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR
@@ -136,6 +136,7 @@ class StoreIndex:
         self._damaged: set[str] = set()
         self._artifact_errors: dict[str, str] = {}
         self._failure: str | None = None
+        self._pruned = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -178,6 +179,8 @@ class StoreIndex:
             gone = self._runs.discover()
             self._damaged = {n for n in self._damaged if n in self._runs.entries}
             self._write_runs(self._runs.changed(now), gone, deadline)
+            if not self._pruned and not self._runs.pending:
+                self._prune()
             gone = self._artifacts.discover()
             self._write_artifacts(self._artifacts.changed(now), gone, deadline)
             return bool(self._runs.pending or self._artifacts.pending)
@@ -202,7 +205,7 @@ class StoreIndex:
                     client = DirectClient(session, user, self.app.state.settings.max_batch_points)
                     for entry in gone:
                         if entry.node_id is not None and self._ids.get(entry.node_id) == entry.path.name:
-                            _forget(client, entry.node_id)
+                            forget_run(client, entry.node_id)
                     ends = time.monotonic() + BATCH_S
                     claimed: dict[str, str] = {}
                     while todo and time.monotonic() < ends:  # changed runs: request by request
@@ -222,6 +225,17 @@ class StoreIndex:
             gone = []
             for outcome in outcomes:
                 self._remember(outcome)
+
+    def _prune(self) -> None:
+        """Once every folder is indexed: drop the runs a kept database (``--data``) holds of folders gone since."""
+        with self.app.state.sessions() as session, session.begin():
+            user = session.scalar(select(User).where(User.name == self.user))
+            assert user is not None, f"ember ui's user {self.user!r} is missing from its database"
+            client = DirectClient(session, user, self.app.state.settings.max_batch_points)
+            for run_id in list(session.scalars(select(Run.id).where(Run.owner_id == user.id))):
+                if run_id not in self._ids:
+                    forget_run(client, run_id)
+        self._pruned = True
 
     def _check(self, name: str, claimed: dict[str, str]) -> _Found:
         """A run folder's signature (taken before reading it: a change while reading shows next pass), its
@@ -251,9 +265,9 @@ class StoreIndex:
         reason = found.reason
         if reason is None and found.signature is not None:
             if found.entry.error is not None and self._ids.get(found.node) == found.name:
-                _forget(client, found.node)  # mended: read again whole, into the folder its run.json names
+                forget_run(client, found.node)  # mended: read again whole, into the folder its run.json names
             try:
-                upload_run(found.entry.path, None, True, "new", client, artifacts=False)  # type: ignore[arg-type]
+                salvage.upload(found.entry.path, found.node, client)
             except TrackingError as e:  # UploadError too: the server's code refused part of it
                 reason = str(e)
             except Exception as e:  # a bug must cost this run only: it is listed with the error
@@ -282,6 +296,8 @@ class StoreIndex:
             return []
         ids = [found.node for found, _ in fresh]
         held = set(session.scalars(select(Run.id).where(Run.id.in_(ids))))
+        # A run whose reading stopped (a damaged line) goes request by request: salvage.upload skips the line.
+        held |= {found.node for found, rec in fresh if rec.run is not None and rec.error is not None}
         together = [
             rec for found, rec in fresh if found.reason is None and rec.run is not None and found.node not in held
         ]
@@ -312,7 +328,7 @@ class StoreIndex:
             with session.begin_nested():
                 mark_damaged(session, user, found.node, found.name, found.meta, reason)
         if entry.node_id not in (None, found.node) and self._ids.get(entry.node_id or "") == found.name:
-            _forget(client, entry.node_id or "")
+            forget_run(client, entry.node_id or "")
         live = reason is None and found.running
         return _Outcome(found.name, found.signature, found.node, reason, live, entry.signature is None)
 
@@ -359,7 +375,7 @@ class StoreIndex:
             return  # the server is not listening yet: next pass
         for entry in gone:
             if entry.node_id is not None:
-                _forget_artifact(client, entry.node_id)
+                forget_artifact(client, entry.node_id)
         todo = [*changed]
         while todo or (kind.pending and time.monotonic() < deadline):
             name = todo.pop() if todo else kind.pending.pop()
@@ -377,21 +393,6 @@ class StoreIndex:
                 entry.error = self._artifact_errors[name] = str(e)
             if not first:
                 kind.watch(name, HOT_S)
-
-
-def _forget(client: DirectClient, run_id: str) -> None:
-    """Delete a run whose folder left the store (or that is now listed under another id)."""
-    try:
-        client.call("DELETE", f"/runs/{run_id}")
-    except UploadError as e:
-        log.warning("ember ui: could not drop run %s: %s", run_id, e)
-
-
-def _forget_artifact(client: Client, artifact_id: str) -> None:
-    try:
-        client.call("DELETE", f"/artifacts/{artifact_id}")
-    except UploadError as e:
-        log.warning("ember ui: could not drop artifact %s: %s", artifact_id, e)
 
 
 __all__ = ["DAMAGED", "Progress", "StoreIndex", "signature"]

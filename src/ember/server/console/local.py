@@ -18,14 +18,18 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from ember.server.settings import Settings
 
 LOCAL_USER = "local"
 log = logging.getLogger("ember.server")
@@ -39,12 +43,13 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
     a test calls its ``step()``.
 
     Returns:
-        The app and ``http://127.0.0.1:PORT/ui/?token=...``, the only way in.
+        The app and ``http://127.0.0.1:PORT/ui/?token=...``, the only way in. A ``data_dir``
+        kept from an earlier start (``ember ui --data``) is used again: its user gets a new key,
+        and the index brings the database up to date with the store.
 
     Raises:
         ServerError: the store holds no runs/ or artifacts/.
     """
-    from ember.server import admin
     from ember.server.app import create_app
     from ember.server.console import mount
     from ember.server.console.index import StoreIndex
@@ -56,7 +61,7 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
     if not (root / RUNS_DIR).is_dir() and not (root / ARTIFACTS_DIR).is_dir():
         raise ServerError(f"{root} holds no runs/ or artifacts/: pass --store DIR (the folder holding runs/)")
     settings = Settings.make(data_dir=data_dir, db_url=f"sqlite:///{data_dir / 'ui.db'}", allowed_hosts=LOOPBACK_HOSTS)
-    key = admin.init(settings, LOCAL_USER)
+    key = _local_key(settings)
     app = create_app(settings)
     url = f"http://127.0.0.1:{port}"
     token = secrets.token_urlsafe(32)
@@ -64,6 +69,20 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
     mount(app, local_user=LOCAL_USER, index=index, token=token)
     app.state.console_root = root
     return app, f"{url}/ui/?token={token}"
+
+
+def _local_key(settings: Settings) -> str:
+    """A key of the user ``local``: a new database gets the user; one kept by ``--data`` (a restart) a new key."""
+    from ember.server import admin
+
+    if not Path(settings.data_dir, "ui.db").is_file():
+        return admin.init(settings, LOCAL_USER)
+    return admin.create_key(settings, LOCAL_USER, "ember ui")
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends ``ember ui`` as Ctrl-C does: through its ``finally`` blocks (the temporary folder goes)."""
+    raise SystemExit(128 + signum)
 
 
 def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | None = None) -> int:
@@ -77,6 +96,9 @@ def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | No
     """
     import uvicorn
 
+    # uvicorn stops on SIGTERM, then raises the signal again with the handler it found: the
+    # default one would kill the process before the temporary folder is removed.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="ember-ui-"))
     try:
         app, url = build_app(store, port, folder)

@@ -12,6 +12,7 @@ from ember.server import ingest, listing
 from ember.server.auth import DbSession
 from ember.server.console import lineage
 from ember.server.console.pages import crumbs
+from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.models import Artifact, ArtifactFile, Folder, User
@@ -70,6 +71,7 @@ def run_page(
         owner=session.scalar(select(User.name).where(User.id == run.owner_id)),
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
+        skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
         duration=listing.duration_s(run.start_time, run.meta.get("heartbeat") if status == "Crashed" else run.end_time),
         types=types,
         counts={f"{t}/{n}": c for t, n, c in counts},
