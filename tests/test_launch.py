@@ -55,15 +55,6 @@ def test_launch_from_slurm_and_openmpi_read_their_variables(monkeypatch: pytest.
     assert ember.context.rank == 0
 
 
-def test_dist_logger_filters_by_rank(capsys: pytest.CaptureFixture[str]) -> None:
-    logger = ember.get_dist_logger("ember.test")
-    logger.info("shown on rank 0", ranks=[0])
-    logger.info("not shown", ranks=[1])
-    err = capsys.readouterr().err
-    assert "shown on rank 0" in err and "not shown" not in err
-    assert ember.get_dist_logger("ember.test") is logger
-
-
 def test_launch_from_torch_without_torchrun_names_the_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)

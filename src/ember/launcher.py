@@ -21,6 +21,7 @@ from ember._exit import leave_process_group_at_exit
 from ember._same_config import check_same_config
 from ember.config import ConfigSource, load_config
 from ember.errors import LaunchError
+from ember.logging import get_dist_logger, setup_output
 
 
 def launch(
@@ -48,7 +49,9 @@ def launch(
         local_rank: rank on this machine; picks the CUDA device. Defaults to ``rank``.
         seed: base seed; the config's ``seed`` wins when set. Each rank seeds Python, NumPy and
             torch with ``seed + rank`` (DDP makes the initial weights equal on every rank).
-        verbose: log one line on rank 0 describing the job.
+        verbose: log one line on rank 0 describing the job. Unless the application configured
+            logging first, the launch sends ember's records to stderr
+            (:func:`ember.logging.setup_output`).
         overrides: ``"key.sub=value"`` strings applied on top of the config.
         timeout_s: how long collectives wait before failing; also how long the other ranks wait
             in a collective for a machine that vanished without closing its connections.
@@ -65,6 +68,7 @@ def launch(
     Example:
         >>> ember.launch(config={"amp": "bf16"}, rank=0, world_size=1)
     """
+    setup_output()  # ember's records to stderr, unless the application configured logging
     cfg = load_config(config, overrides)
     _check_ranks(rank, world_size, local_rank)
     layout = _context.ParallelLayout.from_config(cfg.parallel, world_size)  # before any collective
@@ -129,8 +133,6 @@ def launch(
     )
     _context.set_context(ctx)
     if verbose and rank == 0:
-        from ember.logging import get_dist_logger
-
         get_dist_logger().info(
             f"launched {world_size} process(es), backend={group_backend or 'none'}, "
             f"device={device.type}, seed={base_seed}, mesh pipeline×data×tensor="

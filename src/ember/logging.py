@@ -1,20 +1,77 @@
-"""A logger that knows about ranks: ``logger.info("msg", ranks=[0])`` logs on rank 0 only."""
+"""ember's logger: standard ``logging`` records, with ``ranks=[0]`` to log on some ranks only.
+
+ember logs under the ``"ember"`` logger (and its children, e.g. ``"ember.track.client"``). The
+library installs no handler and sets no level: records propagate to the application's handlers
+like any library's, and ``pytest``'s ``caplog`` sees them. Output is set up only by the ``ember``
+command and the launch functions (:func:`setup_output`), and only when the application has not
+configured logging itself.
+
+Example:
+    >>> logger = get_dist_logger()
+    >>> logger.info("epoch %d done", 1, ranks=[0])     # on rank 0 only
+    >>> logger.exception("evaluation failed")          # every rank, with the traceback
+    >>> logging.getLogger("ember").setLevel("WARNING")  # as for any library
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from ember import distributed
+ROOT = "ember"
+"""The name of ember's top logger; every ember logger is below it."""
 
 _LOGGERS: dict[str, DistributedLogger] = {}
 _FORMAT = "[%(asctime)s] %(levelname)s %(name)s%(rank)s: %(message)s"
+_RANKS = "ember_ranks"  # the LogRecord attribute that carries a call's ``ranks``
+
+
+def _rank_suffix() -> str:
+    """`` (rank N)`` in a job of several processes, else nothing."""
+    from ember import distributed  # imports torch: not at import time, so `ember runs ls` stays fast
+
+    return f" (rank {distributed.rank()})" if distributed.world_size() > 1 else ""
+
+
+class RankFilter(logging.Filter):
+    """Drops a record whose ``ranks`` leave out this process's rank; sets ``record.rank``.
+
+    ``ranks`` comes from a :class:`DistributedLogger` call (``logger.info(msg, ranks=[0])``);
+    a record without it passes on every rank. ``record.rank`` is ``" (rank N)"`` when the job
+    has several processes, else ``""``, for formats such as ember's
+    ``"%(name)s%(rank)s: %(message)s"``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether this rank logs ``record``."""
+        ranks = getattr(record, _RANKS, None)
+        if ranks is not None:
+            from ember import distributed
+
+            if distributed.rank() not in ranks:
+                return False
+        if not hasattr(record, "rank"):
+            record.rank = _rank_suffix()
+        return True
+
+
+class _Formatter(logging.Formatter):
+    """ember's format; a record logged without a DistributedLogger gets its ``rank`` here."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not hasattr(record, "rank"):
+            record.rank = _rank_suffix()
+        return super().format(record)
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time (test captures, notebooks swap it)."""
+    """ember's default output: whatever ``sys.stderr`` is at the time (notebooks swap it).
+
+    It steps aside once the application gives the root logger a handler (``logging.basicConfig``
+    after the launch): the root's handlers then get ember's records, and nothing prints twice.
+    """
 
     @property
     def stream(self) -> object:
@@ -24,9 +81,50 @@ class _StderrHandler(logging.StreamHandler):
     def stream(self, value: object) -> None:
         pass
 
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            super().emit(record)
 
-class DistributedLogger:
-    """A thin wrapper of :class:`logging.Logger` whose methods take ``ranks``.
+
+def setup_output(level: int | str = logging.INFO) -> bool:
+    """Print ember's records on stderr in ember's format, unless the application configured logging.
+
+    The ``ember`` command and the launch functions (``ember.launch``, ``launch_from_*``) call it.
+    It does nothing when the root logger has a handler (the application configured logging).
+    Otherwise it gives the ``"ember"`` logger ``level`` if it has no level yet, and a stderr
+    handler if it has no handler yet (one the application added, or this one from an earlier
+    call). Records still propagate.
+
+    Args:
+        level: the ``"ember"`` logger's level when it has none (default INFO).
+
+    Returns:
+        Whether it added the stderr handler.
+
+    Example:
+        >>> logging.basicConfig(level=logging.DEBUG)  # before ember.launch: yours wins
+        >>> ember.launch_from_torch()                 # calls setup_output(), which does nothing
+    """
+    logger = logging.getLogger(ROOT)
+    if logging.getLogger().handlers:
+        return False
+    if logger.level == logging.NOTSET:
+        logger.setLevel(level)
+    if logger.handlers:
+        return False
+    handler = _StderrHandler()
+    handler.setFormatter(_Formatter(_FORMAT, datefmt="%H:%M:%S"))
+    logger.addHandler(handler)
+    return True
+
+
+class DistributedLogger(logging.LoggerAdapter):
+    """A :class:`logging.LoggerAdapter` whose methods also take ``ranks``: log on those ranks only.
+
+    Every ``logging`` method works as on a Logger (``debug`` … ``critical``, ``exception``,
+    ``log``, with ``exc_info``, ``stack_info``, ``stacklevel``, ``extra``); ``ranks=[0]`` (any
+    iterable of global ranks; None: every rank) is carried on the record and applied by the
+    :class:`RankFilter` this adapter puts on its logger.
 
     Args:
         name: the underlying ``logging`` logger's name.
@@ -34,59 +132,46 @@ class DistributedLogger:
     Example:
         >>> logger = get_dist_logger()
         >>> logger.info("epoch 1 done", ranks=[0])
+        >>> logger.exception("step %d failed", 7, ranks=[0])
     """
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._logger = logging.getLogger(name)
-        self._logger.propagate = False
-        if not self._logger.handlers:
-            handler = _StderrHandler()
-            handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
-            self._logger.addHandler(handler)
-            self._logger.setLevel(logging.INFO)
+    logger: logging.Logger
 
-    @property
-    def logger(self) -> logging.Logger:
-        """The wrapped standard-library logger (add handlers or change its level here)."""
-        return self._logger
+    def __init__(self, name: str) -> None:
+        super().__init__(logging.getLogger(name), {})
+        if not any(isinstance(f, RankFilter) for f in self.logger.filters):
+            self.logger.addFilter(RankFilter())
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        """Move ``ranks`` from the call's keywords onto the record (as its ``extra``)."""
+        ranks: Iterable[int] | None = kwargs.pop("ranks", None)
+        kwargs["extra"] = {**(self.extra or {}), **(kwargs.get("extra") or {})}
+        kwargs["extra"][_RANKS] = None if ranks is None else tuple(ranks)
+        return msg, kwargs
 
     def set_level(self, level: int | str) -> None:
         """Set the level, e.g. ``"DEBUG"`` or ``logging.WARNING``."""
-        self._logger.setLevel(level)
+        self.logger.setLevel(level)
 
     def log_to_file(self, path: str) -> None:
-        """Also write this logger's records to ``path`` (appending)."""
+        """Also write this logger's records to ``path`` (appending), in ember's format."""
         handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter(_FORMAT))
-        self._logger.addHandler(handler)
-
-    def _log(self, level: int, msg: str, ranks: Iterable[int] | None, args: tuple[Any, ...]) -> None:
-        rank = distributed.rank()
-        if ranks is not None and rank not in ranks:
-            return
-        suffix = f" (rank {rank})" if distributed.world_size() > 1 else ""
-        self._logger.log(level, msg, *args, extra={"rank": suffix}, stacklevel=3)
-
-    def debug(self, msg: str, *args: Any, ranks: Iterable[int] | None = None) -> None:
-        """Log ``msg`` at DEBUG on the listed ranks (all ranks when ``ranks`` is None)."""
-        self._log(logging.DEBUG, msg, ranks, args)
-
-    def info(self, msg: str, *args: Any, ranks: Iterable[int] | None = None) -> None:
-        """Log ``msg`` at INFO on the listed ranks (all ranks when ``ranks`` is None)."""
-        self._log(logging.INFO, msg, ranks, args)
-
-    def warning(self, msg: str, *args: Any, ranks: Iterable[int] | None = None) -> None:
-        """Log ``msg`` at WARNING on the listed ranks (all ranks when ``ranks`` is None)."""
-        self._log(logging.WARNING, msg, ranks, args)
-
-    def error(self, msg: str, *args: Any, ranks: Iterable[int] | None = None) -> None:
-        """Log ``msg`` at ERROR on the listed ranks (all ranks when ``ranks`` is None)."""
-        self._log(logging.ERROR, msg, ranks, args)
+        handler.setFormatter(_Formatter(_FORMAT))
+        self.logger.addHandler(handler)
 
 
-def get_dist_logger(name: str = "ember") -> DistributedLogger:
-    """Return the rank-aware logger called ``name`` (one instance per name)."""
+def get_dist_logger(name: str = ROOT) -> DistributedLogger:
+    """Return the rank-aware logger called ``name`` (one instance per name).
+
+    Args:
+        name: a ``logging`` name; ember's own are ``"ember"`` and names below it.
+
+    Returns:
+        The :class:`DistributedLogger` over ``logging.getLogger(name)``.
+
+    Example:
+        >>> get_dist_logger().warning("loss is NaN", ranks=[0])
+    """
     if name not in _LOGGERS:
         _LOGGERS[name] = DistributedLogger(name)
     return _LOGGERS[name]

@@ -144,11 +144,14 @@ class Lines(logging.Handler):
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The program run once, start to end, with its log lines."""
     out, calls, lines = tmp_path_factory.mktemp("d2_run"), [], Lines()
-    get_dist_logger().logger.addHandler(lines)
+    logger = get_dist_logger().logger
+    logger.addHandler(lines)
+    level, _ = logger.level, logger.setLevel(logging.INFO)  # as ember.launch sets it up outside pytest
     try:
         trainer = main(out, calls)
     finally:
-        get_dist_logger().logger.removeHandler(lines)
+        logger.removeHandler(lines)
+        logger.setLevel(level)
     return {"trainer": trainer, "calls": calls, "out": out, "lines": lines.lines}
 
 
