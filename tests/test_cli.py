@@ -37,6 +37,81 @@ def test_unknown_command_is_one_clear_line() -> None:
     assert proc.returncode == 2 and "invalid choice: 'runz'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "ember_args", "script_args"),
+    [
+        # torchrun's form: options before SCRIPT are ember's, everything after it the script's
+        (["train.py", "--lr", "0.1"], ["train.py"], ["--lr", "0.1"]),
+        (["--nproc", "2", "train.py", "--lr", "0.1", "--nproc", "4"], ["--nproc", "2", "train.py"],
+         ["--lr", "0.1", "--nproc", "4"]),
+        (["--nproc=2", "-m", "pkg.train", "--lr", "0.1"], ["--nproc=2", "-m", "pkg.train"], ["--lr", "0.1"]),
+        (["--nproc", "2", "--", "train.py", "--", "x"], ["--nproc", "2", "--", "train.py"], ["--", "x"]),
+        # earlier ember's form: ember's options right after SCRIPT, up to the first other argument or `--`
+        (["train.py", "--nproc", "2", "--", "--lr", "0.1"], ["train.py", "--nproc", "2"], ["--lr", "0.1"]),
+        (["train.py", "--nproc", "2", "--lr", "0.1", "--nnodes", "3"], ["train.py", "--nproc", "2"],
+         ["--lr", "0.1", "--nnodes", "3"]),
+        (["train.py", "--max-restarts=1", "--", "--nproc", "4"], ["train.py", "--max-restarts=1"], ["--nproc", "4"]),
+        (["--nproc", "2"], ["--nproc", "2"], []),  # no SCRIPT: argparse says it is missing
+    ],
+)  # fmt: skip
+def test_ember_run_gives_the_script_every_argument_after_it_as_torchrun_does(
+    argv: list[str], ember_args: list[str], script_args: list[str]
+) -> None:
+    from ember.cli import split_run_argv
+
+    assert split_run_argv(argv) == (ember_args, script_args)
+
+
+def test_python_dash_m_ember_is_the_ember_command() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ember", "run", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: ember run [--nproc N]" in proc.stdout and "--node-rank" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "ember", "runz"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "invalid choice: 'runz'" in proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_python_m_ember_run_m_module_passes_the_scripts_own_options(tmp_path: Path) -> None:
+    env = {**os.environ, "EMBER_TEST_OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "ember", "run", "--nproc", "2", "-m", "tests.scripts.report_world"]
+    proc = subprocess.run([*argv, "--lr", "0.1", "--nproc", "3"], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert all(r["world_size"] == 2 and r["argv"] == ["--lr", "0.1", "--nproc", "3"] for r in reports)
+
+
+@pytest.mark.multiprocess
+def test_node_rank_and_master_addr_start_a_job_of_two_machines_as_torchrun_does(tmp_path: Path) -> None:
+    from tests.dist import free_port
+
+    env = {**os.environ, "EMBER_TEST_OUT": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("PET_NNODES", None)
+    port = str(free_port())
+    script = str(ROOT / "tests" / "scripts" / "report_world.py")
+    agents = [
+        subprocess.Popen([sys.executable, "-m", "ember", "run", "--nnodes", "2", "--node-rank", str(node),
+                          "--master-addr", "127.0.0.1", "--master-port", port, script, "--node", str(node)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for node in (1, 0)
+    ]  # fmt: skip
+    for agent in agents:
+        _, err = agent.communicate(timeout=120)
+        assert agent.returncode == 0, err
+    reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
+    assert [(r["rank"], r["world_size"], r["argv"]) for r in reports] == [
+        (0, 2, ["--node", "0"]),
+        (1, 2, ["--node", "1"]),
+    ]
+
+
+def test_a_module_that_is_not_there_is_one_error_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    from ember.cli import main
+
+    assert main(["run", "-m", "no_such_module_xyz.train", "--lr", "0.1"]) == 2
+    assert "ember run: -m no_such_module_xyz.train: no module 'no_such_module_xyz'" in capsys.readouterr().err
+
+
 @pytest.mark.multiprocess
 def test_ember_run_starts_n_processes_and_passes_script_arguments() -> None:
     with tempfile.TemporaryDirectory() as out:
@@ -88,7 +163,11 @@ def test_a_failing_worker_s_own_error_is_the_last_thing_ember_run_prints(tmp_pat
         "ValueError: boom-42",
     ]
     assert lines[report + 1 :] == traceback  # the worker's own frames, and nothing of the launcher after them
-    assert "ChildFailedError" not in proc.stdout and "ember/cli.py" not in proc.stdout
+    assert (
+        "ChildFailedError" not in proc.stdout
+        and "ember/cli.py" not in proc.stdout
+        and "ember/_worker.py" not in proc.stdout
+    )
     # handled as the interpreter handles an uncaught error: the exit hook marks the run Failed
     (run,) = (store / "runs").iterdir()
     assert json.loads((run / "run.json").read_text())["status"] == "Failed"
@@ -134,6 +213,11 @@ def test_the_first_worker_to_raise_is_reported_not_one_stopped_or_failing_after_
         (["--nnodes", "3:2"], "--nnodes '3:2'"),
         (["--nnodes", "two"], "--nnodes 'two'"),
         (["--max-restarts", "-1"], "--max-restarts -1: give 0 (no restart) or more"),
+        (["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"], "--node-rank 2: give 0 to 1 (--nnodes 2)"),
+        (["--nnodes", "2", "--node-rank", "1"], "--node-rank with --nnodes 2 needs --master-addr HOST"),
+        (["--nnodes", "1:2", "--node-rank", "0"], "--node-rank needs a fixed --nnodes, not '1:2'"),
+        (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "h:1"], "give either --node-rank"),
+        (["--master-addr", "h"], "--master-addr goes with --node-rank"),
     ],
 )
 def test_bad_ember_run_numbers_are_one_clear_error_before_anything_starts(

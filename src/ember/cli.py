@@ -10,7 +10,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -28,9 +28,31 @@ _FAMILIES: dict[str, tuple[str, str]] = {
 }
 
 
-# Each `ember run` worker starts here (``python -u -c _WORKER script args...``) instead of at the
-# script itself, so that its uncaught error reaches the launcher (see _worker).
-_WORKER = "import ember.cli; ember.cli._worker()"
+# `ember run`'s options: (names, argparse keywords). Named as torchrun names them, with dashes.
+_RUN_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--nproc",), {"type": int, "default": 1, "help": "processes per machine (default 1)"}),
+    (("--nnodes",), {"default": "1", "help": "machines, or MIN:MAX for elastic jobs (default 1)"}),
+    (
+        ("--node-rank",),
+        {
+            "type": int,
+            "help": "this machine's rank, 0 to nnodes-1: a fixed (static) rendezvous "
+            "at --master-addr, instead of --rdzv-endpoint's",
+        },
+    ),
+    (("--master-addr",), {"help": "with --node-rank: the address of the machine of rank 0"}),
+    (("--master-port",), {"type": int, "default": 29500, "help": "with --node-rank: a free port on it"}),
+    (("--rdzv-endpoint",), {"help": "HOST:PORT of the rendezvous for several machines"}),
+    (("--rdzv-id",), {"help": "a job id shared by all machines"}),
+    (("--rdzv-conf",), {"help": "torchrun's rendezvous settings, e.g. join_timeout=600,last_call_timeout=30"}),
+    (("--max-restarts",), {"type": int, "default": 0, "help": "restart failed workers this many times"}),
+    (("-m", "--module"), {"action": "store_true", "help": "SCRIPT is a module, run as `python -m SCRIPT` runs it"}),
+]
+
+
+# Each `ember run` worker starts here (``python -u -c _WORKER [-m] script args...``) instead of at
+# the script itself, so that its uncaught error reaches the launcher (see ember._worker).
+_WORKER = "import ember._worker; ember._worker.main()"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -47,13 +69,18 @@ def _run(args: argparse.Namespace) -> int:
 
     from ember.errors import LaunchError
 
-    if not os.path.isfile(args.script):
+    if args.module:
+        _check_module(args.script)
+    elif not os.path.isfile(args.script):
         raise LaunchError(f"ember run: script {args.script!r} is not a file; pass the path of a Python script")
     # Restarted gloo workers fail to reconnect to a shared rendezvous store (pytorch #135712).
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     argv = [f"--nproc_per_node={args.nproc}", f"--nnodes={args.nnodes}", f"--max_restarts={args.max_restarts}"]
-    if args.rdzv_endpoint:
+    if args.node_rank is not None:  # torchrun's static rendezvous: each machine says its rank
+        address = args.master_addr or "127.0.0.1"  # one machine only, checked in _check_run_arguments
+        argv += [f"--node_rank={args.node_rank}", f"--master_addr={address}", f"--master_port={args.master_port}"]
+    elif args.rdzv_endpoint:
         from ember import _rendezvous
 
         _rendezvous.check_endpoint(args.rdzv_endpoint)
@@ -66,7 +93,8 @@ def _run(args: argparse.Namespace) -> int:
     elif "PET_MASTER_ADDR" not in os.environ:  # else torchrun's static rendezvous, as in a Kubeflow TrainJob
         raise LaunchError(
             f"ember run: --nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (the first machine's address and a "
-            "free port on it) and --rdzv-id JOB, the same on every machine"
+            "free port on it) and --rdzv-id JOB, the same on every machine; or, as with torchrun, --node-rank R "
+            "(0 to nnodes-1, a different one on each machine) and --master-addr HOST"
         )
     _check_operator_nnodes(args.nnodes)
     if args.rdzv_conf:
@@ -75,9 +103,12 @@ def _run(args: argparse.Namespace) -> int:
         # A restarted worker resumes from the newest checkpoint (Trainer.fit(resume=None) reads it).
         os.environ.setdefault("EMBER_RESUME", "auto")
     python = os.environ.get("PYTHON_EXEC", sys.executable)  # as torchrun itself picks it
-    argv += ["--no-python", python, "-u", "-c", _WORKER, args.script, *args.script_args]
+    target = ["-m", args.script] if args.module else [args.script]
+    options = torchrun.parse_args([*argv, "--no-python", python])
+    # Set, not parsed: torchrun's argparse would read the script's `--nproc 3` as its own option.
+    options.training_script_args = ["-u", "-c", _WORKER, *target, *args.script_args]
     try:
-        torchrun.run(torchrun.parse_args(argv))
+        torchrun.run(options)
     except ChildFailedError as failed:
         return _report_failure(failed)
     except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
@@ -120,66 +151,49 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
         )
     if args.max_restarts < 0:
         raise LaunchError(f"ember run: --max-restarts {args.max_restarts}: give 0 (no restart) or more")
-
-
-def _worker() -> None:
-    """Run ``sys.argv[1]`` as ``python SCRIPT ARGS...`` would, inside an ``ember run`` worker.
-
-    An uncaught exception is handled as the interpreter handles it (``sys.last_*`` set for exit
-    handlers such as ember.track's, ``sys.excepthook`` prints it, exit code 1) with the
-    traceback starting at the script, and is also written to the torchelastic error file the
-    launcher reads. The process group, if the script made one, is left cleanly at exit (as
-    after ``ember.launch``).
-    """
-    import importlib.machinery
-    import types
-
-    from ember._exit import leave_process_group_at_exit
-
-    script, *script_args = sys.argv[1:]
-    path = os.path.abspath(script)
-    sys.argv = [script, *script_args]
-    if not getattr(sys.flags, "safe_path", False):  # python -P / PYTHONSAFEPATH: no script folder on the path
-        sys.path[0] = os.path.dirname(os.path.realpath(script))  # in place of -c's ''
-    main = types.ModuleType("__main__")
-    main.__file__ = path
-    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
-    sys.modules["__main__"] = main  # classes defined in the script pickle as __main__.X
-    leave_process_group_at_exit()
-    try:
-        with open(path, "rb") as f:
-            code = compile(f.read(), path, "exec", dont_inherit=True)  # not this module's __future__
-        exec(code, main.__dict__)
-    except Exception as exc:  # noqa: BLE001 - reported exactly as the interpreter would, then exit 1
-        _uncaught(exc, path)
-        sys.exit(1)
-
-
-def _uncaught(exc: BaseException, path: str) -> None:
-    """Report an exception that ended the script: traceback from the script's frame on."""
-    import json
-    import time
-    import traceback
-
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != path:
-        tb = tb.tb_next  # drop _worker's frame: the script's are the user's
-    exc.__traceback__ = tb
-    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
-    sys.last_exc = exc  # type: ignore[attr-defined]  # Python 3.12's name; ember.track reads either
-    sys.excepthook(type(exc), exc, tb)
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not error_file:
+    if args.node_rank is None:
+        if args.master_addr:
+            raise LaunchError("ember run: --master-addr goes with --node-rank (a fixed rendezvous), as in torchrun")
         return
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    now = time.time()
-    # torchelastic's error file format; "ember_time" orders failures within one second.
-    info = {"py_callstack": text, "timestamp": str(int(now)), "ember_time": now}
+    if args.rdzv_endpoint:
+        raise LaunchError(
+            "ember run: give either --node-rank with --master-addr (fixed ranks) or --rdzv-endpoint (ranks given "
+            "by the rendezvous), not both"
+        )
+    if sizes[0] != sizes[1]:
+        raise LaunchError(f"ember run: --node-rank needs a fixed --nnodes, not {args.nnodes!r}")
+    if not 0 <= args.node_rank < sizes[0]:
+        raise LaunchError(
+            f"ember run: --node-rank {args.node_rank}: give 0 to {sizes[0] - 1} (--nnodes {args.nnodes}), "
+            "a different one on each machine"
+        )
+    if sizes[0] > 1 and not args.master_addr:
+        raise LaunchError(
+            f"ember run: --node-rank with --nnodes {args.nnodes} needs --master-addr HOST, the address of the "
+            "machine of node rank 0 (and --master-port, default 29500)"
+        )
+
+
+def _check_module(name: str) -> None:
+    """Refuse ``ember run -m NAME`` when no top-level package or module of that name is importable.
+
+    Only the top level is looked up: finding ``pkg.mod`` would import ``pkg`` in the launcher.
+    """
+    import importlib.util
+
+    from ember.errors import LaunchError
+
+    top = name.partition(".")[0]
+    sys.path.insert(0, os.getcwd())  # where the workers look first, as `python -m` does
     try:
-        with open(error_file, "w", encoding="utf-8") as f:
-            json.dump({"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}, f)
-    except OSError as e:
-        print(f"ember: could not write the error file {error_file} for the launcher: {e}", file=sys.stderr)
+        found = bool(top) and importlib.util.find_spec(top) is not None
+    finally:
+        sys.path.pop(0)
+    if not found:
+        raise LaunchError(
+            f"ember run: -m {name}: no module {top!r} in the current folder or on the path (PYTHONPATH); "
+            "give a module name, e.g. -m mypackage.train"
+        )
 
 
 def _report_failure(failed: ChildFailedError) -> int:
@@ -229,16 +243,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run",
         help="run a training script on N processes (torchrun underneath)",
-        usage="ember run SCRIPT [--nproc N] [--nnodes N] [--rdzv-endpoint HOST:PORT] [--max-restarts N] [-- ARGS...]",
+        usage="ember run [--nproc N] [--nnodes N] [--node-rank R --master-addr HOST] [--rdzv-endpoint HOST:PORT] "
+        "[--max-restarts N] [-m] SCRIPT [ARGS...]",
+        description="Options before SCRIPT are ember's; everything after it goes to the script, as with torchrun.",
     )
-    run.add_argument("script", help="the Python script to run")
-    run.add_argument("--nproc", type=int, default=1, help="processes per machine (default 1)")
-    run.add_argument("--nnodes", default="1", help="machines, or MIN:MAX for elastic jobs (default 1)")
-    run.add_argument("--rdzv-endpoint", help="HOST:PORT of the rendezvous for several machines")
-    run.add_argument("--rdzv-id", help="a job id shared by all machines")
-    run.add_argument("--rdzv-conf", help="torchrun's rendezvous settings, e.g. join_timeout=600,last_call_timeout=30")
-    run.add_argument("--max-restarts", type=int, default=0, help="restart failed workers this many times")
-    run.add_argument("script_args", nargs="*", help="arguments for the script, after `--`")
+    for names, kwargs in _RUN_OPTIONS:
+        run.add_argument(*names, **kwargs)
+    run.add_argument("script", metavar="SCRIPT", help="the Python script to run (with -m: a module name)")
+    run.add_argument("script_args", metavar="ARGS", nargs="*", help="the script's own arguments")
     run.set_defaults(handler=_run)
 
     loaded = {_FAMILIES[command][0]} if command in _FAMILIES else set()
@@ -251,28 +263,80 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ember`` command."""
+    """Entry point of the ``ember`` command (and of ``python -m ember``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command)
     script_args: list[str] = []
-    if command == "run" and "--" in argv:  # ember's options before `--`, the script's after it
-        cut = argv.index("--")
-        argv, script_args = argv[:cut], argv[cut + 1 :]
+    if command == "run":
+        cut = argv.index("run") + 1
+        ember_args, script_args = split_run_argv(argv[cut:])
+        argv = [*argv[:cut], *ember_args]
     args = parser.parse_args(argv)
     if command == "run":
-        args.script_args = [*args.script_args, *script_args]
+        args.script_args = script_args
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 2
     from ember.errors import EmberError
+    from ember.logging import setup_output
 
+    setup_output()  # ember's records to stderr, unless the application configured logging
     try:
         return int(handler(args) or 0)
     except EmberError as exc:
         print(f"ember: error: {exc}", file=sys.stderr)
         return 2
+
+
+def split_run_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split what follows ``ember run`` into ember's arguments (ending with SCRIPT) and the script's.
+
+    As with torchrun, options before SCRIPT are ember's and every argument after it is the
+    script's. For scripts started the way earlier ember versions documented (``ember run
+    train.py --nproc 2 -- --lr 0.1``), ember's own options right after SCRIPT are still ember's
+    when none came before it, up to the first other argument; a ``--`` there ends them and is
+    dropped.
+
+    Returns:
+        ``(ember_args, script_args)``; ``ember_args`` is what argparse reads.
+
+    Example:
+        >>> split_run_argv(["--nproc", "2", "train.py", "--lr", "0.1"])
+        (['--nproc', '2', 'train.py'], ['--lr', '0.1'])
+        >>> split_run_argv(["train.py", "--nproc", "2", "--lr", "0.1"])
+        (['train.py', '--nproc', '2'], ['--lr', '0.1'])
+    """
+    takes_value = {name for names, kwargs in _RUN_OPTIONS if kwargs.get("action") is None for name in names}
+    flags = {"-h", "--help"} | {name for names, kwargs in _RUN_OPTIONS for name in names} - takes_value
+
+    def option_length(i: int) -> int:
+        """How many arguments the ember option at ``i`` spans (0 when it is not one of ember's)."""
+        name = argv[i].split("=", 1)[0]
+        if argv[i] in flags:
+            return 1
+        if name in takes_value:
+            return 1 if "=" in argv[i] else 2
+        return 0
+
+    i = 0
+    while i < len(argv) and argv[i] != "--" and argv[i].startswith("-"):
+        i += option_length(i) or 1  # an unknown option: argparse names it
+    if i < len(argv) and argv[i] == "--":
+        i += 1  # `ember run [OPTIONS] -- SCRIPT`
+    if i >= len(argv):
+        return list(argv), []
+    script = i
+    i += 1
+    if script == 0:  # nothing before SCRIPT: the earlier form
+        while i < len(argv) and argv[i] != "--" and option_length(i):
+            i += option_length(i)
+        ember_args = [*argv[:i]]
+        if i < len(argv) and argv[i] == "--":
+            i += 1
+        return ember_args, list(argv[i:])
+    return list(argv[: script + 1]), list(argv[script + 1 :])
 
 
 def _version() -> str:

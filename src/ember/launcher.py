@@ -167,7 +167,7 @@ def launch_from_torch(
     return _launch_from_env(
         config,
         ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-        "run the script with `torchrun --nproc_per_node N script.py` or `ember run script.py --nproc N`",
+        "run the script with `torchrun --nproc_per_node N script.py` or `ember run --nproc N script.py`",
         None,
         None,
         local_optional=True,
@@ -274,7 +274,7 @@ def _check_one_process_per_machine(local: str) -> None:
         raise LaunchError(
             f"{local} is not set, but PET_NPROC_PER_NODE={nproc!r} says this machine runs several processes "
             "(a Kubernetes operator sets it for torchrun): start the script with `torchrun script.py` or "
-            "`ember run script.py --nproc N` in the container, which set each process's local rank, or run "
+            "`ember run --nproc N script.py` in the container, which set each process's local rank, or run "
             "one process per pod (nprocPerNode 1)"
         )
 
