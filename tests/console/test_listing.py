@@ -70,7 +70,7 @@ def test_sorts_and_filters_by_a_metrics_last_value(runs: Server) -> None:
     assert _names(runs, sort="m:val/acc") == ["r4", "r5", "r0", "r1", "r2", "r3"]
     assert _names(runs, where="m:val/acc>=0.7", sort="name") == ["r0", "r1", "r2"]
     row = next(r for r in runs.req("GET", "/search/runs", params={"q": "r0"}).json()["runs"])
-    assert row["metrics"]["val/acc"] == {"last": 0.7, "best": 0.9}
+    assert row["metrics"]["val/acc"] == {"last": 0.7, "best": 0.9, "min": 0.5, "max": 0.9}
     assert row["hparams"] == {"lr": 0.1, "opt": "adam"} and row["labels"] == ["l0"]
 
 
@@ -101,3 +101,23 @@ def test_pages_do_not_overlap_and_the_default_order_is_newest_first(runs: Server
     assert _names(runs, label="l1", sort="name") == ["r1", "r3", "r5"]
     found = runs.req("GET", "/search/runs", params={"per_page": 4, "page": 9}).json()
     assert found["page"] == 2 and found["total"] == 6 and len(found["runs"]) == 2  # past the end: the last page
+
+
+def test_the_columns_are_the_hparams_that_vary_flattened_and_nested_ones_sort_and_filter(server: Server) -> None:
+    """Issue 19: before, the first 8 hparams by name (constants among them, the swept one maybe not) and
+    nested hparams as one JSON blob that could be neither sorted nor filtered."""
+    consts = {f"a{i}": i for i in range(9)}  # nine constants that sort before lr
+    for i, (lr, beta) in enumerate([(0.1, 0.9), (0.01, 0.99), (0.001, 0.9)]):
+        _put(server, i, {**consts, "lr": lr, "opt": {"name": "adam", "beta": beta}}, [0.5 + i / 10])
+    page = server.req("GET", "/search/runs").json()
+    assert page["hparam_keys"] == ["lr", "opt.beta"]
+    assert page["hparam_choices"] == [*sorted(consts), "lr", "opt.beta", "opt.name"]
+    assert page["runs"][0]["hparams"]["opt.beta"] == 0.9 and "opt" not in page["runs"][0]["hparams"]
+    assert page["metric_keys"] == ["val/acc"] and page["metric_modes"] == {"val/acc": "max"}
+    assert _names(server, sort="hp:opt.beta") in (["r0", "r2", "r1"], ["r2", "r0", "r1"])
+    assert _names(server, where="hp:opt.beta>0.95") == ["r1"]
+    assert _names(server, where="hp:opt.name=adam", sort="name") == ["r0", "r1", "r2"]
+    one = server.req("GET", "/search/runs", params={"q": "r1"}).json()
+    assert "a0" in one["hparam_keys"] and "lr" in one["hparam_keys"]  # a single run: nothing varies, all shown
+    filtered = server.req("GET", "/search/runs", params={"where": "hp:a3=3", "sort": "name"}).json()
+    assert "a3" in filtered["hparam_keys"]  # what is filtered on is shown, though constant

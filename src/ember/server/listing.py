@@ -7,6 +7,7 @@ so a filter or a sort can never reach a run the caller has no view right on.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import re
@@ -21,6 +22,8 @@ from sqlalchemy.orm import Session
 
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
+from ember.track._report import flatten
+from ember.track.best import best_value, metric_mode
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -32,11 +35,13 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "~": lambda a, b: str(b).lower() in str(a).lower(),
 }
 _FILTER = re.compile(r"^(hp|m):([^<>=!~]{1,300}?)\s*(>=|<=|!=|=|>|<|~)\s*(.{0,300})$")
-_LOWER_IS_BETTER = re.compile(r"loss|err|perplex|mse|mae|rmse|nll|time", re.IGNORECASE)
 SORT_KEYS = ("name", "status", "start", "duration", "folder")
+DEFAULT_HPARAMS = 12
+"""Hyper-parameters shown by default: those that vary across the page's runs, up to this many."""
+DEFAULT_METRICS = 8
 
 
-def json_item(session: Session, column: Any, key: str) -> ColumnElement[Any]:
+def json_item(session: Session, column: Any, key: str | tuple[str, ...]) -> ColumnElement[Any]:
     """``column[key]`` read in SQL, NULL for a row the database cannot parse as JSON.
 
     Rows stored before the API refused them may hold NaN (which SQLite's JSON functions reject
@@ -48,6 +53,19 @@ def json_item(session: Session, column: Any, key: str) -> ColumnElement[Any]:
     else:
         readable = func.strpos(cast(column, Text), "\\u0000") == 0
     return type_coerce(case((readable, column[key]), else_=null()), JSON)
+
+
+def hparam_item(session: Session, key: str) -> ColumnElement[Any]:
+    """The hyper-parameter ``key`` of a ``Run`` in SQL; a dotted key (``opt.lr``, as the table flattens
+    nested hparams) reads the nested value."""
+    parts = key.split(".")
+    path = len(parts) > 1 and all(p and not set(p) & set('"\\$[]*') for p in parts)
+    return json_item(session, Run.hparams, tuple(parts) if path else key)
+
+
+def _under(folder: str) -> ColumnElement[bool]:
+    """The ``Folder`` is ``folder`` or beneath it."""
+    return or_(Folder.path == folder, Folder.path.startswith(folder.rstrip("/") + "/", autoescape=True))
 
 
 def _to(user: User) -> ColumnElement[bool]:
@@ -137,7 +155,8 @@ def shown_status(status: str, meta: dict[str, Any] | None, now: float | None = N
 
 
 def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, dict[str, float | None]]]:
-    """Per run, per ``type/name``: the last value (at the highest step) and the best one.
+    """Per run, per ``type/name``: the last value (at the highest step), the best one
+    (:func:`ember.track.best.best_value`: the rule ``ember runs compare`` uses too), the minimum and the maximum.
 
     One query: the best from the block summaries (one row per 128 steps), the last value by one
     probe of the points' primary key per series, so a run of a million points costs as little
@@ -162,8 +181,38 @@ def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, 
     ).all()
     out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
     for pk, type_, name, lo, hi, value in rows:
-        out[pk][f"{type_}/{name}"] = {"last": value, "best": lo if _LOWER_IS_BETTER.search(name) else hi}
+        key = f"{type_}/{name}"
+        out[pk][key] = {"last": value, "best": best_value(key, lo, hi), "min": lo, "max": hi}
     return out
+
+
+def absent_keys(session: Session, user: User, folder: str | None, filters: list[str]) -> list[str]:
+    """What the filters name that no run the user may view (under ``folder``) has: a typo rather than an answer.
+
+    Called when the filters matched nothing, so that "0 runs" is told apart from "no such
+    hyper-parameter". An hparam is looked for in each run's flattened hparams (stopping at the
+    first run that has it), a metric with one probe of the block summaries.
+
+    Returns:
+        One sentence per key, e.g. ``no run here has the hyper-parameter 'lrr'``.
+    """
+    scope = select(Run.pk).join(Folder, Folder.id == Run.folder_id).where(visible_condition(session, user))
+    if folder:
+        scope = scope.where(_under(folder))
+    out = []
+    for kind, key in sorted({(kind, key) for kind, key, _, _ in (parse_filter(f) for f in filters if f.strip())}):
+        if kind == "m":
+            type_, _, name = key.partition("/")
+            probe = select(MetricBlock.run_pk).where(
+                MetricBlock.run_pk.in_(scope), MetricBlock.type == type_, MetricBlock.name == name
+            )
+            if session.scalar(probe.limit(1)) is None:
+                out.append(f"no run here has the metric {key!r} (write it as TYPE/NAME, e.g. val/acc)")
+        else:
+            rows = session.execute(select(Run.hparams).where(Run.pk.in_(scope)).execution_options(yield_per=500))
+            if not any(isinstance(h, dict) and key in flatten(h) for (h,) in rows):
+                out.append(f"no run here has the hyper-parameter {key!r} (nested ones are written as opt.lr)")
+    return sorted(out)
 
 
 def _last_value(key: str) -> ScalarSelect[Any]:
@@ -191,6 +240,9 @@ class RunPage:
     runs: list[dict[str, Any]]
     hparam_keys: list[str]
     metric_keys: list[str]
+    hparam_choices: list[str]
+    metric_choices: list[str]
+    metric_modes: dict[str, str]
 
 
 def list_runs(
@@ -235,13 +287,13 @@ def list_runs(
     )
     per_page = max(1, min(per_page, 500))
     columns: list[Any] = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path]
-    columns += [json_item(session, Run.hparams, k).label(f"hp{i}") for i, k in enumerate(hp_keys)]
+    columns += [hparam_item(session, k).label(f"hp{i}") for i, k in enumerate(hp_keys)]
     columns += [_last_value(k).label(f"m{i}") for i, k in enumerate(m_keys)]
     if label:
         columns.append(Run.labels)
     stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(visible_condition(session, user))
     if folder:
-        stmt = stmt.where(or_(Folder.path == folder, Folder.path.startswith(folder.rstrip("/") + "/", autoescape=True)))
+        stmt = stmt.where(_under(folder))
     if q:
         stmt = stmt.where(func.lower(Run.name).contains(q.lower(), autoescape=True))
     if status:
@@ -274,9 +326,7 @@ def list_runs(
         picked = picked[(page - 1) * per_page : page * per_page]
     chosen = [_row(r, hp_keys, m_keys, live) for r in picked]
     _fill_page(session, chosen)
-    hp_cols = sorted({k for r in chosen for k in r["hparams"]})[:8]
-    m_cols = sorted({k for r in chosen for k in r["metrics"]}, key=_metric_order)[:8]
-    return RunPage(total, page, per_page, chosen, hp_cols, m_cols)
+    return _page(total, page, per_page, chosen, hp_keys, m_keys)
 
 
 def table_of(session: Session, run_ids: list[str], total: int, per_page: int) -> RunPage:
@@ -294,9 +344,23 @@ def table_of(session: Session, run_ids: list[str], total: int, per_page: int) ->
     live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
     chosen = [_row(r, [], [], live) for r in picked]
     _fill_page(session, chosen)
-    hp_cols = sorted({k for r in chosen for k in r["hparams"]})[:8]
-    m_cols = sorted({k for r in chosen for k in r["metrics"]}, key=_metric_order)[:8]
-    return RunPage(total, 1, per_page, chosen, hp_cols, m_cols)
+    return _page(total, 1, per_page, chosen, [], [])
+
+
+def _page(
+    total: int, page: int, per_page: int, rows: list[dict[str, Any]], hp_asked: list[str], m_asked: list[str]
+) -> RunPage:
+    """A page with its columns: every flattened hparam and metric of its runs (the column chooser's
+    choices), and those shown by default: the hparams that vary across the runs (all of them for
+    a single run) and those sorted or filtered on; the first metrics, train before val and test."""
+    hp_all = sorted({k for r in rows for k in r["hparams"]})
+    varying = [k for k in hp_all if len({json.dumps(r["hparams"].get(k), sort_keys=True) for r in rows}) > 1]
+    default = varying if len(rows) > 1 else hp_all
+    hp_shown = sorted({*default[:DEFAULT_HPARAMS], *(k for k in hp_asked if k in hp_all)})
+    m_all = sorted({k for r in rows for k in r["metrics"]}, key=_metric_order)
+    m_shown = sorted({*m_all[:DEFAULT_METRICS], *(k for k in m_asked if k in m_all)}, key=_metric_order)
+    modes: dict[str, str] = {k: metric_mode(k) for k in m_all}
+    return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, modes)
 
 
 def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
@@ -362,7 +426,8 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
             select(Run.pk, Run.id, Run.labels, Run.hparams, reason).where(Run.pk.in_(list(by_pk)))
         ):
             why = why if isinstance(why, str) else None
-            by_pk[pk].update(id=id_, labels=list(labels or []), hparams=dict(hparams or {}), reason=why)
+            flat = flatten(hparams) if isinstance(hparams, dict) else {}
+            by_pk[pk].update(id=id_, labels=list(labels or []), hparams=flat, reason=why)
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
         r["metrics"] = summary.get(r["pk"], {})

@@ -210,7 +210,8 @@ class UserIn(_Strict):
 
 
 class RunRow(BaseModel):
-    """One row of the runs table; ``metrics`` maps ``type/name`` to its last and best value.
+    """One row of the runs table; ``metrics`` maps ``type/name`` to its last, best, min and max value;
+    ``hparams`` are flattened (``{"opt": {"lr": 1}}`` as ``{"opt.lr": 1}``).
 
     ``reason`` says why a run ended Failed or Preempted (run.json's ``reason``), or why it is listed
     ``Damaged`` (``ember ui``: a run folder ember could not have written).
@@ -230,7 +231,13 @@ class RunRow(BaseModel):
 
 
 class RunPageOut(BaseModel):
-    """A page of ``GET /api/v1/runs``: ``total`` runs match; the keys are the page's columns."""
+    """A page of ``GET /api/v1/search/runs``: ``total`` runs match.
+
+    ``hparam_keys``/``metric_keys`` are the columns the console shows by default (the hparams that
+    vary across the page's runs, flattened as ``opt.lr``; the first metrics), ``*_choices`` every
+    column the page's runs have, and ``metric_modes`` whether a metric's best is its ``min`` or
+    ``max`` (:func:`ember.track.best.metric_mode`).
+    """
 
     total: int
     page: int
@@ -238,3 +245,6 @@ class RunPageOut(BaseModel):
     runs: list[RunRow]
     hparam_keys: list[str]
     metric_keys: list[str]
+    hparam_choices: list[str]
+    metric_choices: list[str]
+    metric_modes: dict[str, str]

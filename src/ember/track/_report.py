@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -12,11 +11,6 @@ from typing import Any
 from ember.track._fs import parse_iso
 from ember.track._values import Point
 from ember.track.store import metric_types, read_metrics
-
-_HIGHER_IS_BETTER = re.compile(
-    r"(acc|accuracy|top\d|f1|precision|recall|auc|map|iou|bleu|rouge|score|r2|throughput|"
-    r"samples_per_s|tokens_per_s)"
-)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "") -> str:
@@ -91,11 +85,6 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def higher_is_better(metric: str) -> bool:
-    """The guess ``--mode auto`` makes: accuracy-like names are maximised, the rest minimised."""
-    return _HIGHER_IS_BETTER.search(metric.lower()) is not None
 
 
 def summarize(points: list[Point]) -> dict[str, dict[str, Any]]:

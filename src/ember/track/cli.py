@@ -19,6 +19,7 @@ from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
 from ember.track import export, lineage
 from ember.track._fs import read_json, resolve_home
+from ember.track.best import metric_mode
 from ember.track.store import (
     DAMAGED,
     PLATFORM_FILE,
@@ -214,8 +215,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise TrackingError(f"compare: no run has a metric named {short_repr(args.metric)}")
     metric_rows = []
     for type_, metric in series:
-        maximise = args.mode == "max" or (args.mode == "auto" and rp.higher_is_better(metric))
-        best_key = "max" if maximise else "min"
+        best_key = metric_mode(metric) if args.mode == "auto" else args.mode
         finals, bests = [], []
         for s in summaries:
             entry = s.get(type_, {}).get(metric)
@@ -302,7 +302,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--mode",
         choices=("auto", "min", "max"),
         default="auto",
-        help="what 'best' means; auto: max for accuracy-like names, else min",
+        help="what 'best' means; auto: the console's rule (ember.track.best): max for scores such as acc, else min",
     )
     p.set_defaults(handler=cmd_compare)
     p = sub.add_parser("export", parents=[store], help="metrics as CSV, or the whole run as JSON")
