@@ -103,6 +103,7 @@ def folder_page(
         runs=runs,
         found=runs,
         sortable=False,
+        columns_key=found["path"],
         params={},
         sort="-start",
         children=[(p.rsplit("/", 1)[-1], p) for p in found["folders"]],
@@ -152,18 +153,27 @@ def runs_page(
     user = require_viewer(request, session)
     path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
     filters = [f for f in where.split(";") if f.strip()]
-    found = listing.list_runs(
-        session,
-        user,
-        folder=path,
-        q=q,
-        label=label,
-        status=status,
-        filters=filters,
-        sort=sort,
-        page=page,
-        per_page=per_page,
-    )
+    errors: list[str] = []
+    try:
+        found = listing.list_runs(
+            session,
+            user,
+            folder=path,
+            q=q,
+            label=label,
+            status=status,
+            filters=filters,
+            sort=sort,
+            page=page,
+            per_page=per_page,
+        )
+    except HTTPException as e:  # a filter or sort not understood: said beside the field, the form kept
+        if e.status_code != 422:
+            raise
+        errors.append(str(e.detail))
+        found = listing.RunPage(0, 1, per_page, [], [], [], [], [], {})
+    if filters and not errors and found.total == 0:
+        errors += listing.absent_keys(session, user, path, filters)
     params = {"folder": folder, "q": q, "label": label, "status": status, "where": where, "per_page": per_page}
     params = {k: v for k, v in params.items() if v and v != 50}
     pages = max(1, -(-found.total // found.per_page))
@@ -178,6 +188,8 @@ def runs_page(
         statuses=STATUSES,
         sortable=True,
         crumbs=crumbs(path) if path else [],
+        errors=errors,
+        columns_key=path or "",
     )
 
 

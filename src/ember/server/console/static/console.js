@@ -124,7 +124,34 @@
     if ($("compare-metric")) $("compare-metric").addEventListener("change", redraw);
   }
 
+  // ---- runs table: the column chooser, remembered per folder in this browser ----
+  function columnChooser() {
+    const table = $("runs-table"), chooser = $("columns");
+    if (!table || !chooser) return;
+    const key = "ember.columns:" + table.dataset.columnsKey;
+    let saved = {};
+    try { saved = JSON.parse(localStorage.getItem(key) || "{}") || {}; } catch (e) { saved = {}; }
+    const boxes = Array.from(chooser.querySelectorAll("input[data-col]"));
+    function show(col, on) {
+      for (const cell of table.querySelectorAll("[data-col]")) if (cell.dataset.col === col) cell.hidden = !on;
+    }
+    for (const box of boxes) {
+      const col = box.dataset.col;
+      if (col in saved) { box.checked = !!saved[col]; show(col, box.checked); }
+      box.addEventListener("change", () => {
+        show(col, box.checked);
+        if (box.checked === (box.dataset.default === "1")) delete saved[col]; else saved[col] = box.checked;
+        localStorage.setItem(key, JSON.stringify(saved));
+      });
+    }
+    $("columns-reset").addEventListener("click", () => {
+      saved = {}; localStorage.removeItem(key);
+      for (const box of boxes) { box.checked = box.dataset.default === "1"; show(box.dataset.col, box.checked); }
+    });
+  }
+
   wire();
+  columnChooser();
   if (charts) {
     loadRun().then((status) => {
       if (charts.dataset.live !== "1") return;
