@@ -14,17 +14,21 @@ from sqlalchemy.exc import IntegrityError
 
 from ember.server import naming
 from ember.server.auth import key_id_of, new_key, now
-from ember.server.db import check_database, make_engine, migrate, session_factory, transaction
+from ember.server.db import check_database, make_engine, migrate, prepare, session_factory, transaction
 from ember.server.models import ApiKey, User
 from ember.server.perms import forget_grantee, make_home
 from ember.server.settings import ServerError, Settings
 
 
-def _sessions(settings: Settings):
+def _sessions(settings: Settings, upgrade: bool = False):
+    """Sessions on the newest schema: created on an empty database, else checked (or upgraded)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     check_database(engine)
-    migrate(engine)
+    if upgrade:
+        migrate(engine)
+    else:
+        prepare(engine)
     return session_factory(engine)
 
 
@@ -35,14 +39,20 @@ def _name(name: str) -> str:
         raise ServerError(str(e.detail)) from None
 
 
-def init(settings: Settings, admin: str) -> str:
-    """Create the database and its first user, an admin; return the admin's key.
+def init(settings: Settings, admin: str, upgrade: bool = False) -> str:
+    """Create the newest schema and the first user, an admin; return the admin's key.
+
+    Args:
+        settings: where the database is.
+        admin: the admin's user name.
+        upgrade: bring an older schema up to date first (``ember ui``'s own database); else an
+            older schema is refused with the command that upgrades it.
 
     Raises:
-        ServerError: the database already has users (init runs once).
+        ServerError: the database already has users (init runs once), or an older schema.
     """
     name = _name(admin)
-    with transaction(_sessions(settings)) as session:
+    with transaction(_sessions(settings, upgrade)) as session:
         if session.scalar(select(func.count()).select_from(User)):
             raise ServerError("the server already has users; add more with `ember server user add NAME`")
         return _add(session, name, is_admin=True)

@@ -12,6 +12,7 @@ import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
 import anyio
 import anyio.to_thread
@@ -19,7 +20,7 @@ from fastapi import APIRouter, FastAPI
 
 from ember.server import API_PREFIX, blobs, errors
 from ember.server.blobs import BlobStore
-from ember.server.db import check_database, make_engine, make_reader, migrate, session_factory
+from ember.server.db import check_database, make_engine, make_reader, migrate, prepare, session_factory
 from ember.server.guard import Hardened, HostCheck
 from ember.server.series import SeriesReader
 from ember.server.settings import Settings
@@ -57,13 +58,15 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         tasks.cancel_scope.cancel()
 
 
-def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
+def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] = "check") -> FastAPI:
     """Build the server app for ``settings``.
 
     Args:
         settings: database URL, data folder and size limits.
-        run_migrations: bring the schema up to date first (``ember server`` does it once in
-            the parent process and passes False to its workers).
+        schema: ``"check"``: create the newest schema on an empty database and refuse an older
+            one with the command that upgrades it (:func:`ember.server.db.prepare`);
+            ``"upgrade"``: bring an older schema up to date (``ember ui``, whose database is its
+            own); ``"skip"``: ``ember server``'s workers, whose parent process checked.
 
     Returns:
         The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``; the Swagger UI page
@@ -74,8 +77,10 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     check_database(engine)
-    if run_migrations:
+    if schema == "upgrade":
         migrate(engine)
+    elif schema == "check":
+        prepare(engine)
     app = FastAPI(
         title="ember tracking server",
         version=API_VERSION,
@@ -121,7 +126,7 @@ def create_app(settings: Settings, run_migrations: bool = True) -> FastAPI:
 
 def app_from_env() -> FastAPI:
     """The app for uvicorn's worker processes, from the ``$EMBER_SERVER_*`` variables."""
-    return create_app(Settings.make(), run_migrations=False)
+    return create_app(Settings.make(), schema="skip")
 
 
 def iter_routes(app: FastAPI) -> list[tuple[str, set[str]]]:

@@ -1,4 +1,5 @@
-"""``ember server``, ``ember server init|user add|key create|key revoke``, ``ember login``, ``ember upload``.
+"""``ember server``, ``ember server init|db upgrade|db current|user add|key create|key revoke``, ``ember login``,
+``ember upload``.
 
 Importing this module is cheap: FastAPI, SQLAlchemy and httpx are imported by the handlers.
 """
@@ -44,16 +45,18 @@ def _allowed_hosts(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Migrate the database once, then serve with uvicorn (``--workers`` processes)."""
+    """Check the schema once (an older one is refused), then serve with uvicorn (``--workers`` processes)."""
     import uvicorn
 
-    from ember.server.db import check_database, make_engine, migrate
+    from ember.server.db import check_database, make_engine, prepare
 
     settings = _settings(args)
     engine = make_engine(settings.db_url)
-    check_database(engine)
-    migrate(engine)
-    engine.dispose()
+    try:
+        check_database(engine)
+        prepare(engine)
+    finally:
+        engine.dispose()
     settings.export_env()
     where = engine.url.render_as_string(hide_password=True)
     print(f"ember server: database {where}, data {settings.data_dir}", file=sys.stderr, flush=True)
@@ -74,6 +77,36 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     key = admin.init(_settings(args), args.admin)
     print(f"created admin {args.admin!r}; its API key (shown only now, store it safely):\n{key}")
+    return 0
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from ember.server.db import upgrade_url
+
+    settings = _settings(args)
+    before, after = upgrade_url(settings.db_url)
+    if before == after:
+        print(f"the database is at the newest schema, {after}; nothing to do")
+    else:
+        print(f"upgraded the database from schema {before or '(none)'} to {after}")
+    return 0
+
+
+def cmd_db_current(args: argparse.Namespace) -> int:
+    from ember.server.db import check_database, current_revision, head_revision, make_engine, upgrade_command
+
+    engine = make_engine(_settings(args).db_url)
+    try:
+        check_database(engine)
+        current, head = current_revision(engine), head_revision()
+        if current == head:
+            print(f"{current} (the newest schema)")
+        elif current is None:
+            print(f"(none): no ember schema yet; `ember server init` creates schema {head}")
+        else:
+            print(f"{current} (this ember needs {head}: back the database up, then run `{upgrade_command(engine)}`)")
+    finally:
+        engine.dispose()
     return 0
 
 
@@ -177,6 +210,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", parents=[where_sub], help="create the database and the first admin; print its key")
     p.add_argument("--admin", required=True, metavar="NAME", help="the admin's user name")
     p.set_defaults(handler=cmd_init)
+    db = sub.add_parser("db", help="the database's schema").add_subparsers(dest="db_command", required=True)
+    p = db.add_parser(
+        "upgrade", parents=[where_sub], help="bring the schema to this ember's newest (back the database up first)"
+    )
+    p.set_defaults(handler=cmd_db_upgrade)
+    p = db.add_parser("current", parents=[where_sub], help="print the schema revision and whether it is the newest")
+    p.set_defaults(handler=cmd_db_current)
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
     p = user.add_parser("add", parents=[where_sub], help="add a user; print its first key")
     p.add_argument("name", metavar="NAME")

@@ -54,7 +54,20 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    try:
+        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    except ModuleNotFoundError as e:  # SQLAlchemy imports the URL's driver here
+        raise ServerError(_missing_driver(url, e.name or "")) from None
+
+
+def _missing_driver(url: str, module: str) -> str:
+    scheme = url.split("://", 1)[0]
+    if scheme == "postgresql+psycopg":
+        return f"the database URL {scheme}://... needs the PostgreSQL driver psycopg: pip install 'ember[postgres]'"
+    return (
+        f"the database URL {scheme}://... needs the Python module {module!r}, which is not installed: "
+        "use postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB with pip install 'ember[postgres]'"
+    )
 
 
 def make_reader(engine: Engine) -> Engine:
@@ -185,16 +198,107 @@ def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (creating it on an empty database)."""
-    from alembic import command
+def _alembic_config(connection: Any = None) -> Any:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest schema revision this ember knows (its last migration, e.g. ``"0005"``)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None, "no migrations shipped"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The schema revision the database is at; None for a database ember never wrote to."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest Alembic revision (creating it on an empty database).
+
+    Only on purpose: ``ember server db upgrade``, ``ember server init`` on an empty database, and
+    ``ember ui`` on its own database. A server refuses an older schema (:func:`prepare`).
+    """
+    from alembic import command
+
     with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+        command.upgrade(_alembic_config(connection), "head")
+
+
+def upgrade_url(url: str) -> tuple[str | None, str]:
+    """Bring the database at ``url`` to the newest schema; return its revisions before and after.
+
+    Example:
+        >>> upgrade_url("sqlite:////srv/ember/ember.db")
+        ('0004', '0005')
+    """
+    engine = make_engine(url)
+    try:
+        check_database(engine)
+        before = current_revision(engine)
+        migrate(engine)
+        return before, head_revision()
+    finally:
+        engine.dispose()
+
+
+def upgrade_command(engine: Engine) -> str:
+    """The command that upgrades this database, to print in errors."""
+    where = engine.url.render_as_string(hide_password=True)
+    return f"ember server db upgrade --db '{where}'"
+
+
+def prepare(engine: Engine) -> None:
+    """Create the newest schema on an empty database; accept the newest; refuse any other.
+
+    An empty database (no tables) gets the newest schema, as MLflow's server does; a database at
+    an older revision is left as it is: upgrading is a decision (back it up first), made with
+    ``ember server db upgrade``.
+
+    Raises:
+        ServerError: the schema is older than this ember's, newer (written by a later ember), or
+            the database holds tables that are not ember's.
+    """
+    from sqlalchemy import inspect
+
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    where = engine.url.render_as_string(hide_password=True)
+    if current is None:
+        tables = inspect(engine).get_table_names()
+        if not tables:
+            migrate(engine)
+            return
+        raise ServerError(
+            f"the database {where} holds tables ({', '.join(sorted(tables)[:5])}) but no ember schema: "
+            "give the server a database of its own"
+        )
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        ScriptDirectory.from_config(_alembic_config()).get_revision(current)
+    except CommandError:
+        raise ServerError(
+            f"the database {where} is at schema revision {current}, which this ember (schema {head}) does not "
+            "know: a newer ember upgraded it; install that version"
+        ) from None
+    raise ServerError(
+        f"the database {where} is at schema revision {current}, this ember needs {head}: back it up, then run "
+        f"`{upgrade_command(engine)}`"
+    )
 
 
 def check_database(engine: Engine) -> None:
