@@ -15,6 +15,7 @@ from ember import track
 from ember.server.cli import main as server_main
 from ember.track import client as client_mod
 from ember.track.client import UploadError, credentials_path, upload_run
+from ember.track.retry import Retry
 from tests.server._runs import sha256, train_tiny
 from tests.server.conftest import ServerProcess
 
@@ -68,6 +69,7 @@ def test_killing_the_server_mid_upload_then_retrying_completes_without_duplicate
     monkeypatch.setenv("EMBER_HOST", proc.url)
     monkeypatch.setenv("EMBER_API_KEY", key)
     monkeypatch.setattr(client_mod, "BATCH_LINES", 50)
+    monkeypatch.setattr(client_mod, "DEFAULT_RETRY", Retry(deadline_s=0.5, base_s=0.05))  # give up while it is down
     run = track.create_run(name="big", home=tmp_path / "store")
     for step in range(6000):
         run.log("train", {"loss": 1.0 / (step + 1), "acc": step / 6000}, step=step)
@@ -106,7 +108,7 @@ def test_auto_upload_catches_up_after_the_server_was_down(
     proc, key = server_process
     monkeypatch.setenv("EMBER_HOST", proc.url)
     monkeypatch.setenv("EMBER_API_KEY", key)
-    monkeypatch.setattr(client_mod.AutoUploader.__init__, "__defaults__", (0.2,))
+    monkeypatch.setattr(client_mod.AutoUploader.__init__, "__defaults__", (0.2, Retry(deadline_s=0.3, base_s=0.05)))
     run = track.create_run(name="auto", home=tmp_path / "store", auto_upload=True)
 
     def log(steps: range) -> None:

@@ -57,7 +57,13 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("integrity error: %s", exc.__class__.__name__)
-    return JSONResponse({"detail": "a concurrent request changed the same data; retry the request"}, status_code=409)
+    # Retry-After marks this 409 as one to send again (the upload client does; see ember.track.retry),
+    # unlike a 409 that says what to change (a cursor, a name taken).
+    return JSONResponse(
+        {"detail": "a concurrent request changed the same data; retry the request"},
+        status_code=409,
+        headers={"Retry-After": "1"},
+    )
 
 
 def install(app: FastAPI) -> None:

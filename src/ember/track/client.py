@@ -21,6 +21,9 @@ import json
 import logging
 import os
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 from ember.errors import TrackingError
 from ember.track import lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
+from ember.track.retry import Retry, retry_after, should_retry
 
 log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
@@ -35,10 +39,48 @@ BATCH_LINES = 20_000
 BATCH_BYTES = 4 << 20
 BATCH_VALUES = 20_000  # the server's default limit of values per metrics request
 CONFLICTS = ("new", "skip", "error", "replace")
+DEFAULT_RETRY = Retry()
+"""The retry policy of a :class:`Client` made without one: 120 s per request, backoff 0.5 s to 30 s."""
 
 
 class UploadError(TrackingError):
     """The server refused an upload or could not be reached (the local copy is untouched)."""
+
+
+class ServerUnavailable(UploadError):
+    """A request still failed at its deadline, after retries (see :class:`~ember.track.retry.Retry`).
+
+    The message names the server, the request, how often and how long it was tried, the last
+    failure, and what stays in the local store to upload again.
+
+    Attributes:
+        host: the server.
+        kept: what the local store keeps, e.g. ``"the run /home/me/.ember/runs/mnist-1a2b"``.
+        path: the folder to give ``ember upload`` to continue.
+    """
+
+    def __init__(self, host: str, request: str, attempts: int, elapsed: float, reason: str) -> None:
+        super().__init__(host, request, attempts, elapsed, reason)
+        self.host, self.request, self.attempts, self.elapsed, self.reason = host, request, attempts, elapsed, reason
+        self.kept: str | None = None
+        self.path: str | None = None
+
+    def keep(self, kept: str, path: str | os.PathLike[str], replace: bool = False) -> None:
+        """Say what the local store keeps (the innermost caller's word stands unless ``replace``)."""
+        if self.kept is None or replace:
+            self.kept, self.path = kept, str(path)
+
+    def __str__(self) -> str:
+        text = (
+            f"cannot reach the tracking server {self.host}: {self.request} failed {self.attempts} time(s) in "
+            f"{self.elapsed:.1f} s, the last with {self.reason}"
+        )
+        if self.kept:
+            text += (
+                f". Nothing is lost: {self.kept} stays complete in the local store; `ember upload {self.path}` "
+                "continues from where the server stopped"
+            )
+        return text
 
 
 def credentials_path() -> Path:
@@ -95,7 +137,7 @@ def login(host: str | None = None, api_key: str | None = None) -> str:
         'alice'
     """
     creds = credentials(host, api_key)
-    with Client(creds) as client:
+    with Client(creds, retry=Retry(deadline_s=10.0)) as client:  # a mistyped host should not wait long
         name = str(client.call("GET", "/me")["name"])
     path = credentials_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -115,16 +157,39 @@ def logout() -> bool:
 
 
 class Client:
-    """A thin HTTP client of ``/api/v1``; every failure is an :class:`UploadError`."""
+    """A persistent HTTP client of ``/api/v1`` that retries; every failure is an :class:`UploadError`.
 
-    def __init__(self, creds: Credentials | None = None, timeout: float = 60.0, http: Any = None) -> None:
+    One connection pool serves every request of an upload. A request that fails with a dropped
+    or refused connection, a timeout, 429, 502/503/504 or the server's 409 with ``Retry-After``
+    is sent again after an exponential backoff with jitter, until ``retry.deadline_s`` (see
+    :class:`~ember.track.retry.Retry`); then :class:`ServerUnavailable`.
+
+    Args:
+        creds: the server and key; default :func:`credentials`.
+        timeout: the most seconds one attempt may take (connect, send, wait for the answer).
+        http: an ``httpx.Client`` to send with (tests pass a FastAPI ``TestClient``); its base
+            URL is the host. Default: a new one, closed by :meth:`close`.
+        retry: when to try again; default :data:`DEFAULT_RETRY`.
+
+    Example:
+        >>> with Client(retry=Retry(deadline_s=600)) as client:
+        ...     upload_run(run.path, client=client)
+    """
+
+    def __init__(
+        self, creds: Credentials | None = None, timeout: float = 60.0, http: Any = None, retry: Retry | None = None
+    ) -> None:
         try:
             import httpx
         except ModuleNotFoundError:
             raise UploadError("uploading needs httpx: pip install 'ember[server]'") from None
         self.creds = creds or credentials()
+        self.retry = retry or DEFAULT_RETRY
+        self.until: float | None = None
+        """A ``time.monotonic()`` after which no request is tried again (set by :class:`AutoUploader`)."""
         self._httpx = httpx
-        # ``http``: any httpx.Client (the tests pass FastAPI's TestClient); its base URL is the host.
+        self._timeout = timeout
+        self._own = http is None  # its timeouts are ours to set per attempt (a TestClient warns when set)
         self._http = http if http is not None else httpx.Client(base_url=self.creds.host, timeout=timeout)
         self._headers = {"Authorization": f"Bearer {self.creds.api_key}"}
 
@@ -139,35 +204,59 @@ class Client:
         self._http.close()
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One request; the decoded JSON answer, or :class:`UploadError` with the server's message.
+        """One request, tried until it succeeds, fails for good or reaches its deadline.
 
-        A request whose connection drops before an answer comes (a kept-alive connection the
-        server has closed meanwhile: "connection reset", "server disconnected") is sent once
-        more on a new connection. That is safe because every request of the upload protocol is
-        idempotent: metadata is put whole, lines are sent with their byte range, blobs by digest.
+        Returns:
+            The decoded JSON answer.
+
+        Raises:
+            ServerUnavailable: it still failed at the deadline (see the class).
+            UploadError: the server refused it (its status and message), or the request cannot
+                be sent at all (a malformed host).
         """
+        httpx = self._httpx
         body = kwargs.get("content")
         start = body.tell() if body is not None and hasattr(body, "seek") else None
-        dropped = (self._httpx.RemoteProtocolError, self._httpx.ReadError, self._httpx.WriteError)
-        for attempt in (1, 2):
+        began = time.monotonic()
+        attempts = 0
+        while True:
+            attempts += 1
+            deadline = (
+                began + self.retry.deadline_s if self.until is None else min(began + self.retry.deadline_s, self.until)
+            )
+            if self._own:  # an attempt never runs far past the deadline
+                kwargs["timeout"] = min(self._timeout, max(1.0, deadline - time.monotonic()))
+            wait: float | None = None
             try:
                 response = self._http.request(method, f"/api/v1{path}", headers=self._headers, **kwargs)
-                break
-            except dropped as e:
-                if attempt == 2:
-                    raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
-                log.info("%s %s: the connection dropped (%s); sending it again", method, path, e)
-                if body is not None and start is not None:
-                    body.seek(start)
-            except self._httpx.HTTPError as e:
+            except (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError) as e:
+                reason = f"{type(e).__name__}: {e}"
+            except httpx.HTTPError as e:
                 raise UploadError(f"cannot reach the server {self.creds.host}: {e}") from None
+            else:
+                if not should_retry(response.status_code, response.headers):
+                    break
+                reason = f"{response.status_code} {_detail(response)}"
+                wait = retry_after(response.headers)
+            pause = max(self.retry.backoff(attempts - 1), min(wait or 0.0, self.retry.max_backoff_s))
+            if time.monotonic() + pause >= deadline:
+                elapsed = time.monotonic() - began
+                raise ServerUnavailable(self.creds.host, f"{method} {path}", attempts, elapsed, reason)
+            log.info("%s %s failed (%s): attempt %d in %.2f s", method, path, reason, attempts + 1, pause)
+            time.sleep(pause)
+            if body is not None and start is not None:
+                body.seek(start)  # part of the body may have gone out before the connection dropped
         if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-            except ValueError:
-                detail = response.text[:500]
-            raise UploadError(f"{method} {path} -> {response.status_code}: {detail}")
+            raise UploadError(f"{method} {path} -> {response.status_code}: {_detail(response)}")
         return response.json()
+
+
+def _detail(response: Any) -> str:
+    """The server's message in an error answer (its JSON ``detail``, else the start of the text)."""
+    try:
+        return str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        return str(response.text[:500])
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -347,6 +436,9 @@ def upload_run(
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
         answer["cursors"] = cursors
         return dict(answer)
+    except ServerUnavailable as e:
+        e.keep(f"the run {run_dir}", run_dir)
+        raise
     finally:
         if own:
             client.close()
@@ -424,6 +516,9 @@ def upload_artifact(
                 client, url, art_dir, answer["cursors"].get("lineage.jsonl", 0)
             )
         return dict(answer)
+    except ServerUnavailable as e:
+        e.keep(f"the artifact {art_dir}", art_dir)
+        raise
     finally:
         if own:
             client.close()
@@ -441,7 +536,7 @@ def upload(
         >>> track.client.upload(".ember", folder="examples", make_folder=True)
     """
     root = Path(path)
-    with Client() as client:
+    with Client() as client, _keeping(root):
         if (root / "run.json").is_file():
             return [upload_run(root, folder, make_folder, conflict_strategy, client)]
         if (root / "artifact.json").is_file():
@@ -454,29 +549,56 @@ def upload(
         return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
 
 
+@contextmanager
+def _keeping(root: Path) -> Iterator[None]:
+    """Name the store ``root`` in a :class:`ServerUnavailable` (``ember upload ROOT`` goes on)."""
+    try:
+        yield
+    except ServerUnavailable as e:
+        if not (root / "run.json").is_file() and not (root / "artifact.json").is_file():
+            e.keep(f"every run and artifact of {root}", root, replace=True)
+        raise
+
+
 class AutoUploader:
     """Streams a run to the server from a daemon thread while it trains.
 
-    Every ``interval`` seconds it uploads what is new; a failure (server down, network) is
-    logged once per distinct message and retried, so training is never blocked or failed, and
-    the local copy stays complete. :meth:`close` makes a last attempt, bounded by ``timeout``.
+    Every ``interval`` seconds it uploads what is new, through one persistent :class:`Client`
+    (one connection pool for the run's life). A request that fails is retried as the client
+    retries, for ``retry.deadline_s`` at most; a failure past that (server down, network) is
+    logged once per distinct message and tried again at the next interval, so training is never
+    blocked or failed, and the local copy stays complete. :meth:`close` makes a last attempt;
+    it returns within about ``timeout`` seconds whatever the network does.
     """
 
-    def __init__(self, run_path: Path, placement: dict[str, Any], interval: float = 2.0) -> None:
+    def __init__(
+        self, run_path: Path, placement: dict[str, Any], interval: float = 2.0, retry: Retry | None = None
+    ) -> None:
         self.run_path = run_path
         self.placement = placement
         self.interval = interval
+        self.retry = retry or Retry(deadline_s=30.0)
         self.last_error: str | None = None
         self.synced = False
+        self._client: Client | None = None
+        self._until: float | None = None  # set by close: the last attempt's deadline
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="ember-auto-upload", daemon=True)
         self._thread.start()
 
+    def _connection(self) -> Client:
+        """The uploader's one client, made on first use (the credentials may come later)."""
+        with self._lock:
+            if self._client is None:
+                self._client = Client(timeout=30.0, retry=self.retry)
+                self._client.until = self._until
+            return self._client
+
     def _attempt(self) -> bool:
         try:
-            with Client(timeout=30.0) as client:
-                upload_run(self.run_path, client=client, **self.placement)
+            upload_run(self.run_path, client=self._connection(), **self.placement)
         except (TrackingError, OSError) as e:  # UploadError is a TrackingError
             if str(e) != self.last_error:
                 log.warning("auto-upload of %s failed (will retry; the local copy is complete): %s", self.run_path, e)
@@ -494,8 +616,15 @@ class AutoUploader:
 
     def close(self, timeout: float = 30.0) -> bool:
         """Stop the thread and upload what remains; return whether the server has it all."""
+        with self._lock:
+            self._until = time.monotonic() + timeout
+            if self._client is not None:
+                self._client.until = self._until  # a retry in flight in the thread gives up by then too
         self._stop = True
         self._wake.set()
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, self._until - time.monotonic()))
         self.synced = self._attempt()
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
         return self.synced
