@@ -7,12 +7,10 @@ so a filter or a sort can never reach a run the caller has no view right on.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,10 +18,10 @@ from fastapi import HTTPException
 from sqlalchemy import JSON, ColumnElement, ScalarSelect, Text, case, cast, false, func, null, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
+from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
 from ember.track._report import flatten
-from ember.track.best import best_value, metric_mode
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -36,9 +34,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _FILTER = re.compile(r"^(hp|m):([^<>=!~]{1,300}?)\s*(>=|<=|!=|=|>|<|~)\s*(.{0,300})$")
 SORT_KEYS = ("name", "status", "start", "duration", "folder")
-DEFAULT_HPARAMS = 12
-"""Hyper-parameters shown by default: those that vary across the page's runs, up to this many."""
-DEFAULT_METRICS = 8
 
 
 def json_item(session: Session, column: Any, key: str | tuple[str, ...]) -> ColumnElement[Any]:
@@ -154,36 +149,19 @@ def shown_status(status: str, meta: dict[str, Any] | None, now: float | None = N
     return effective_status({**(meta or {}), "status": status}, now)
 
 
-def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, dict[str, float | None]]]:
-    """Per run, per ``type/name``: the last value (at the highest step), the best one
-    (:func:`ember.track.best.best_value`: the rule ``ember runs compare`` uses too), the minimum and the maximum.
+def _last_value(key: str) -> ScalarSelect[Any]:
+    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query.
 
-    One query: the best from the block summaries (one row per 128 steps), the last value by one
-    probe of the points' primary key per series, so a run of a million points costs as little
-    as a short one. (A row-value ``IN`` list of keys would make SQLite scan every point.)
+    One probe of the points' primary key (run, type, name, step) per run: no scan.
     """
-    if not run_pks:
-        return {}
-    block = MetricBlock.__table__.alias("b")
-    last = (
+    type_, _, name = key.partition("/")
+    return (
         select(MetricPoint.value)
-        .where(MetricPoint.run_pk == block.c.run_pk, MetricPoint.type == block.c.type, MetricPoint.name == block.c.name)
+        .where(MetricPoint.run_pk == Run.pk, MetricPoint.type == type_, MetricPoint.name == name)
         .order_by(MetricPoint.step.desc())
         .limit(1)
         .scalar_subquery()
     )
-    rows = session.execute(
-        select(
-            block.c.run_pk, block.c.type, block.c.name, func.min(block.c.min_value), func.max(block.c.max_value), last
-        )
-        .where(block.c.run_pk.in_(run_pks))
-        .group_by(block.c.run_pk, block.c.type, block.c.name)
-    ).all()
-    out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
-    for pk, type_, name, lo, hi, value in rows:
-        key = f"{type_}/{name}"
-        out[pk][key] = {"last": value, "best": best_value(key, lo, hi), "min": lo, "max": hi}
-    return out
 
 
 def absent_keys(session: Session, user: User, folder: str | None, filters: list[str]) -> list[str]:
@@ -213,36 +191,6 @@ def absent_keys(session: Session, user: User, folder: str | None, filters: list[
             if not any(isinstance(h, dict) and key in flatten(h) for (h,) in rows):
                 out.append(f"no run here has the hyper-parameter {key!r} (nested ones are written as opt.lr)")
     return sorted(out)
-
-
-def _last_value(key: str) -> ScalarSelect[Any]:
-    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query.
-
-    One probe of the points' primary key (run, type, name, step) per run: no scan.
-    """
-    type_, _, name = key.partition("/")
-    return (
-        select(MetricPoint.value)
-        .where(MetricPoint.run_pk == Run.pk, MetricPoint.type == type_, MetricPoint.name == name)
-        .order_by(MetricPoint.step.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-
-
-@dataclass
-class RunPage:
-    """One page of the runs table."""
-
-    total: int
-    page: int
-    per_page: int
-    runs: list[dict[str, Any]]
-    hparam_keys: list[str]
-    metric_keys: list[str]
-    hparam_choices: list[str]
-    metric_choices: list[str]
-    metric_modes: dict[str, str]
 
 
 def list_runs(
@@ -326,7 +274,7 @@ def list_runs(
         picked = picked[(page - 1) * per_page : page * per_page]
     chosen = [_row(r, hp_keys, m_keys, live) for r in picked]
     _fill_page(session, chosen)
-    return _page(total, page, per_page, chosen, hp_keys, m_keys)
+    return page_of(total, page, per_page, chosen, hp_keys, m_keys)
 
 
 def table_of(session: Session, run_ids: list[str], total: int, per_page: int) -> RunPage:
@@ -344,23 +292,7 @@ def table_of(session: Session, run_ids: list[str], total: int, per_page: int) ->
     live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
     chosen = [_row(r, [], [], live) for r in picked]
     _fill_page(session, chosen)
-    return _page(total, 1, per_page, chosen, [], [])
-
-
-def _page(
-    total: int, page: int, per_page: int, rows: list[dict[str, Any]], hp_asked: list[str], m_asked: list[str]
-) -> RunPage:
-    """A page with its columns: every flattened hparam and metric of its runs (the column chooser's
-    choices), and those shown by default: the hparams that vary across the runs (all of them for
-    a single run) and those sorted or filtered on; the first metrics, train before val and test."""
-    hp_all = sorted({k for r in rows for k in r["hparams"]})
-    varying = [k for k in hp_all if len({json.dumps(r["hparams"].get(k), sort_keys=True) for r in rows}) > 1]
-    default = varying if len(rows) > 1 else hp_all
-    hp_shown = sorted({*default[:DEFAULT_HPARAMS], *(k for k in hp_asked if k in hp_all)})
-    m_all = sorted({k for r in rows for k in r["metrics"]}, key=_metric_order)
-    m_shown = sorted({*m_all[:DEFAULT_METRICS], *(k for k in m_asked if k in m_all)}, key=_metric_order)
-    modes: dict[str, str] = {k: metric_mode(k) for k in m_all}
-    return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, modes)
+    return page_of(total, 1, per_page, chosen, [], [])
 
 
 def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
@@ -433,10 +365,6 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
         r["metrics"] = summary.get(r["pk"], {})
         r["duration"] = duration_s(r["start_time"], r["end_time"])
         r.pop("pk")
-
-
-def _metric_order(key: str) -> tuple[int, str]:
-    return ({"train": 0, "val": 1, "test": 2}.get(key.split("/", 1)[0], 3), key)
 
 
 def _sorted(rows: list[Any], descending: bool, get: Callable[[Any], Any]) -> list[Any]:

@@ -1,0 +1,90 @@
+"""The runs table's columns: which hparams and metrics a page shows, and each metric's last, best, min and max.
+
+Shared by :mod:`ember.server.listing` (the runs table, the folder page) and the console's run
+and compare pages. "Best" follows one rule, :func:`ember.track.best.metric_mode`, as ``ember
+runs compare`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from ember.server.models import MetricBlock, MetricPoint
+from ember.track.best import best_value, metric_mode
+
+DEFAULT_HPARAMS = 12
+"""Hyper-parameters shown by default: those that vary across the page's runs, up to this many."""
+DEFAULT_METRICS = 8
+
+
+@dataclass
+class RunPage:
+    """One page of the runs table."""
+
+    total: int
+    page: int
+    per_page: int
+    runs: list[dict[str, Any]]
+    hparam_keys: list[str]
+    metric_keys: list[str]
+    hparam_choices: list[str]
+    metric_choices: list[str]
+    metric_modes: dict[str, str]
+
+
+def page_of(
+    total: int, page: int, per_page: int, rows: list[dict[str, Any]], hp_asked: list[str], m_asked: list[str]
+) -> RunPage:
+    """A page with its columns: every flattened hparam and metric of its runs (the column chooser's
+    choices), and those shown by default: the hparams that vary across the runs (all of them for
+    a single run) and those sorted or filtered on; the first metrics, train before val and test."""
+    hp_all = sorted({k for r in rows for k in r["hparams"]})
+    varying = [k for k in hp_all if len({json.dumps(r["hparams"].get(k), sort_keys=True) for r in rows}) > 1]
+    default = varying if len(rows) > 1 else hp_all
+    hp_shown = sorted({*default[:DEFAULT_HPARAMS], *(k for k in hp_asked if k in hp_all)})
+    m_all = sorted({k for r in rows for k in r["metrics"]}, key=metric_order)
+    m_shown = sorted({*m_all[:DEFAULT_METRICS], *(k for k in m_asked if k in m_all)}, key=metric_order)
+    modes: dict[str, str] = {k: metric_mode(k) for k in m_all}
+    return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, modes)
+
+
+def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, dict[str, float | None]]]:
+    """Per run, per ``type/name``: the last value (at the highest step), the best one
+    (:func:`ember.track.best.best_value`: the rule ``ember runs compare`` uses too), the minimum and the maximum.
+
+    One query: the best from the block summaries (one row per 128 steps), the last value by one
+    probe of the points' primary key per series, so a run of a million points costs as little
+    as a short one. (A row-value ``IN`` list of keys would make SQLite scan every point.)
+    """
+    if not run_pks:
+        return {}
+    block = MetricBlock.__table__.alias("b")
+    last = (
+        select(MetricPoint.value)
+        .where(MetricPoint.run_pk == block.c.run_pk, MetricPoint.type == block.c.type, MetricPoint.name == block.c.name)
+        .order_by(MetricPoint.step.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(
+            block.c.run_pk, block.c.type, block.c.name, func.min(block.c.min_value), func.max(block.c.max_value), last
+        )
+        .where(block.c.run_pk.in_(run_pks))
+        .group_by(block.c.run_pk, block.c.type, block.c.name)
+    ).all()
+    out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
+    for pk, type_, name, lo, hi, value in rows:
+        key = f"{type_}/{name}"
+        out[pk][key] = {"last": value, "best": best_value(key, lo, hi), "min": lo, "max": hi}
+    return out
+
+
+def metric_order(key: str) -> tuple[int, str]:
+    """train first, then val, test and the other types; by name within a type."""
+    return ({"train": 0, "val": 1, "test": 2}.get(key.split("/", 1)[0], 3), key)
