@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 PIN    := -c constraints.txt
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test test-lowest lint typecheck bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ demo: $(VENV)/.demo-installed
 ## the whole suite: lint, type check, then every test
 test: $(VENV)/.dev-installed lint typecheck
 	$(PY) -m pytest
+
+## the lowest dependency versions pyproject.toml allows, in a venv of their own, and a subset of the tests (~1.5 min)
+test-lowest:
+	scripts/test_lowest.sh
 
 $(VENV)/.bench-installed: $(PY) pyproject.toml constraints.txt
 	$(PIP) install -q $(PIN) -e ".[bench]"
