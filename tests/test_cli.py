@@ -51,6 +51,7 @@ def test_unknown_command_is_one_clear_line() -> None:
         (["train.py", "--nproc", "2", "--lr", "0.1", "--nnodes", "3"], ["train.py", "--nproc", "2"],
          ["--lr", "0.1", "--nnodes", "3"]),
         (["train.py", "--max-restarts=1", "--", "--nproc", "4"], ["train.py", "--max-restarts=1"], ["--nproc", "4"]),
+        (["train.py", "-m", "resnet", "--help"], ["train.py"], ["-m", "resnet", "--help"]),  # not options then
         (["--nproc", "2"], ["--nproc", "2"], []),  # no SCRIPT: argparse says it is missing
     ],
 )  # fmt: skip
@@ -225,7 +226,7 @@ def test_bad_ember_run_numbers_are_one_clear_error_before_anything_starts(
 ) -> None:
     from ember.cli import main
 
-    assert main(["run", __file__, *option]) == 2  # in this process: nothing was started
+    assert main(["run", *option, __file__]) == 2  # in this process: nothing was started
     err = capsys.readouterr().err
     assert f"ember: error: ember run: {message}" in err and "AssertionError" not in err
 

@@ -50,6 +50,9 @@ _RUN_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
 ]
 
 
+# The options `ember run SCRIPT --nproc 2 -- ARGS` (ember's form before torchrun's) could take after SCRIPT.
+_EARLIER_OPTIONS = frozenset({"--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--max-restarts"})
+
 # Each `ember run` worker starts here (``python -u -c _WORKER [-m] script args...``) instead of at
 # the script itself, so that its uncaught error reaches the launcher (see ember._worker).
 _WORKER = "import ember._worker; ember._worker.main()"
@@ -297,7 +300,8 @@ def split_run_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     script's. For scripts started the way earlier ember versions documented (``ember run
     train.py --nproc 2 -- --lr 0.1``), ember's own options right after SCRIPT are still ember's
     when none came before it, up to the first other argument; a ``--`` there ends them and is
-    dropped.
+    dropped. Only the options of that form count (not ``-m``, ``--node-rank``, ``--help``...),
+    so a script's own ``-m`` or ``--help`` stays the script's.
 
     Returns:
         ``(ember_args, script_args)``; ``ember_args`` is what argparse reads.
@@ -329,8 +333,8 @@ def split_run_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         return list(argv), []
     script = i
     i += 1
-    if script == 0:  # nothing before SCRIPT: the earlier form
-        while i < len(argv) and argv[i] != "--" and option_length(i):
+    if script == 0:  # nothing before SCRIPT: the earlier form, with the options it had then
+        while i < len(argv) and argv[i].split("=", 1)[0] in _EARLIER_OPTIONS:
             i += option_length(i)
         ember_args = [*argv[:i]]
         if i < len(argv) and argv[i] == "--":
