@@ -115,6 +115,10 @@ def test_filter_errors_are_shown_beside_the_form_and_clear_keeps_the_folder(
     p.page.click("#filters button[type=submit]")
     p.page.wait_for_load_state("networkidle")
     assert "no run here has the hyper-parameter 'lrr'" in p.page.inner_text("#filter-error")
+    p.page.fill("input[name=where]", "hp:config.opt.name=Adam")  # a value no run has: which there are
+    p.page.click("#filters button[type=submit]")
+    p.page.wait_for_load_state("networkidle")
+    assert 'config.opt.name here is one of "adam"' in p.page.inner_text("#filter-error")
     p.page.fill("input[name=where]", "hp:config.opt.beta>0.95")
     p.page.click("#filters button[type=submit]")
     p.page.wait_for_load_state("networkidle")

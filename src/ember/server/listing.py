@@ -7,6 +7,7 @@ so a filter or a sort can never reach a run the caller has no view right on.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import re
@@ -164,12 +165,13 @@ def _last_value(key: str) -> ScalarSelect[Any]:
     )
 
 
-def absent_keys(session: Session, user: User, folder: str | None, filters: list[str]) -> list[str]:
-    """What the filters name that no run the user may view (under ``folder``) has: a typo rather than an answer.
+def why_no_runs(session: Session, user: User, folder: str | None, filters: list[str]) -> list[str]:
+    """Why the filters matched no run the user may view (under ``folder``): a typo, or which values there are.
 
-    Called when the filters matched nothing, so that "0 runs" is told apart from "no such
-    hyper-parameter". An hparam is looked for in each run's flattened hparams (stopping at the
-    first run that has it), a metric with one probe of the block summaries.
+    Called when the filters matched nothing, so that "0 runs" says something: a key no run has
+    (``hp:lrr``, a metric not named TYPE/NAME) is named, and for an hparam that exists, the values
+    the runs hold (up to 8). An hparam is looked for in each run's flattened hparams, a metric with
+    one probe of the block summaries.
 
     Returns:
         One sentence per key, e.g. ``no run here has the hyper-parameter 'lrr'``.
@@ -186,11 +188,22 @@ def absent_keys(session: Session, user: User, folder: str | None, filters: list[
             )
             if session.scalar(probe.limit(1)) is None:
                 out.append(f"no run here has the metric {key!r} (write it as TYPE/NAME, e.g. val/acc)")
+            continue
+        values: dict[str, None] = {}
+        for (hparams,) in session.execute(
+            select(Run.hparams).where(Run.pk.in_(scope)).execution_options(yield_per=500)
+        ):
+            flat = flatten(hparams) if isinstance(hparams, dict) else {}
+            if key in flat:
+                values[json.dumps(flat[key], sort_keys=True)[:60]] = None
+                if len(values) > 8:
+                    break
+        if not values:
+            out.append(f"no run here has the hyper-parameter {key!r} (nested ones are written as opt.lr)")
         else:
-            rows = session.execute(select(Run.hparams).where(Run.pk.in_(scope)).execution_options(yield_per=500))
-            if not any(isinstance(h, dict) and key in flatten(h) for (h,) in rows):
-                out.append(f"no run here has the hyper-parameter {key!r} (nested ones are written as opt.lr)")
-    return sorted(out)
+            more = ", ..." if len(values) > 8 else ""
+            out.append(f"no run matches; {key} here is one of {', '.join(list(values)[:8])}{more}")
+    return out
 
 
 def list_runs(

@@ -173,7 +173,7 @@ def runs_page(
         errors.append(str(e.detail))
         found = listing.RunPage(0, 1, per_page, [], [], [], [], [], {})
     if filters and not errors and found.total == 0:
-        errors += listing.absent_keys(session, user, path, filters)
+        errors += listing.why_no_runs(session, user, path, filters)
     params = {"folder": folder, "q": q, "label": label, "status": status, "where": where, "per_page": per_page}
     params = {k: v for k, v in params.items() if v and v != 50}
     pages = max(1, -(-found.total // found.per_page))
