@@ -62,7 +62,7 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
         raise ServerError(f"{root} holds no runs/ or artifacts/: pass --store DIR (the folder holding runs/)")
     settings = Settings.make(data_dir=data_dir, db_url=f"sqlite:///{data_dir / 'ui.db'}", allowed_hosts=LOOPBACK_HOSTS)
     key = _local_key(settings)
-    app = create_app(settings)
+    app = create_app(settings, schema="upgrade")
     url = f"http://127.0.0.1:{port}"
     token = secrets.token_urlsafe(32)
     index = StoreIndex(app, root, LOCAL_USER, Credentials(url, key))
@@ -72,11 +72,19 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
 
 
 def _local_key(settings: Settings) -> str:
-    """A key of the user ``local``: a new database gets the user; one kept by ``--data`` (a restart) a new key."""
+    """A key of the user ``local``: a new database gets the user; one kept by ``--data`` (a restart) is
+    upgraded to the newest schema (it is ember ui's own) and its user gets a new key."""
     from ember.server import admin
 
     if not Path(settings.data_dir, "ui.db").is_file():
-        return admin.init(settings, LOCAL_USER)
+        return admin.init(settings, LOCAL_USER, upgrade=True)
+    from ember.server.db import make_engine, migrate
+
+    engine = make_engine(settings.db_url)  # ember ui's own database: brought up to date, no question asked
+    try:
+        migrate(engine)
+    finally:
+        engine.dispose()
     return admin.create_key(settings, LOCAL_USER, "ember ui")
 
 
