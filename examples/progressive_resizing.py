@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ember.logging import setup_output
 from ember.trainer import Trainer, hooks
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -22,6 +23,7 @@ from digits import DigitsCNN, digits_datasets
 
 
 def main() -> int:
+    setup_output()  # ember's log lines on stderr: this script does not call ember.launch
     torch.manual_seed(0)
     model = DigitsCNN()
     trainer = Trainer(model=model, optimizer=torch.optim.Adam(model.parameters(), lr=2e-3),

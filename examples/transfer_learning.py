@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from ember.logging import setup_output
 from ember.trainer import Placeholders, Trainer, hooks
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,6 +33,7 @@ def subset(ds: TensorDataset, classes: range) -> TensorDataset:
 
 
 def main() -> int:
+    setup_output()  # ember's log lines on stderr: this script does not call ember.launch
     torch.manual_seed(0)
     train_ds, test_ds = digits_datasets()
     model = DigitsCNN(num_classes=5)
