@@ -568,3 +568,21 @@ def test_a_python_config_that_refers_to_itself_or_shares_too_much_is_refused() -
 def test_an_override_with_an_alias_loop_is_refused() -> None:
     with pytest.raises(ConfigError, match="override 'x': key '\\[1\\]' contains itself"):
         parse_overrides(["x=&a [1, *a]"])
+
+
+def test_the_top_level_find_unused_parameters_warns_naming_its_ddp_key() -> None:
+    with pytest.warns(DeprecationWarning, match=r"'find_unused_parameters' is deprecated.*ddp=dict\(find_unused") as w:
+        config = load_config({"find_unused_parameters": True})
+    assert config.ddp.find_unused_parameters is True and "find_unused_parameters" not in config
+    assert [r.filename for r in w] == [__file__]  # shown at the line that loaded the config
+
+
+def test_fp16_is_a_permanent_alias_and_folds_without_a_warning() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = load_config({"fp16": {"mode": "torch", "init_scale": 1024.0}})
+    assert config.amp == "fp16" and config.grad_scaler.init_scale == 1024.0 and "fp16" not in config
+    aliases = (Path(__file__).parents[1] / "docs" / "config.md").read_text().split("## Aliases", 1)[1]
+    assert '`fp16=dict(mode="torch"' in aliases and "**permanent**" in aliases

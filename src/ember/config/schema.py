@@ -5,6 +5,9 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import os
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -254,7 +257,9 @@ _SCHEMA: dict[str, _Field] = {
     "ddp": _Field(_DDP, None),
     "nonfinite_loss": _Field(_choice("error", "warn", "ignore"), "error"),
 }
-# Accepted on input and folded into the keys above: fp16 -> amp + grad_scaler, the other -> ddp.
+# Accepted on input and folded into the keys above (docs/config.md "Aliases"): fp16 -> amp +
+# grad_scaler is permanent (Colossal-AI's configs, ember.compat.colossalai); the top-level
+# find_unused_parameters -> ddp is deprecated and warns.
 _FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})
 _KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters")
 
@@ -357,6 +362,19 @@ def _fold_fp16(data: dict[str, Any]) -> None:
     _fold_into(data, "grad_scaler", kwargs, "fp16.{sub}")
 
 
+def _deprecated(key: str, instead: str) -> None:
+    """A DeprecationWarning for an alias, attributed to the first caller outside ember (shown there)."""
+    package = os.path.dirname(os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"config key '{key}' is deprecated and will be removed: write {instead} (docs/config.md, Aliases)",
+        DeprecationWarning,
+        stacklevel=level,
+    )
+
+
 def _fold_into(data: dict[str, Any], section: str, values: Mapping[str, Any], source: str) -> None:
     """Move alias values into a section; ``source`` names them (``{sub}`` is filled in)."""
     existing = data.get(section) or {}
@@ -379,6 +397,7 @@ def _normalize(source: Mapping[str, Any], full: bool) -> dict[str, Any]:
     if "fp16" in data:
         _fold_fp16(data)
     if "find_unused_parameters" in data:
+        _deprecated("find_unused_parameters", "ddp=dict(find_unused_parameters=...)")
         flag = _BOOL(data.pop("find_unused_parameters"), "find_unused_parameters", full)
         _fold_into(data, "ddp", {"find_unused_parameters": flag}, "find_unused_parameters")
     out: dict[str, Any] = {}
