@@ -145,6 +145,30 @@ def test_save_keeps_the_callers_extra_entries_and_load_returns_them(tmp_path: Pa
     assert not (tmp_path / "y.ckpt").exists()
 
 
+def test_model_state_maps_the_file_and_returns_the_weights_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trainer, _, _ = common.build()
+    checkpoint.save(tmp_path / "x.ckpt", trainer)
+    calls: list[dict[str, Any]] = []
+    real_load = torch.load
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    weights = checkpoint.model_state(tmp_path / "x.ckpt")
+    # mapped: the optimizer's bytes (two thirds of an Adam checkpoint) are never read
+    assert [(c["mmap"], c["weights_only"]) for c in calls] == [(True, True)]
+    expected = trainer.engine.model.state_dict()
+    assert weights.keys() == expected.keys() and all(torch.equal(weights[k], expected[k]) for k in expected)
+    weights[next(iter(weights))].add_(1.0)  # copy-on-write: the file is not changed
+    monkeypatch.undo()
+    again = checkpoint.model_state(tmp_path / "x.ckpt")
+    assert all(torch.equal(again[k], expected[k]) for k in expected)
+
+
 def test_a_checkpoint_of_another_kind_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     torch.save(tiny_mlp(0).state_dict(), tmp_path / "weights.pt")
     trainer, _, _ = common.build()

@@ -165,11 +165,16 @@ def save_model(path: PathLike, engine: Engine) -> Path | None:
     return Path(path) if distributed.rank() == 0 else None
 
 
-def read(path: PathLike) -> dict[str, Any]:
+def read(path: PathLike, mmap: bool = False) -> dict[str, Any]:
     """Read a checkpoint into a dict (tensors on the CPU), checking that it is one.
 
     For a sharded checkpoint directory: its state file (everything but the model and
     optimizer, which stay in the shard files), after checking the shards are all there.
+
+    Args:
+        path: the checkpoint file or sharded checkpoint directory.
+        mmap: map the file instead of reading it, so a tensor's bytes are read only when it is
+            touched (copy-on-write: changing one never changes the file).
 
     Raises:
         CheckpointError: naming the file when it is missing, truncated, corrupt or not a checkpoint.
@@ -178,19 +183,23 @@ def read(path: PathLike) -> dict[str, Any]:
 
     if is_checkpoint_dir(path):
         return read_sharded(path)
-    state = load_file(path)
+    state = load_file(path, mmap=mmap)
     check_state(state, f"checkpoint {str(path)!r}")
     return state
 
 
 def model_state(path: PathLike) -> dict[str, Any]:
     """The bare model weights inside a checkpoint (keys as in the plain model); a sharded
-    checkpoint's shards are assembled into full tensors."""
+    checkpoint's shards are assembled into full tensors.
+
+    A checkpoint file is mapped, not read: only the model's bytes are read (a training
+    checkpoint of an Adam model holds twice as many bytes of optimizer state), and the tensors
+    returned are copy-on-write views of the file."""
     from ember.checkpoint.sharded import full_model_state, is_checkpoint_dir
 
     if is_checkpoint_dir(path):
         return full_model_state(path)
-    return dict(read(path)["engine"]["model"])
+    return dict(read(path, mmap=True)["engine"]["model"])
 
 
 def latest(directory: PathLike) -> Path | None:
