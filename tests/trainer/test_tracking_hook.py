@@ -40,7 +40,9 @@ def test_fit_records_hparams_metrics_and_status(tmp_path: Path) -> None:
     assert run.hparams["gradient_accumulation"] == 2 and run.hparams["note"] == "x"
     assert run.hparams["optimizer"] == "SGD" and run.hparams["optimizer.lr"] == 0.1
     assert _steps(run, "train") == list(range(1, 9))  # 8 updates: 16 batches / accumulation 2
-    assert [p["epoch"] for p in run.metrics("val")] == [0, 1]
+    # fractional epochs: the val after the first epoch is at 1.0, a train step halfway through at 0.5
+    assert [p["epoch"] for p in run.metrics("val")] == [1.0, 2.0]
+    assert [p["epoch"] for p in run.metrics("train")][:4] == [0.25, 0.5, 0.75, 1.0]
     assert set(run.metrics("val")[0]["metrics"]) == {"loss", "accuracy"}
     assert _steps(run, "train_epoch") == [4, 8]
 
@@ -135,7 +137,7 @@ def test_a_job_resumed_from_a_checkpoint_file_continues_the_same_run(tmp_path: P
     assert _steps(run, "train") == list(range(1, 19))
     assert _steps(run, "system") == list(range(1, 19))
     assert _steps(run, "train_epoch") == [8, 10, 18]
-    assert [p["epoch"] for p in run.metrics("val")] == [0, 1, 2]
+    assert [p["epoch"] for p in run.metrics("val")] == [1.0, 1.25, 3.0]  # epoch 1 closed after 2 of 8
     assert run.status == "Complete"
     assert [i.meta["id"] for i in list_runs(tmp_path)] == [run_id]
 

@@ -14,6 +14,7 @@ import torch
 
 from ember import distributed
 from ember.errors import HookError
+from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import current_lr
 from ember.trainer.hooks.base import BaseHook, Priority
 from ember.trainer.hooks.memory import memory_usage
@@ -139,7 +140,7 @@ class TrackingHook(BaseHook):
         run = self.run
         assert run is not None
         if metrics:
-            run.log("train", metrics, step=step, epoch=trainer.cur_epoch)
+            run.log("train", metrics, step=step, epoch=self._epoch())
         interval = self.system_interval_s
         if interval is not None:
             wall = time.monotonic()
@@ -195,12 +196,25 @@ class TrackingHook(BaseHook):
             pass
         return metrics
 
+    def _epoch(self) -> float:
+        """Epochs trained so far, fractional: 0.5 halfway through the first, 1.0 at its end (issue 19).
+
+        Every point of an epoch used to carry the epoch's integer index, so a chart over epochs drew
+        vertical bars and the validation after the first epoch sat at 0. A loader without a length
+        gives the epochs completed (the epoch in progress counts once it has ended).
+        """
+        trainer = self.trainer
+        total = batches_per_epoch(trainer.train_dataloader)
+        if not total:
+            return float(trainer.cur_epoch + (1 if getattr(trainer, "_closing_epoch", False) else 0))
+        return trainer.cur_epoch + min(trainer.epoch_iter, total) / total
+
     def _log(self, type_: str, metrics: dict[str, Any]) -> None:
         assert self.run is not None
         step = self.trainer.cur_step
         if not metrics or step <= self._skip_until.get(type_, -1):
             return
-        self.run.log(type_, metrics, step=step, epoch=self.trainer.cur_epoch)
+        self.run.log(type_, metrics, step=step, epoch=self._epoch())
 
     def _hparams(self) -> dict[str, Any]:
         trainer = self.trainer
