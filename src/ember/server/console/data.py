@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Annotated
 
@@ -24,21 +23,14 @@ router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
-def plotly_js() -> Path | None:
-    """plotly.min.js inside the installed ``plotly`` package, or None without it."""
-    spec = importlib.util.find_spec("plotly")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
-    return path if path.is_file() else None
+# plotly.js 4.1.1 (plotly.js-dist-min, MIT: static/plotly.LICENSE), vendored: the 64 MB plotly
+# Python package only served this one file (issue 22). The run page draws with uPlot instead.
+PLOTLY_JS = Path(__file__).parent / "static" / "plotly.min.js"
 
 
 @router.get("/vendor/plotly.min.js")
 def vendor_plotly() -> Response:
-    path = plotly_js()
-    if path is None:
-        raise HTTPException(404, "charts need the plotly package: pip install 'ember[console]'")
-    response = FileResponse(path, media_type="text/javascript")
+    response = FileResponse(PLOTLY_JS, media_type="text/javascript")
     response.headers["Cache-Control"] = "public, max-age=86400"
     return response
 
