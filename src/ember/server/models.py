@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     String,
     Text,
@@ -168,6 +169,21 @@ class LogChunk(Base):
     start: Mapped[int] = mapped_column(BigInteger)
     end: Mapped[int] = mapped_column(BigInteger)
     text: Mapped[str] = mapped_column(Text)
+
+
+class RunImage(Base):
+    """One image a run logged (``run.log_image``): its PNG, once per (run, name, step)."""
+
+    __tablename__ = "run_images"
+    __table_args__ = (PrimaryKeyConstraint("run_pk", "name", "step", name="pk_run_images"),)
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.pk", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    step: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
+    time: Mapped[float] = mapped_column(Float)
+    width: Mapped[int] = mapped_column(Integer)
+    height: Mapped[int] = mapped_column(Integer)
+    size: Mapped[int] = mapped_column(Integer)
+    png: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Blob(Base):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.errors import TrackingError
-from ember.track import lineage
+from ember.track import images, lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
 from ember.track.retry import Retry, retry_after, should_retry
 
@@ -431,6 +431,8 @@ def upload_run(
             stream = f"metrics/{file.name}"
             cursors[stream] = _send_metrics(client, rid, file, cursors.get(stream, 0))
         cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
+        if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
+            cursors[images.IMAGES_FILE] = images.send(client, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
         for linked in linked_artifacts:
             upload_artifact(linked, body["folder"], make_folder, "new", client)
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))

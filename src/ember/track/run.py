@@ -296,6 +296,36 @@ class Run:
         self.flush()
         return read_metrics(self._path, normalize_type(type)) if self._path is not None else []
 
+    def log_image(self, name: str, image: Any, step: int) -> None:
+        """Store an image at a step, as PNG in the run folder (``images/<name>/<step>.png``).
+
+        Args:
+            name: e.g. ``samples`` or ``val/reconstruction`` (letters, digits, ``_ . -``, ``/``).
+            image: a numpy array HxW or HxWxC (C 1, 3 or 4; uint8, or float in [0, 1]), a PIL
+                image, or a torch tensor CxHxW or HxWxC (read to the CPU: a device sync).
+            step: a non-negative int; one image per name and step.
+
+        Raises:
+            TrackingError: a bad name, image or step, a name already logged at ``step``, a PNG
+                over 16 MiB, or the run is not open.
+
+        Example:
+            >>> run.log_image("samples", generator(z).clamp(0, 1)[0], step=1000)
+        """
+        from ember.track import images
+
+        step = check_step(step)
+        self._check_open()
+        assert self._path is not None
+        with self._lock:
+            images.write_image(self._path, name, image, step, _time())
+
+    def images(self) -> list[dict[str, Any]]:
+        """The images logged so far: ``{"name", "step", "time", "file", "width", "height", ...}`` each."""
+        from ember.track.images import read_images
+
+        return read_images(self._path)
+
     def lineage(self) -> list[dict[str, Any]]:
         """The lineage edges this run takes part in (see :mod:`ember.track.lineage`)."""
         return lineage.read_edges(self._path) if self._path is not None else []
@@ -469,6 +499,12 @@ class NoOpRun(Run):
     def last_step(self, type: str) -> int | None:
         normalize_type(type)
         return None
+
+    def log_image(self, name: str, image: Any, step: int) -> None:
+        from ember.track.images import check_name
+
+        check_name(name)
+        check_step(step)
 
     def _mark(self, x: Artifact | Run, as_input: bool) -> None:
         self._check_mark(x, as_input)

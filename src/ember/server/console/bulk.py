@@ -25,9 +25,9 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, naming
+from ember.server import images, ingest, naming
 from ember.server.console.direct import as_sent, validation_text
-from ember.server.models import Cursor, Edge, Folder, LogChunk, Run, User
+from ember.server.models import Cursor, Edge, Folder, LogChunk, Run, RunImage, User
 from ember.server.perms import ensure_folder
 from ember.server.routes_runs import apply_meta, checked_meta
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
@@ -49,7 +49,9 @@ class Recorded:
     name: str
     run_id: str = ""
     run: RunIn | None = None
-    requests: list[tuple[str, str, MetricBatch | LogChunkIn | LineageBatch]] = field(default_factory=list)
+    requests: list[tuple[str, str, MetricBatch | LogChunkIn | LineageBatch | images.ImagesBatch]] = field(
+        default_factory=list
+    )
     error: str | None = None
 
 
@@ -90,7 +92,7 @@ class Recorder:
             return {"id": rec.run_id, "action": "created", "folder": "", "cursors": {}}
         if method != "POST" or len(parts) != 3 or parts[:2] != ["runs", rec.run_id]:
             raise UploadError(f"{method} /{'/'.join(parts)}: not a request of a new run's upload")
-        request: MetricBatch | LogChunkIn | LineageBatch
+        request: MetricBatch | LogChunkIn | LineageBatch | images.ImagesBatch
         if parts[2] == "metrics":
             request = MetricBatch.model_validate(body)
             stream = f"metrics/{request.type}.jsonl"
@@ -98,6 +100,8 @@ class Recorder:
             request, stream = LogChunkIn.model_validate(body), "stdout.log"
         elif parts[2] == "lineage":
             request, stream = LineageBatch.model_validate(body), "lineage.jsonl"
+        elif parts[2] == "images":
+            request, stream = images.ImagesBatch.model_validate(body), images.STREAM
         else:
             raise UploadError(f"POST /{'/'.join(parts)}: not a request of the upload protocol")
         if request.end < request.start or request.start != self._ends.get(stream, 0):
@@ -151,11 +155,12 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
     cursors: list[dict[str, Any]] = []
     chunks: list[dict[str, Any]] = []
     edges: list[dict[str, Any]] = []
+    pictures: list[dict[str, Any]] = []
     for rec, run in runs:
         ends: dict[str, int] = {}
         for route, stream, request in rec.requests:
             try:
-                moved = _rows(run, request, max_points, points, chunks, edges)
+                moved = _rows(run, request, max_points, points, chunks, edges, pictures)
             except HTTPException as e:
                 outcome[rec.name] = f"POST /runs/{run.id}/{route} -> {e.status_code}: {e.detail}"
                 break
@@ -168,16 +173,18 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
     ingest.insert_ignore(session, Cursor, cursors, ["node_id", "stream"])
     ingest.insert_ignore(session, LogChunk, chunks, ["run_pk", "start"])
     ingest.insert_ignore(session, Edge, edges, ["source_id", "target_id"])
+    ingest.insert_ignore(session, RunImage, pictures, ["run_pk", "name", "step"])
     return outcome
 
 
 def _rows(
     run: Run,
-    request: MetricBatch | LogChunkIn | LineageBatch,
+    request: MetricBatch | LogChunkIn | LineageBatch | images.ImagesBatch,
     max_points: int,
     points: dict[tuple[int, str], list[tuple[Any, ...]]],
     chunks: list[dict[str, Any]],
     edges: list[dict[str, Any]],
+    pictures: list[dict[str, Any]],
 ) -> bool:
     """Append the rows one request of a new run adds, as its route stores them; whether it moves its cursor."""
     if isinstance(request, MetricBatch):
@@ -187,6 +194,8 @@ def _rows(
         if request.end <= request.start or not request.text:
             return False  # as ingest.store_log: nothing stored, the cursor stays
         chunks.append({"run_pk": run.pk, "start": request.start, "end": request.end, "text": request.text})
+    elif isinstance(request, images.ImagesBatch):
+        pictures.extend(images.image_rows(run.pk, request.images))
     else:
         edges.extend(ingest.edge_rows(run.id, request.edges))
     return True

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, naming, routes_runs
+from ember.server import images, ingest, naming, routes_runs
 from ember.server.auth import now
 from ember.server.models import Folder, Run, User
 from ember.server.perms import Level, ensure_folder
@@ -84,6 +84,8 @@ class DirectClient:
         if method == "POST" and rest == ["lineage"]:
             lines = LineageBatch.model_validate(body)
             return {"cursor": ingest.store_edges(session, run.id, lines.edges, lines.start, lines.end)}
+        if method == "POST" and rest == ["images"]:
+            return {"cursor": images.store_images(session, run, images.ImagesBatch.model_validate(body))}
         raise UploadError(f"{method} /{'/'.join(parts)}: not a request of the upload protocol")
 
 

@@ -1,0 +1,215 @@
+"""Images logged by a run: PNG files in ``images/`` and their index, ``images.jsonl``.
+
+``run.log_image(name, image, step)`` encodes the image as PNG (with Pillow when it is installed,
+else with the standard library's zlib: a PNG of 8-bit gray, gray+alpha, RGB or RGBA pixels is a
+few lines), writes ``images/<name>/<step>.png`` atomically and then appends one line to
+``images.jsonl``::
+
+    {"name": "samples/real", "step": 100, "time": 1716200000.1, "file": "images/samples/real/100.png",
+     "width": 64, "height": 48, "size": 3021, "sha256": "..."}
+
+The index is append-only like the metrics files, so ``ember upload`` sends it from a cursor
+(``POST /runs/{id}/images`` with the PNG bytes of its lines) and an upload cut off anywhere
+completes on retry with no image twice.
+
+Example:
+    >>> run.log_image("samples", torch.rand(3, 32, 32), step=500)
+    >>> [i["step"] for i in read_images(run.path)]
+    [500]
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+from ember.errors import TrackingError
+
+IMAGES_FILE = "images.jsonl"
+IMAGES_DIR = "images"
+MAX_SIDE = 16384
+MAX_PNG_BYTES = 16 * 1024 * 1024
+"""The largest PNG a run may log (the server refuses larger ones too)."""
+BATCH_PNG_BYTES = 8 * 1024 * 1024
+"""About the most PNG bytes one upload request carries (a larger single image goes alone)."""
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}){0,4}")
+
+
+def check_name(name: object) -> str:
+    """An image name: 1-5 parts of letters, digits, ``_ . -`` joined by ``/`` (``samples/real``)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or len(name) > 200:
+        raise TrackingError(
+            f"image name {name!r}: use letters, digits, '_', '.', '-', and '/' between up to 5 parts "
+            "(each starting with a letter, digit or '_'), e.g. 'samples/real'"
+        )
+    return name
+
+
+def _pixels(image: Any) -> Any:
+    """``image`` as a C-contiguous uint8 numpy array of shape (H, W, C), C in 1-4."""
+    import numpy as np
+
+    kind = type(image).__module__.split(".")[0]
+    if kind == "PIL":
+        mode = (
+            "RGBA"
+            if image.mode in ("RGBA", "LA", "PA", "P")
+            else ("L" if image.mode in ("L", "1", "I", "F") else "RGB")
+        )
+        return np.asarray(image.convert(mode), dtype=np.uint8).reshape(image.height, image.width, -1)
+    chw = False
+    if kind == "torch":
+        chw = image.ndim == 3 and image.shape[0] in (1, 3, 4) and image.shape[-1] not in (1, 3, 4)
+        image = image.detach().to("cpu").numpy()
+    if not isinstance(image, np.ndarray):
+        raise TrackingError(f"log_image takes a numpy array, a PIL image or a torch tensor, got {type(image).__name__}")
+    arr = image
+    if arr.ndim == 3 and chw:
+        arr = arr.transpose(1, 2, 0)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 2, 3, 4) or 0 in arr.shape[:2]:
+        raise TrackingError(
+            f"image of shape {tuple(image.shape)}: use HxW, HxWxC or (tensors) CxHxW with C in 1, 3 or 4"
+        )
+    if max(arr.shape[:2]) > MAX_SIDE:
+        raise TrackingError(f"image of shape {tuple(image.shape)}: a side is longer than {MAX_SIDE} pixels")
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)
+    if arr.dtype == np.bool_:
+        return np.ascontiguousarray(arr.astype(np.uint8) * 255)
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.isfinite(arr).all() or arr.min() < 0 or arr.max() > 1:
+            raise TrackingError(
+                "a float image must hold values in [0, 1] (NaN and infinities are refused); "
+                f"this one spans [{np.nanmin(arr)}, {np.nanmax(arr)}]: scale it, or pass uint8"
+            )
+        return np.ascontiguousarray(np.rint(arr * 255).astype(np.uint8))
+    raise TrackingError(f"image of dtype {arr.dtype}: use uint8 (0-255) or float in [0, 1]")
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def encode_png(pixels: Any) -> bytes:
+    """PNG bytes of an (H, W, C) uint8 array (Pillow when installed, else zlib)."""
+    import numpy as np
+
+    height, width, channels = pixels.shape
+    try:
+        from PIL import Image
+    except ImportError:
+        rows = np.concatenate([np.zeros((height, 1), np.uint8), pixels.reshape(height, width * channels)], axis=1)
+        color = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+        header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
+        idat = zlib.compress(rows.tobytes(), 6)
+        return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+    import io
+
+    out = io.BytesIO()
+    Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's header; TrackingError when ``data`` is not a PNG."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise TrackingError("not a PNG file")
+    width, height = struct.unpack(">II", data[16:24])
+    return int(width), int(height)
+
+
+def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) -> dict[str, Any]:
+    """Encode ``image``, write its PNG and append its line to ``images.jsonl``; return the line.
+
+    A path to a ``.png`` file is copied as it is (T9k's ``log_image`` of a saved file).
+
+    Raises:
+        TrackingError: a bad name or image, one too large, or this name already logged at ``step``.
+    """
+    check_name(name)
+    if isinstance(image, (str, os.PathLike)):
+        data = Path(image).read_bytes()
+        width, height = png_size(data)
+    else:
+        pixels = _pixels(image)
+        height, width = int(pixels.shape[0]), int(pixels.shape[1])
+        data = encode_png(pixels)
+    if len(data) > MAX_PNG_BYTES:
+        raise TrackingError(f"image {name!r} is {len(data)} bytes as PNG; the most is {MAX_PNG_BYTES}")
+    rel = f"{IMAGES_DIR}/{name}/{step}.png"
+    path = run_dir / rel
+    if path.exists():
+        raise TrackingError(f"image {name!r} is already logged at step {step}: log it at another step")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    line = {
+        "name": name,
+        "step": step,
+        "time": when,
+        "file": rel,
+        "width": width,
+        "height": height,
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    with open(run_dir / IMAGES_FILE, "ab") as f:
+        f.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+    return line
+
+
+def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
+    """The lines of a run's ``images.jsonl`` (complete lines only), in the order logged."""
+    if run_dir is None:
+        return []
+    try:
+        data = (run_dir / IMAGES_FILE).read_bytes()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
+
+
+def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
+    """Upload ``images.jsonl`` from ``cursor`` with each line's PNG; return the new cursor.
+
+    A batch carries about :data:`BATCH_PNG_BYTES` of PNG (base64 in the JSON body); the server
+    stores each (name, step) once and moves the cursor in the same transaction, so a retry
+    adds nothing.
+    """
+    from ember.track.client import UploadError, _lines
+
+    path = run_dir / IMAGES_FILE
+    while True:
+        lines, end = _lines(path, cursor)
+        if end == cursor:
+            return cursor
+        batch: list[dict[str, Any]] = []
+        used, total = cursor, 0
+        for line in lines:
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                    rel = str(record["file"])
+                    if not rel.startswith(IMAGES_DIR + "/") or ".." in rel.split("/"):
+                        raise ValueError(f"file {rel!r} is not under {IMAGES_DIR}/")
+                    data = (run_dir / rel).read_bytes()
+                    item = {k: record[k] for k in ("name", "step", "time")}
+                except (KeyError, TypeError, ValueError, OSError) as e:
+                    raise UploadError(f"{path}: the line at byte {used} names no readable image ({e})") from None
+                if batch and total + len(data) > BATCH_PNG_BYTES:
+                    break
+                batch.append({**item, "png": base64.b64encode(data).decode()})
+                total += len(data)
+            used += len(line) + 1
+        body = {"start": cursor, "end": used, "images": batch}
+        cursor = int(client.call("POST", f"/runs/{run_id}/images", json=body)["cursor"])

@@ -1,0 +1,110 @@
+"""Images through the upload protocol: every PNG stored once, an upload cut off completes, bad PNGs refused."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ember import track
+from ember.track import images as images_mod
+from ember.track.client import Client, Credentials, upload_run
+from ember.track.retry import Retry
+from tests.server.conftest import Server
+
+FAST = Retry(deadline_s=0.3, base_s=0.01, max_backoff_s=0.05)
+
+
+def _run_with_images(store: Path, count: int = 3) -> Any:
+    run = track.create_run(name="gan", home=store)
+    run.log("train", {"loss": 1.0}, step=0)
+    for step in range(count):
+        run.log_image("samples/fake", np.full((4, 5, 3), step * 40, np.uint8), step=step * 10)
+    run.log_image("real", np.zeros((2, 3), np.uint8), step=0)
+    run.finish()
+    return run
+
+
+def test_images_upload_whole_and_uploading_twice_adds_nothing(server: Server, tmp_path: Path) -> None:
+    run = _run_with_images(tmp_path / "store")
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    first = upload_run(run.path, folder="gan", make_folder=True, client=client)
+    listed = server.req("GET", f"/runs/{run.id}/images").json()["images"]
+    assert [(i["name"], i["step"], i["width"], i["height"]) for i in listed] == [
+        ("real", 0, 3, 2),
+        ("samples/fake", 0, 5, 4),
+        ("samples/fake", 10, 5, 4),
+        ("samples/fake", 20, 5, 4),
+    ]
+    for line in run.images():
+        got = server.req("GET", f"/runs/{run.id}/images/{line['step']}/{line['name']}")
+        assert got.status_code == 200 and got.headers["content-type"] == "image/png"
+        assert got.headers["x-content-type-options"] == "nosniff"
+        assert got.content == (run.path / line["file"]).read_bytes()
+    assert first["cursors"]["images.jsonl"] == (run.path / "images.jsonl").stat().st_size
+    upload_run(run.path, folder="gan", client=client)
+    assert len(server.req("GET", f"/runs/{run.id}/images").json()["images"]) == 4
+
+
+def test_an_upload_cut_after_the_server_stored_a_batch_completes_with_each_image_once(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(images_mod, "BATCH_PNG_BYTES", 1)  # one image a request
+    run = _run_with_images(tmp_path / "store")
+
+    class LosesSecondAnswer(Client):
+        posts = 0
+
+        def call(self, method: str, path: str, **kwargs: Any) -> Any:
+            answer = super().call(method, path, **kwargs)
+            if path.endswith("/images"):
+                LosesSecondAnswer.posts += 1
+                if LosesSecondAnswer.posts == 2:
+                    raise ConnectionError("the answer was lost")
+            return answer
+
+    cut = LosesSecondAnswer(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    with pytest.raises(ConnectionError):
+        upload_run(run.path, folder="gan", make_folder=True, client=cut)
+    assert len(server.req("GET", f"/runs/{run.id}/images").json()["images"]) == 2
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    upload_run(run.path, folder="gan", client=client)
+    assert len(server.req("GET", f"/runs/{run.id}/images").json()["images"]) == 4
+    # the same range again (a retry whose answer was lost) changes nothing; a gap is a 409
+    body = {"start": 0, "end": 10, "images": []}
+    assert server.req("POST", f"/runs/{run.id}/images", json=body).status_code == 200
+    size = (run.path / "images.jsonl").stat().st_size
+    gap = {"start": size + 5, "end": size + 10, "images": []}
+    assert server.req("POST", f"/runs/{run.id}/images", json=gap).status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("png", "code"),
+    [
+        (base64.b64encode(b"<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>").decode(), 422),
+        ("not base64!", 422),
+    ],
+)
+def test_only_png_is_accepted(server: Server, tmp_path: Path, png: str, code: int) -> None:
+    run = _run_with_images(tmp_path / "store", count=0)
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    upload_run(run.path, folder="gan", make_folder=True, client=client)
+    size = (run.path / "images.jsonl").stat().st_size
+    body = {"start": size, "end": size + 10, "images": [{"name": "x", "step": 1, "time": 1.0, "png": png}]}
+    assert server.req("POST", f"/runs/{run.id}/images", json=body).status_code == code
+    assert server.req("GET", f"/runs/{run.id}/images/1/x").status_code == 404
+
+
+def test_another_user_sees_no_image_of_a_private_run(server: Server, tmp_path: Path) -> None:
+    run = _run_with_images(tmp_path / "store", count=1)
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    upload_run(run.path, folder="gan", make_folder=True, client=client)
+    assert server.req("GET", f"/runs/{run.id}/images", user="bob").status_code == 404
+    assert server.req("GET", f"/runs/{run.id}/images/0/real", user="bob").status_code == 404
+    assert (
+        server.req("POST", f"/runs/{run.id}/images", user="bob", json={"start": 0, "end": 0, "images": []}).status_code
+        == 404
+    )

@@ -1,0 +1,133 @@
+"""run.log_image: numpy, PIL and torch images stored as PNG in the run folder, read back pixel for pixel."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ember import track
+from ember.errors import TrackingError
+from ember.track.images import encode_png, read_images
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """Pixels of an 8-bit PNG (Pillow when installed, else the unfiltered PNGs ember's encoder writes)."""
+    try:
+        import io
+
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(data))
+        arr = np.asarray(img)
+        return arr if arr.ndim == 3 else arr[:, :, None]
+    except ImportError:
+        pass
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0]
+        header = body if kind == b"IHDR" else header
+        idat += body if kind == b"IDAT" else b""
+        pos += 12 + length
+    width, height, depth, color = struct.unpack(">IIBB", header[:10])
+    channels = {0: 1, 4: 2, 2: 3, 6: 4}[color]
+    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(height, 1 + width * channels)
+    assert depth == 8 and (rows[:, 0] == 0).all()
+    return rows[:, 1:].reshape(height, width, channels)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected_shape"),
+    [
+        (lambda a: a, (4, 6, 3)),  # numpy HxWxC uint8
+        (lambda a: a[:, :, 0], (4, 6, 1)),  # numpy HxW
+        (lambda a: a.astype(np.float32) / 255, (4, 6, 3)),  # float in [0, 1]
+        (lambda a: torch.from_numpy(a).permute(2, 0, 1), (4, 6, 3)),  # tensor CxHxW
+        (lambda a: torch.from_numpy(a), (4, 6, 3)),  # tensor HxWxC
+        (lambda a: np.concatenate([a, np.full((4, 6, 1), 128, np.uint8)], axis=2), (4, 6, 4)),  # RGBA
+    ],
+)
+def test_log_image_stores_a_png_that_reads_back_pixel_for_pixel(make, expected_shape) -> None:
+    pixels = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3) * 3
+    with track.create_run(name="img") as run:
+        run.log_image("samples/real", make(pixels), step=7)
+    assert run.path is not None
+    (line,) = read_images(run.path)
+    assert (line["name"], line["step"], line["width"], line["height"]) == ("samples/real", 7, 6, 4)
+    stored = decode_png((run.path / line["file"]).read_bytes())
+    assert stored.shape == expected_shape
+    assert (stored[:, :, :3] == pixels[:, :, : stored.shape[2]][:, :, :3]).all()
+    assert line["file"] == "images/samples/real/7.png"
+    assert json.loads((run.path / "images.jsonl").read_text().splitlines()[0]) == line
+
+
+def test_pil_images_are_accepted() -> None:
+    image_mod = pytest.importorskip("PIL.Image")
+    with track.create_run(name="pil") as run:
+        run.log_image("pil", image_mod.new("RGB", (5, 3), (10, 20, 30)), step=0)
+    (line,) = run.images()
+    assert (line["width"], line["height"]) == (5, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "image", "step", "message"),
+    [
+        ("../x", np.zeros((2, 2), np.uint8), 0, "image name"),
+        ("ok", np.zeros((2, 2), np.float32) + 2.0, 0, r"in \[0, 1\]"),
+        ("ok", np.zeros((2, 2, 5), np.uint8), 0, "shape"),
+        ("ok", np.zeros((2, 2), np.int64), 0, "dtype"),
+        ("ok", [[0, 1]], 0, "numpy array, a PIL image or a torch tensor"),
+        ("ok", np.zeros((2, 2), np.uint8), -1, "non-negative"),
+    ],
+)
+def test_bad_images_are_refused_naming_the_problem(name, image, step, message) -> None:
+    with track.create_run(name="bad") as run:
+        with pytest.raises(TrackingError, match=message):
+            run.log_image(name, image, step=step)
+        assert run.images() == []
+
+
+def test_the_same_name_and_step_is_refused_and_the_first_image_kept() -> None:
+    with track.create_run(name="twice") as run:
+        run.log_image("a", np.zeros((2, 2), np.uint8), step=1)
+        with pytest.raises(TrackingError, match="already logged at step 1"):
+            run.log_image("a", np.ones((2, 2), np.uint8), step=1)
+        run.log_image("a", np.ones((2, 2), np.uint8), step=2)
+    assert [i["step"] for i in run.images()] == [1, 2]
+
+
+def test_the_zlib_encoder_writes_a_valid_png_without_pillow(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
+    pixels = np.random.default_rng(0).integers(0, 256, (9, 7, 3), dtype=np.uint8)
+    data = encode_png(pixels)
+    monkeypatch.delitem(sys.modules, "PIL")
+    assert (decode_png(data) == pixels).all()
+
+
+def test_other_ranks_check_the_arguments_and_store_nothing(tmp_path: Path) -> None:
+    from ember.track.run import NoOpRun
+
+    run = NoOpRun(
+        {
+            "id": "0" * 32,
+            "name": "r",
+            "folder": "default",
+            "hparams": {},
+            "labels": [],
+            "description": "",
+            "status": "Running",
+        }
+    )
+    run.log_image("ok", np.zeros((2, 2), np.uint8), step=0)
+    with pytest.raises(TrackingError, match="image name"):
+        run.log_image("/bad", np.zeros((2, 2), np.uint8), step=0)
