@@ -159,7 +159,12 @@ def launch_from_torch(
     torchrun to start), which is a :class:`LaunchError`.
 
     Args:
-        config, backend, seed, verbose, overrides, timeout_s: as for :func:`launch`.
+        config: as for :func:`launch`.
+        backend: as for :func:`launch`.
+        seed: as for :func:`launch`.
+        verbose: as for :func:`launch`.
+        overrides: as for :func:`launch`.
+        timeout_s: as for :func:`launch`.
 
     Example:
         >>> ember.launch_from_torch(config="config.py")   # under: torchrun --nproc_per_node 2 train.py
@@ -196,7 +201,10 @@ def launch_from_slurm(
             "$SLURM_JOB_NODELIST"`` (``examples/slurm/srun_python.sbatch`` exports it as
             ``MASTER_ADDR``).
         port: a free port on that node that every node can reach.
-        backend, seed, verbose, timeout_s: as for :func:`launch`.
+        backend: as for :func:`launch`.
+        seed: as for :func:`launch`.
+        verbose: as for :func:`launch`.
+        timeout_s: as for :func:`launch`.
 
     Example:
         >>> ember.launch_from_slurm("config.py", host=os.environ["MASTER_ADDR"], port=29500)  # under srun
@@ -224,7 +232,10 @@ def launch_from_openmpi(
         config: as for :func:`launch`.
         host: the address of rank 0's machine (the first host given to ``mpirun``).
         port: a free port on that machine that every machine can reach.
-        backend, seed, verbose, timeout_s: as for :func:`launch`.
+        backend: as for :func:`launch`.
+        seed: as for :func:`launch`.
+        verbose: as for :func:`launch`.
+        timeout_s: as for :func:`launch`.
 
     Example:
         >>> ember.launch_from_openmpi("config.py", host="node0", port=29500)  # under: mpirun -np 8 -H node0:4,node1:4
