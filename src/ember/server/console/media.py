@@ -1,0 +1,38 @@
+"""What the run page's image panel fetches: the run's images (``images.js``) and each PNG."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import Response
+
+from ember.server import images
+from ember.server.auth import DbSession
+from ember.server.console.session import PREFIX, require_viewer
+from ember.server.console.views import DataRoute, secure
+from ember.server.routes_runs import get_run
+from ember.server.wire import SafeJSONResponse
+
+router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
+
+
+@router.get("/runs/{run_id}/images")
+def run_images(run_id: str, request: Request, session: DbSession) -> Response:
+    """``{"images": [{"name", "step", "time", "width", "height", "size"}, ...]}`` by name then step."""
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    response = SafeJSONResponse({"images": images.list_images(session, run.pk)})
+    secure(response)
+    return response
+
+
+@router.get("/runs/{run_id}/images/{step}/{name:path}")
+def run_image(
+    run_id: str, step: Annotated[int, Path(ge=0)], name: str, request: Request, session: DbSession
+) -> Response:
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    response = images.png_response(session, run.pk, images.checked_name(name), step)
+    response.headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
