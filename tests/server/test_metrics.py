@@ -198,12 +198,36 @@ def test_long_series_are_downsampled_from_blocks_keeping_extremes(server: Server
         chart = got[name]
         assert chart["count"] == n and chart["downsampled"] and len(chart["value"]) <= 200
         assert max(chart["value"]) == max(values) and min(chart["value"]) == min(values)
-        assert chart["step"][0] == 0 and chart["step"][-1] == n - 1
-        assert chart["step"] == sorted(chart["step"])
-        # each bucket's pair is the true min and max of the points in its step range
+        assert chart["step"] == sorted(chart["step"]) and chart["step"][0] >= 0 and chart["step"][-1] <= n - 1
+        # every point shown is a stored point at its exact step (issue 19: the spike at n // 3 is
+        # drawn at n // 3, not at its bucket's last step), with its own epoch
+        for step, epoch, value in zip(chart["step"], chart["epoch"], chart["value"], strict=True):
+            assert values[step] == value and epoch == step / 1000
+        # each bucket's pair is the true min and max of the points between them
         for i in range(0, len(chart["step"]), 2):
             lo, hi = chart["step"][i], chart["step"][i + 1]
-            assert chart["value"][i] == min(values[lo : hi + 1]) and chart["value"][i + 1] == max(values[lo : hi + 1])
+            pair = sorted(chart["value"][i : i + 2])
+            assert pair == [min(values[lo : hi + 1]), max(values[lo : hi + 1])]
+    extremes = {"loss": (n // 3, 1e6), "acc": (n // 2, -1e6)}
+    for name, (step, value) in extremes.items():
+        assert got[name]["value"][got[name]["step"].index(step)] == value
+
+
+def test_a_zoomed_range_is_bucketed_finer_and_sent_whole_when_small(server: Server) -> None:
+    """Issue 19: a chart zoomed to a step range asks for that range and gets it finer."""
+    _new_run(server)
+    n = 60_000
+    series = _upload_long_series(server, n)
+    params = {"type": "train", "buckets": 100}
+    wide = server.req("GET", f"/runs/{RUN}/series", params={**params, "start": 10_000, "end": 30_000}).json()
+    loss = wide["metrics"]["loss"]
+    assert loss["downsampled"] and loss["count"] == 20_001 and len(loss["value"]) <= 200
+    assert loss["step"][0] >= 10_000 and loss["step"][-1] <= 30_000
+    assert max(loss["value"]) == 1e6 and loss["step"][loss["value"].index(1e6)] == n // 3
+    narrow = server.req("GET", f"/runs/{RUN}/series", params={**params, "start": 20_005, "end": 20_104}).json()
+    loss = narrow["metrics"]["loss"]
+    assert not loss["downsampled"] and loss["step"] == list(range(20_005, 20_105))
+    assert loss["value"] == series["loss"][20_005:20_105]
 
 
 def test_a_short_series_beside_a_long_one_is_sent_whole(server: Server) -> None:
@@ -220,7 +244,9 @@ def test_a_short_series_beside_a_long_one_is_sent_whole(server: Server) -> None:
         "downsampled": False,
         "step": list(range(0, n, 1000)),
         "epoch": [None] * 10,
+        "time": [0.0] * 10,
         "value": [float(s) for s in range(0, n, 1000)],
+        "nonfinite": [],
     }
     assert got["loss"]["count"] == n and got["loss"]["downsampled"]
 

@@ -157,9 +157,11 @@ def read_series(
     user: CurrentUser,
     session: DbSession,
     buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
+    start: Annotated[int | None, Query(ge=0, description="first step of a range (a zoomed chart)")] = None,
+    end: Annotated[int | None, Query(ge=0, description="last step of a range, included")] = None,
 ):
     run = get_run(session, user, run_id)
-    found = request.app.state.series.series(session, run.pk, run.id, type, buckets)
+    found = request.app.state.series.series(session, run.pk, run.id, type, buckets, start, end)
     return SafeJSONResponse({"id": run.id, "status": run.status, **found})
 
 

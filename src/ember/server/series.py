@@ -1,8 +1,10 @@
 """Downsampled metric series for charts: min and max per bucket, so spikes survive.
 
 A series of at most ``2 * buckets`` points is sent whole. A longer one is cut into about
-``buckets`` equal step ranges and each range gives its minimum and its maximum (placed at the
-range's first and last step): a one-point spike in a million still shows.
+``buckets`` equal step ranges and each range gives its minimum and its maximum, each at the exact
+step (epoch, time) of a point holding it: a one-point spike in a million still shows, where it
+happened. ``start``/``end`` narrow the series to a step range (a zoomed chart asks again for its
+visible range, and gets it finer: whole once few enough points are in it).
 
 Long series are read from their block summaries (``metric_blocks``: min, max and count per
 :data:`~ember.server.models.BLOCK` steps), which ingest writes in the same transaction as the
@@ -15,6 +17,8 @@ bucketed in one SQL query over their points, at most ``buckets * BLOCK`` steps o
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -55,8 +59,11 @@ class SeriesReader:
         >>> series.series(session, run.pk, run.id, "train", buckets=1000)
     """
 
-    def __init__(self, sessions: Callable[[], Session] | None = None) -> None:
+    def __init__(self, sessions: Callable[[], Session] | None = None, keep: int = 64) -> None:
         self._sessions = sessions
+        self._keep = keep
+        self._answers: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> None:
         """Summarise a series' points from its last summarised block on, and commit ``session``.
@@ -69,48 +76,102 @@ class SeriesReader:
         ingest.summarize(session, run_pk, type_, None, 0 if last is None else int(last) * BLOCK)
         session.commit()
 
-    def series(self, session: Session, run_pk: int, run_id: str, type_: str, buckets: int = 1000) -> dict[str, Any]:
+    def series(
+        self,
+        session: Session,
+        run_pk: int,
+        run_id: str,
+        type_: str,
+        buckets: int = 1000,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> dict[str, Any]:
         """Every metric of a type, each at most about ``2 * buckets`` points.
 
+        The last answers are kept in memory with what their blocks held (count, last step,
+        number of blocks: any new point changes one), so a page viewed again, by anyone, costs
+        one small query; a series that grows is read again.
+
+        Args:
+            start, end: only the steps in ``start..end`` (both included; None: unbounded).
+
         Returns:
-            ``{"type", "metrics": {name: {"count", "downsampled", "step", "epoch", "value"}}}``;
-            NaN and infinities are ``None`` (a gap in the chart).
+            ``{"type", "metrics": {name: {"count", "downsampled", "step", "epoch", "time",
+            "value", "nonfinite"}}}``; ``count``: the points in the range. NaN and infinities are
+            ``None`` in ``value`` (a gap in the chart) and listed in ``nonfinite`` as ``[step,
+            "NaN" | "Infinity" | "-Infinity"]`` (every one for a series sent whole; the infinite
+            extremes of a downsampled one).
         """
-        rows = session.execute(
-            select(
-                MetricBlock.name,
-                MetricBlock.block,
-                MetricBlock.first_step,
-                MetricBlock.last_step,
-                MetricBlock.min_epoch,
-                MetricBlock.max_epoch,
-                MetricBlock.min_value,
-                MetricBlock.max_value,
-                MetricBlock.count,
-            ).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
-        ).all()
+        version = session.execute(
+            select(func.count(), func.sum(MetricBlock.count), func.max(MetricBlock.last_step)).where(
+                MetricBlock.run_pk == run_pk, MetricBlock.type == type_
+            )
+        ).one()
+        key = (run_pk, type_, buckets, start, end)
+        with self._lock:
+            kept = self._answers.get(key)
+            if kept is not None and kept[0] == tuple(version):
+                self._answers.move_to_end(key)
+                return kept[1]
+        answer = self._read(session, run_pk, type_, buckets, start, end)
+        with self._lock:
+            self._answers[key] = (tuple(version), answer)
+            while len(self._answers) > self._keep:
+                self._answers.popitem(last=False)
+        return answer
+
+    def _read(
+        self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None
+    ) -> dict[str, Any]:
+        lo, hi = -1 if start is None else start, 2**62 if end is None else end
+        query = select(
+            MetricBlock.name,
+            MetricBlock.block,
+            MetricBlock.first_step,
+            MetricBlock.last_step,
+            MetricBlock.min_epoch,
+            MetricBlock.max_epoch,
+            MetricBlock.min_value,
+            MetricBlock.max_value,
+            MetricBlock.count,
+        ).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
+        if start is not None or end is not None:
+            query = query.where(MetricBlock.last_step >= lo, MetricBlock.first_step <= hi)
         names: dict[str, dict[int, Block]] = {}
-        for name, block, *stats in rows:
+        for name, block, *stats in session.connection().execute(query).all():  # Core: no ORM rows
             names.setdefault(name, {})[int(block)] = stats
         out: dict[str, Any] = {}
+        key = (run_pk, type_)
         for name in sorted(names):
             blocks = names[name]
-            count = sum(b[6] for b in blocks.values())
+            whole = all(lo <= b[0] and b[1] <= hi for b in blocks.values())
+            if whole:
+                count = sum(b[6] for b in blocks.values())
+            else:  # the blocks at the range's ends are cut: count the points themselves
+                count = int(session.scalar(_points(key, name, lo, hi).with_only_columns(func.count())) or 0)
             if count <= 2 * buckets:
-                out[name] = _raw(session, run_pk, type_, name, count)
-            elif len(blocks) >= buckets:
-                out[name] = _merge(blocks, buckets, count)
+                out[name] = _raw(session, key, name, lo, hi, count)
+            elif whole and len(blocks) >= buckets:
+                out[name] = _exact(session, key, name, _merge(blocks, buckets), count)
             else:
-                first = min(b[0] for b in blocks.values())
-                last = max(b[1] for b in blocks.values())
-                out[name] = _bucketed(session, run_pk, type_, name, first, last, buckets, count)
+                first = max(lo, min(b[0] for b in blocks.values()))
+                last = min(hi, max(b[1] for b in blocks.values()))
+                out[name] = _bucketed(session, key, name, first, last, buckets, count)
         return {"type": type_, "metrics": out}
 
 
-def _raw(session: Session, run_pk: int, type_: str, name: str, count: int) -> dict[str, Any]:
+def _points(key: tuple[int, str], name: str, lo: int, hi: int) -> Any:
+    """The select of one series' points in ``lo..hi``."""
+    point = MetricPoint
+    return select(point.step).where(
+        point.run_pk == key[0], point.type == key[1], point.name == name, point.step.between(lo, hi)
+    )
+
+
+def _raw(session: Session, key: tuple[int, str], name: str, lo: int, hi: int, count: int) -> dict[str, Any]:
     rows = session.execute(
-        select(MetricPoint.step, MetricPoint.epoch, MetricPoint.value)
-        .where(MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.name == name)
+        _points(key, name, lo, hi)
+        .add_columns(MetricPoint.epoch, MetricPoint.time, MetricPoint.value)
         .order_by(MetricPoint.step)
     ).all()
     return {
@@ -118,13 +179,16 @@ def _raw(session: Session, run_pk: int, type_: str, name: str, count: int) -> di
         "downsampled": False,
         "step": [r[0] for r in rows],
         "epoch": [r[1] for r in rows],
-        "value": [_finite(r[2]) for r in rows],
+        "time": [r[2] for r in rows],
+        "value": [_finite(r[3]) for r in rows],
+        "nonfinite": [[r[0], _name(r[3])] for r in rows if _finite(r[3]) is None],
     }
 
 
 def _bucketed(
-    session: Session, run_pk: int, type_: str, name: str, lo: int, hi: int, buckets: int, count: int
+    session: Session, key: tuple[int, str], name: str, lo: int, hi: int, buckets: int, count: int
 ) -> dict[str, Any]:
+    run_pk, type_ = key
     width = max(1, math.ceil((hi - lo + 1) / buckets))
     bucket = ((MetricPoint.step - lo) // width).label("bucket")
     rows = session.execute(
@@ -141,24 +205,27 @@ def _bucketed(
         .group_by(bucket)
         .order_by(bucket)
     ).all()
-    return _pairs([list(r[1:]) for r in rows], count)
+    return _exact(session, key, name, [[*r[1:], (r[1], r[2]), (r[1], r[2])] for r in rows], count)
 
 
-def _merge(blocks: dict[int, Block], buckets: int, count: int) -> dict[str, Any]:
+def _merge(blocks: dict[int, Block], buckets: int) -> list[Block]:
     keys = sorted(blocks)
     per = math.ceil((keys[-1] - keys[0] + 1) / buckets)
     merged: dict[int, Block] = {}
     for k in keys:
         b = blocks[k]
         m = merged.get((k - keys[0]) // per)
-        if m is None:
-            merged[(k - keys[0]) // per] = list(b)
+        if m is None:  # + where its min and its max are: the step ranges of their blocks
+            merged[(k - keys[0]) // per] = [*b, (b[0], b[1]), (b[0], b[1])]
             continue
         m[1] = max(m[1], b[1])
         m[2], m[3] = _lo(m[2], b[2]), _hi(m[3], b[3])
-        m[4], m[5] = _lo(m[4], b[4]), _hi(m[5], b[5])
+        if b[4] is not None and (m[4] is None or b[4] < m[4]):
+            m[4], m[7] = b[4], (b[0], b[1])
+        if b[5] is not None and (m[5] is None or b[5] > m[5]):
+            m[5], m[8] = b[5], (b[0], b[1])
         m[6] += b[6]
-    return _pairs([merged[k] for k in sorted(merged)], count)
+    return [merged[k] for k in sorted(merged)]
 
 
 def _lo(a: float | None, b: float | None) -> float | None:
@@ -169,17 +236,53 @@ def _hi(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _pairs(rows: list[Block], count: int) -> dict[str, Any]:
-    """Two points per bucket: its minimum at its first step, its maximum at its last."""
-    steps: list[int] = []
-    epochs: list[float | None] = []
-    values: list[float | None] = []
-    for s0, s1, e0, e1, v0, v1, _ in rows:
-        steps += [s0, s1]
-        epochs += [e0, e1]
-        values += [_finite(v0), _finite(v1)]
-    return {"count": count, "downsampled": True, "step": steps, "epoch": epochs, "value": values}
+def _exact(session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int) -> dict[str, Any]:
+    """Two points per bucket, its minimum and its maximum, each at the first point holding it.
+
+    ``rows``: blocks (or SQL buckets) and, last, the step ranges holding their min and their max.
+    One query for all buckets: a VALUES list (a CTE) of (first step, last step, value) joined with the
+    points on their key, so each lookup reads one block's step range of the primary key.
+    """
+    wanted = sorted({(*r[7 + i], r[4 + i]) for r in rows for i in (0, 1) if r[4 + i] is not None})
+    found: dict[tuple[int, float], tuple[int, float | None, float | None]] = {}
+    connection = session.connection()
+    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
+    row = f"(CAST({mark} AS BIGINT), CAST({mark} AS BIGINT), CAST({mark} AS DOUBLE PRECISION))"
+    for chunk in range(0, len(wanted), 2000):  # SQLite allows 32,766 bound values a statement
+        part = wanted[chunk : chunk + 2000]
+        # Written by hand: SQLAlchemy takes ~0.5 s to compile a VALUES of 2,000 rows.
+        sql = (
+            f"WITH ranges(lo, hi, v) AS (VALUES {', '.join([row] * len(part))}) "
+            "SELECT ranges.lo, ranges.v, p.step, p.epoch, p.time FROM ranges JOIN metric_points p "
+            f"ON p.run_pk = {mark} AND p.type = {mark} AND p.name = {mark} "
+            "AND p.step BETWEEN ranges.lo AND ranges.hi AND p.value = ranges.v"
+        )
+        params = (*(x for r in part for x in r), key[0], key[1], name)
+        for lo, v, step, epoch, time in connection.exec_driver_sql(sql, params).all():
+            if (lo, v) not in found or step < found[(lo, v)][0]:
+                found[(lo, v)] = (step, epoch, time)
+    points: list[tuple[int, float | None, float | None, float | None]] = []
+    for s0, _s1, e0, _e1, v0, v1, _, at0, at1 in rows:
+        pair: list[tuple[int, float | None, float | None, float | None]]
+        pair = sorted({found[(at[0], v)] + (v,) for v, at in ((v0, at0), (v1, at1)) if (at[0], v) in found})
+        if not pair:  # every point NaN: a gap at the bucket's first step
+            pair = [(s0, e0, None, None)]
+        points += pair
+    return {
+        "count": count,
+        "downsampled": True,
+        "step": [p[0] for p in points],
+        "epoch": [p[1] for p in points],
+        "time": [p[2] for p in points],
+        "value": [_finite(p[3]) for p in points],
+        "nonfinite": [[p[0], _name(p[3])] for p in points if p[3] is not None and not math.isfinite(p[3])],
+    }
 
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def _name(value: float | None) -> str:
+    """How JSON-ish text names a value that is not finite (NULL is a stored NaN)."""
+    return "NaN" if value is None or math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
