@@ -81,11 +81,11 @@ def wait_listed(p: Checked, path: str, text: str, timeout: float = 15.0) -> None
 def wait_points(p: Checked, chart: str, points: str, timeout: float = 15.0) -> None:
     """Reload a run page until ``chart`` shows ``points`` points (what the index has read so far)."""
     deadline = time.monotonic() + timeout
-    p.page.wait_for_selector(f"{chart} .main-svg")
+    p.page.wait_for_selector(f"{chart}[data-drawn]")
     while p.page.get_attribute(chart, "data-points") != points and time.monotonic() < deadline:
         p.page.wait_for_timeout(250)
         p.page.reload()
-        p.page.wait_for_selector(f"{chart} .main-svg")
+        p.page.wait_for_selector(f"{chart}[data-drawn]")
     assert p.page.get_attribute(chart, "data-points") == points
 
 
@@ -102,7 +102,7 @@ def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dic
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-0"]
     p.check("local-runs")
     p.page.click("a.run-link")
-    p.page.wait_for_selector("#chart-train-loss .main-svg")
+    p.page.wait_for_selector("#chart-train-loss[data-drawn]")
     p.page.wait_for_load_state("networkidle")
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
     p.check("local-run")
@@ -204,7 +204,7 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str,
         p.check(f"phone-{path.split('/')[2].split('?')[0]}")
     p.goto("/ui/runs?q=tiny-0")
     p.page.click("a.run-link")
-    p.page.wait_for_selector("#chart-train-loss .main-svg")
+    p.page.wait_for_selector("#chart-train-loss[data-drawn]")
     p.page.wait_for_load_state("networkidle")
     assert _overflow(p) <= 1, ("run page", _overflow(p))
     p.check("phone-run")

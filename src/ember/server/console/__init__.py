@@ -1,8 +1,9 @@
 """The web console: server-rendered pages (Jinja2) over the tracking server, charts by plotly.js.
 
 ``mount(app)`` adds the pages under ``/ui``. Nothing is built with Node: the templates, the CSS
-and the small ``console.js`` ship in this package, and plotly.js is served from the installed
-``plotly`` wheel (``/ui/vendor/plotly.min.js``), so the console works offline. See
+and the small scripts ship in this package with the chart libraries they use, vendored with their
+licenses (uPlot for the run page, plotly.js at ``/ui/vendor/plotly.min.js``), so the console works
+offline. Pages, scripts and chart data are gzipped; static files are cached (``assets.py``). See
 ``docs/console.md``.
 
 Example:
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
-from fastapi.staticfiles import StaticFiles
 
+from ember.server.console.assets import Compress, Static
 from ember.server.console.session import PREFIX, load_secret
 from ember.server.settings import ServerError
 
@@ -61,7 +62,8 @@ def mount(
     app.include_router(media.router)
     app.include_router(run_pages.router)
     app.include_router(data.router)
-    app.mount(f"{PREFIX}/static", StaticFiles(directory=HERE / "static"), name="console-static")
+    app.add_middleware(Compress)
+    app.mount(f"{PREFIX}/static", Static(directory=HERE / "static"), name="console-static")
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

@@ -2,36 +2,90 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 
 from ember.server import ingest, listing
 from ember.server.auth import DbSession
 from ember.server.console import lineage
+from ember.server.console.assets import VERSION
 from ember.server.console.pages import crumbs
 from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
-from ember.server.console.views import ConsoleRoute, render
-from ember.server.models import Artifact, ArtifactFile, Folder, User
+from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
 from ember.server.perms import Level, level
 from ember.server.routes_artifacts import get_artifact
 from ember.server.routes_runs import get_run
 from ember.server.series import metric_counts
+from ember.server.wire import SafeJSONResponse
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TAIL_LINES = 200
+MAX_HITS = 500
+TYPE_ORDER = {"train": 0, "val": 1, "test": 2}
 
 
-def _log_view(text: str, search: str) -> tuple[list[str], int]:
-    """The last lines of a log, or the lines matching ``search``; and the number of lines."""
+def _log_view(text: str, search: str) -> tuple[list[str], int, int]:
+    """The last lines of a log, or the last :data:`MAX_HITS` lines matching ``search``; the number
+    of lines, and of matching lines (0 without a search)."""
     lines = text.splitlines()
     if search:
         hits = [line for line in lines if search.lower() in line.lower()]
-        return hits[-500:], len(lines)
-    return lines[-TAIL_LINES:], len(lines)
+        return hits[-MAX_HITS:], len(lines), len(hits)
+    return lines[-TAIL_LINES:], len(lines), 0
+
+
+def _types(counts: list[dict[str, Any]]) -> list[str]:
+    """A run's metric types: train, val, test, then the others by name."""
+    return sorted({c["type"] for c in counts}, key=lambda t: (TYPE_ORDER.get(t, 3), t))
+
+
+def _when(value: str | None) -> dict[str, str] | None:
+    """An ISO time as shown: its text with its time zone ('UTC', 'UTC+02:00'; 'no time zone recorded')."""
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return {"iso": value, "text": value}
+    offset = when.utcoffset()
+    if offset is None:
+        zone = "(no time zone recorded)"
+    elif not offset:
+        zone = "UTC"
+    else:
+        zone = "UTC" + when.strftime("%z")[:3] + ":" + when.strftime("%z")[3:]
+    return {"iso": value, "text": when.strftime("%Y-%m-%d %H:%M:%S ") + zone}
+
+
+def _last_record(session: Any, run_pk: int, counts: list[dict[str, Any]], heartbeat: Any) -> str | None:
+    """When a run last recorded anything: its last metric point or its heartbeat, the later.
+
+    The last points are read by their keys (each series' last step): no scan of the points.
+    """
+    keys = [(c["type"], c["name"], c["last_step"]) for c in counts]
+    times = (
+        session.scalars(
+            select(MetricPoint.time).where(
+                MetricPoint.run_pk == run_pk, tuple_(MetricPoint.type, MetricPoint.name, MetricPoint.step).in_(keys)
+            )
+        ).all()
+        if keys
+        else []
+    )
+    found = [datetime.fromtimestamp(t, tz=timezone.utc) for t in times if t]
+    if isinstance(heartbeat, str):
+        try:
+            beat = datetime.fromisoformat(heartbeat)
+            found.append(beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc))
+        except ValueError:
+            pass
+    return max(found).isoformat() if found else None
 
 
 def _artifacts(session: Any, user: User, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -54,16 +108,22 @@ def run_page(
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id)) or ""
-    counts = [(m["type"], m["name"], m["count"]) for m in metric_counts(session, run.pk)]  # block summaries
-    order = {"train": 0, "val": 1, "test": 2}
-    types = sorted({t for t, _, _ in counts}, key=lambda t: (order.get(t, 3), t))
+    found = metric_counts(session, run.pk)  # from the block summaries
     edges = ingest.edges_of(session, run.id, user)
-    log_lines, total_lines = _log_view(ingest.read_log(session, run.pk), log_q)
+    log_lines, total_lines, hits = _log_view(ingest.read_log(session, run.pk), log_q)
     platform = run.platform or {}
     status = listing.shown_status(run.status, run.meta)
+    start = run.start_time if isinstance(run.start_time, str) else None
+    if status == "Crashed":  # no end time: it lasted until its last record
+        start_aware = start and datetime.fromisoformat(start).tzinfo is not None
+        last = _last_record(session, run.pk, found, run.meta.get("heartbeat"))
+        end = last if start_aware or last is None else datetime.fromisoformat(last).replace(tzinfo=None).isoformat()
+    else:
+        end = run.end_time
     return render(
         request,
         "run.html",
+        asset_v=VERSION,
         user=user,
         run=run,
         folder=folder,
@@ -72,19 +132,51 @@ def run_page(
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
-        duration=listing.duration_s(run.start_time, run.meta.get("heartbeat") if status == "Crashed" else run.end_time),
-        types=types,
-        counts={f"{t}/{n}": c for t, n, c in counts},
+        duration=listing.duration_s(start, end),
+        started=_when(start),
+        ended=_when(run.end_time),
+        last_record=_when(end) if status == "Crashed" else None,
+        types=_types(found),
         summary=listing.metric_summary(session, [run.pk]).get(run.pk, {}),
         system=platform.get("platform", {}),
         git=platform.get("git") or {},
         command=platform.get("command") or {},
         log_lines=log_lines,
         total_lines=total_lines,
+        hits=hits,
+        max_hits=MAX_HITS,
         log_q=log_q,
         artifacts=_artifacts(session, user, edges),
         graph=lineage.graph("run", run.id, run.name, edges),
     )
+
+
+@router.get("/runs/{run_id}/live")
+def run_live(run_id: str, request: Request, session: DbSession) -> Response:
+    """What a live run page refreshes: the status, the metric types, the output's last lines."""
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    lines, total, _ = _log_view(ingest.read_log(session, run.pk), "")
+    body = {
+        "status": listing.shown_status(run.status, run.meta),
+        "types": _types(metric_counts(session, run.pk)),
+        "lines": lines,
+        "total_lines": total,
+    }
+    response = SafeJSONResponse(body)
+    secure(response)
+    return response
+
+
+@router.get("/runs/{run_id}/output.log")
+def run_log(run_id: str, request: Request, session: DbSession) -> Response:
+    """The run's whole output (stdout.log), as a download."""
+    user = require_viewer(request, session)
+    run = get_run(session, user, run_id)
+    response = Response(ingest.read_log(session, run.pk), media_type="text/plain; charset=utf-8")
+    response.headers["Content-Disposition"] = f'attachment; filename="{run.id}.log"'
+    secure(response)
+    return response
 
 
 @router.get("/artifacts/{artifact_id}")

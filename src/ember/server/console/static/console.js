@@ -1,5 +1,5 @@
-// ember console charts: fetch downsampled series from the server, draw them with plotly.js.
-// No build step; plotly.js is served from the installed plotly package.
+// ember console: the runs table's column chooser and the compare page's chart (plotly.js, vendored:
+// static/plotly.min.js). The run page's charts are run.js (uPlot). No build step.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -46,42 +46,10 @@
   const config = { responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
                    showLink: false, showTips: false, modeBarButtonsToRemove: ["lasso2d", "select2d", "sendDataToCloud"] };
 
-  function chartDiv(grid, id) {
-    let div = $(id);
-    if (!div) { div = document.createElement("div"); div.id = id; div.className = "chart"; grid.appendChild(div); }
-    return div;
-  }
-
   async function getJSON(url) {
     const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
     if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.statusText);
     return r.json();
-  }
-
-  // ---- run page ----
-  const charts = $("charts");
-  async function loadRun() {
-    const types = JSON.parse(charts.dataset.types);
-    let status = null, notes = [];
-    for (const t of types) {
-      const data = await getJSON(charts.dataset.series + "?type=" + encodeURIComponent(t));
-      cache[t] = data; status = data.status;
-    }
-    drawRun();
-    for (const t of types) for (const [name, s] of Object.entries(cache[t].metrics))
-      if (s.downsampled) notes.push(t + "/" + name + ": " + s.count.toLocaleString() + " points shown as min/max of " + (s.value.length / 2) + " buckets");
-    $("chart-note").textContent = notes.join(" · ");
-    return status;
-  }
-  function drawRun() {
-    for (const [t, data] of Object.entries(cache)) {
-      const grid = charts.querySelector('.chart-grid[data-type="' + CSS.escape(t) + '"]');
-      for (const [name, s] of Object.entries(data.metrics)) {
-        const div = chartDiv(grid, "chart-" + t + "-" + name);
-        div.dataset.points = String(s.value.length); div.dataset.count = String(s.count); div.dataset.metric = t + "/" + name;
-        Plotly.react(div, traces(name, s, "#1f5fbf"), layout(t + "/" + name), config);
-      }
-    }
   }
 
   // ---- compare page ----
@@ -108,7 +76,6 @@
   }
 
   function redraw() {
-    if (charts) drawRun();
     if (compare) loadCompare().catch(showError);
   }
   function showError(e) {
@@ -152,17 +119,5 @@
 
   wire();
   columnChooser();
-  if (charts) {
-    loadRun().then((status) => {
-      if (charts.dataset.live !== "1") return;
-      const timer = setInterval(async () => {
-        try {
-          const now = await loadRun();
-          $("run-status").textContent = now;
-          if (now !== "Running") { clearInterval(timer); const live = $("live"); if (live) live.textContent = "finished"; }
-        } catch (e) { showError(e); }
-      }, 5000);
-    }).catch(showError);
-  }
   if (compare) loadCompare().catch(showError);
 })();
