@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from tests.server.conftest import Server
 
@@ -123,24 +123,39 @@ def test_a_token_works_only_for_its_own_folder(server: Server, folder: dict[str,
 
 
 def test_a_page_is_an_index_range_whatever_the_folder_holds(server: Server, folder: dict[str, Any]) -> None:
-    """The indexes of migration 0005 exist, and SQLite reads a page of runs through one (no sort of the folder)."""
+    """The indexes of migration 0005 exist, and the statements a first and a later page run read
+    runs and artifacts through them (SQLite: no sort of the folder's rows)."""
     engine = server.client.app.state.engine
     with engine.connect() as conn:
-        if conn.dialect.name == "sqlite":
-            names = set(conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'index'")).scalars())
-            plan = " ".join(
-                str(row[-1])
-                for row in conn.execute(
-                    text(
-                        "EXPLAIN QUERY PLAN SELECT pk FROM runs WHERE folder_id = 2 AND "
-                        "coalesce(start_time, '') <= 'x' ORDER BY coalesce(start_time, '') DESC, pk DESC LIMIT 101"
-                    )
-                )
-            )
-            assert "ix_runs_folder_start" in plan and "TEMP B-TREE" not in plan, plan
-        else:
-            names = set(conn.execute(text("SELECT indexname FROM pg_indexes")).scalars())
+        dialect = conn.dialect.name
+        query = "SELECT name FROM sqlite_master WHERE type = 'index'" if dialect == "sqlite" else (
+            "SELECT indexname FROM pg_indexes")  # fmt: skip
+        names = set(conn.execute(text(query)).scalars())
     assert {"ix_runs_folder_start", "ix_artifacts_folder_name"} <= names
+    if dialect != "sqlite":
+        return
+    ran: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and (
+            "FROM runs" in statement or "FROM artifacts" in statement
+        ):
+            ran.append((statement, parameters))
+
+    reader = server.client.app.state.read_engine
+    event.listen(reader, "before_cursor_execute", record)
+    try:
+        first = server.req("GET", "/folders", params={"path": "/alice/f", "limit": 2}).json()
+        server.req("GET", "/folders", params={"path": "/alice/f", "limit": 2, "page_token": first["next_page_token"]})
+    finally:
+        event.remove(reader, "before_cursor_execute", record)
+    pages = [(q, p) for q, p in ran if "ORDER BY" in q]
+    assert len(pages) == 4, ran  # runs and artifacts, on each page
+    with engine.connect() as conn:
+        for statement, parameters in pages:
+            plan = " ".join(str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters))
+            index = "ix_runs_folder_start" if "FROM runs" in statement else "ix_artifacts_folder_name"
+            assert index in plan and "TEMP B-TREE" not in plan, (statement, plan)
 
 
 def test_the_console_folder_page_follows_the_pages(server: Server, folder: dict[str, Any]) -> None:

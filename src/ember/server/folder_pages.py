@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import HTTPException
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 from sqlalchemy.orm import Session
 
 from ember.server.models import Artifact, Folder, Run
@@ -55,7 +55,9 @@ class FolderPage:
 
 def _start_key() -> ColumnElement[str]:
     # A run without a start time sorts last (as the oldest), the same on SQLite and PostgreSQL.
-    return func.coalesce(Run.start_time, "")
+    # The '' is written into the SQL, not bound: a database matches an index on an expression
+    # only when the query holds the same expression, and coalesce(start_time, ?) is not it.
+    return func.coalesce(Run.start_time, literal_column("''"))
 
 
 def folder_page(session: Session, folder: Folder, limit: int, token: str | None) -> FolderPage:
