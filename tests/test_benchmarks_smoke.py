@@ -155,3 +155,21 @@ def test_the_store_and_checkpoint_size_benchmarks_run_at_tiny_sizes(
     assert checkpoint_sizes.main() == 0
     out = capsys.readouterr().out
     assert all(name in out for name in checkpoint_sizes.SAVERS)
+
+
+def test_the_console_scale_benchmark_runs_at_a_tiny_size(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from benchmarks import console_scale
+
+    monkeypatch.setattr(sys, "argv", ["console_scale", "--sizes", "60", "--repeat", "1"])
+    assert console_scale.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    ui_row = next(line for line in lines if line.split()[:1] == ["60"])
+    assert "nan" not in ui_row  # the first page held the 50 newest runs, and every run was indexed
+    folder_row = next(line for line in lines[lines.index(ui_row) + 1 :] if line.split()[:1] == ["60"])
+    assert (
+        folder_row.split()[3] == "60" and folder_row.split()[5] == "1"
+    )  # one page

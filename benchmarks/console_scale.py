@@ -1,0 +1,232 @@
+"""``ember ui`` and the folder listing as the store grows (issue 18, items 10 and 13).
+
+Two parts, each in fresh processes so that one cannot warm another:
+
+* ``ui``: stores of 100 to 10,000 runs (written directly in ember's layout: ``run.json``,
+  ``platform.json``, a line of ``stdout.log`` and 20 ``train`` points each). ``ember ui`` is started
+  in its own process (real uvicorn, real HTTP) and polled every 0.1 s from its start: when the
+  runs page first answers, when its first page holds the 50 newest runs, when every run is
+  indexed; then, once indexed, the median and p90 of 20 warm requests of the runs page (``/ui/runs``,
+  the target), the page of a folder (``/ui/folders?path=/local/default``) and the last page of the
+  runs table; and the process's CPU while idle for 10 s (the index's passes).
+* ``folders``: a server with 100 to 10,000 runs in one folder (filled straight into its tables,
+  as ``console_runs_table.py`` does); in process (``TestClient``, no network), the median of
+  ``--repeat`` answers of ``GET /api/v1/folders`` (its first page, and its last page reached by
+  following ``next_page_token``), and their size.
+
+    .venv/bin/python -m benchmarks.console_scale                      # both, 100-10,000 runs
+    .venv/bin/python -m benchmarks.console_scale ui --sizes 100 5000
+    .venv/bin/python -m benchmarks.console_scale --src /tmp/old/src   # another checkout (before/after)
+
+The load average (``os.getloadavg()``) is printed before and after: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+_POINT = '{{"step":{s},"epoch":0,"time":{t:.3f},"metrics":{{"loss":{l!r},"acc":{a!r}}}}}\n'
+
+
+def write_store(home: Path, runs: int) -> list[str]:
+    """``runs`` finished runs, run ``i`` created ``i`` seconds after the first; their names, newest first."""
+    folder = home / "runs"
+    names = []
+    for i in range(runs):
+        stamp = f"{i // 3600 % 24:02d}{i // 60 % 60:02d}{i % 60:02d}"
+        start = f"2026-01-{1 + i // 86400:02d}T{stamp[:2]}:{stamp[2:4]}:{stamp[4:]}.000+00:00"
+        path = folder / f"run{i:05d}_2601{1 + i // 86400:02d}_{stamp}_{i % 10**6:06d}"
+        (path / "metrics").mkdir(parents=True)
+        meta = {"format": "ember.run/1", "id": uuid.uuid4().hex, "name": f"run{i:05d}", "folder": "default",
+                "labels": [], "description": "", "status": "Complete", "start_time": start, "end_time": start,
+                "heartbeat": start, "pid": 1, "hostname": "bench", "hparams": {"lr": 0.001 * (i % 7), "seed": i},
+                "resumes": [], "reason": None}  # fmt: skip
+        (path / "run.json").write_text(json.dumps(meta, indent=2) + "\n")
+        (path / "platform.json").write_text("{}\n")
+        (path / "stdout.log").write_text(f"run {i}\n")
+        with open(path / "metrics" / "train.jsonl", "w") as f:
+            f.write("".join(_POINT.format(s=k, t=1.7e9 + k, l=1.0 / (k + 1), a=k * 1e-3) for k in range(20)))
+        names.append(f"run{i:05d}")
+    return names[::-1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(http: httpx.Client, url: str, repeat: int = 20) -> tuple[float, float]:
+    """Median and p90 seconds of ``repeat`` answers of ``url`` (each must be a 200)."""
+    times = []
+    for _ in range(repeat):
+        began = time.perf_counter()
+        answer = http.get(url)
+        times.append(time.perf_counter() - began)
+        assert answer.status_code == 200, (url, answer.status_code, answer.text[:300])
+    times.sort()
+    return statistics.median(times), times[int(0.9 * (len(times) - 1))]
+
+
+def ui(src: Path, sizes: list[int], tmp: Path) -> None:
+    print("ember ui: seconds from the process's start; warm pages: median / p90 of 20, milliseconds")
+    print(f"{'runs':>7}  {'1st page':>8}  {'newest 50':>9}  {'all indexed':>11}  {'/ui/runs':>13}  "
+          f"{'folder page':>13}  {'last page':>13}  {'idle CPU':>8}")  # fmt: skip
+    for size in sizes:
+        home = tmp / f"ui-{size}"
+        newest = write_store(home, size)[:50]
+        port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        argv = [sys.executable, "-m", "ember.server.cli", "ui", "--store", str(home), "--port", str(port)]
+        log = tmp / f"ui-{size}.log"
+        began = time.monotonic()
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            first = complete = done = None
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
+                while done is None:
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
+                    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
+                    try:
+                        if entry and not http.cookies:
+                            http.get(entry.group(0))
+                        page = http.get("/ui/runs") if http.cookies else None
+                    except httpx.HTTPError:
+                        page = None
+                    if page is not None and page.status_code == 200:
+                        now = time.monotonic() - began
+                        first = first if first is not None else now
+                        shown = re.findall(r'class="run-link" href="[^"]+">([^<]*)</a>', page.text)
+                        if complete is None and shown == newest:
+                            complete = now
+                        if f"({size})" in page.text and "Reading the store" not in page.text:
+                            done = now
+                            break
+                    time.sleep(0.1)
+                runs = _timed(http, "/ui/runs")
+                folder = _timed(http, "/ui/folders?path=/local/default")
+                last = _timed(http, f"/ui/runs?page={(size + 49) // 50}")
+                cpu = _cpu_s(proc.pid)
+                time.sleep(10)
+                idle = (_cpu_s(proc.pid) - cpu) / 10
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        warm = "  ".join("{:>6.0f} / {:<4.0f}".format(*(t * 1e3 for t in pair)) for pair in (runs, folder, last))
+        newest_s = complete if complete is not None else float("nan")
+        print(f"{size:>7,}  {first:>8.1f}  {newest_s:>9.1f}  {done:>11.1f}  {warm}  {idle:>7.1%}", flush=True)
+        shutil.rmtree(home)
+
+
+def _python(src: Path, code: str) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter (``src`` and this checkout on the path); it prints one JSON line."""
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                         timeout=3600)  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"the measurement failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
+    print(f"GET /api/v1/folders of a folder of N runs: median of {repeat}, in process")
+    print(f"{'runs':>7}  {'first page ms':>13}  {'KB':>7}  {'runs in it':>10}  {'last page ms':>12}  {'pages':>5}")
+    for size in sizes:
+        result = _python(
+            src,
+            f"""
+            import json, statistics, time, warnings
+            warnings.filterwarnings("ignore")
+            from pathlib import Path
+            from fastapi.testclient import TestClient
+            from ember.server import admin
+            from ember.server.app import create_app
+            from ember.server.settings import Settings
+            from benchmarks.console_runs_table import fill
+            data = Path({str(tmp)!r}) / "folders-{size}"
+            settings = Settings.make(data_dir=data, db_url=f"sqlite:///{{data / 'bench.db'}}")
+            key = admin.init(settings, "alice")
+            app = create_app(settings)
+            fill(app, {size})
+            auth = {{"Authorization": f"Bearer {{key}}"}}
+            def timed(params):
+                times = []
+                for _ in range({repeat} + 1):
+                    t = time.perf_counter()
+                    answer = client.get("/api/v1/folders", params=params, headers=auth)
+                    times.append(time.perf_counter() - t)
+                    assert answer.status_code == 200, answer.text[:300]
+                return statistics.median(times[1:]), answer
+            with TestClient(app) as client:
+                first, answer = timed({{"path": "/alice/bench"}})
+                size, shown, token, pages = len(answer.content), len(answer.json()["runs"]), None, 1
+                token = answer.json().get("next_page_token")
+                last = first
+                while token:
+                    params = {{"path": "/alice/bench", "page_token": token}}
+                    page = client.get("/api/v1/folders", params=params, headers=auth).json()
+                    pages += 1
+                    if not page["next_page_token"]:
+                        last, _ = timed(params)
+                    token = page["next_page_token"]
+            print(json.dumps({{"first": first, "kb": size / 1024, "shown": shown, "last": last, "pages": pages}}))
+            """,
+        )
+        print(f"{size:>7,}  {result['first'] * 1e3:>13.1f}  {result['kb']:>7.1f}  {result['shown']:>10,}  "
+              f"{result['last'] * 1e3:>12.1f}  {result['pages']:>5}", flush=True)  # fmt: skip
+        shutil.rmtree(tmp / f"folders-{size}", ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("parts", nargs="*", metavar="PART", help="ui, folders (default: both)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 5_000, 10_000], help="runs")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the ember source tree to measure")
+    args = parser.parse_args()
+    args.parts = args.parts or ["ui", "folders"]
+    unknown = set(args.parts) - {"ui", "folders"}
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}: choose among ui, folders")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"ember from {args.src}; load average {load}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="ember-console-scale-"))
+    began = time.perf_counter()
+    try:
+        if "ui" in args.parts:
+            ui(args.src, args.sizes, tmp)
+        if "folders" in args.parts:
+            folders(args.src, args.sizes, args.repeat, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"done in {time.perf_counter() - began:.0f} s; load average {load}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
