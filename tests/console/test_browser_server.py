@@ -141,10 +141,10 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     for box in p.page.locator("input[name=ids]").all():
         box.check()
     p.page.click("#compare")
-    p.page.wait_for_selector("#compare-chart .main-svg")
+    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart .main-svg")
     p.page.wait_for_load_state("networkidle")
-    assert p.page.get_attribute("#compare-chart", "data-traces") == "2"
-    assert "lr" in p.page.inner_text("#hparam-diff")
+    assert p.page.get_attribute("#compare-grid .chart[data-metric='train/loss']", "data-traces") == "2"
+    assert "lr" in p.page.locator("#compare-runs thead th.hparam").all_inner_texts()
     p.check("compare")
 
     p.page.click("#logout")
@@ -233,8 +233,8 @@ def test_no_request_leaves_the_machine_and_chart_text_is_text(browser: Any, site
             assert p.page.locator(".chart a").count() == 0  # no markup became a link
             titles = p.page.locator(".chart .chart-title" if run_page else ".chart .gtitle").all_text_contents()
             assert any(LINK in t for t in titles), titles
-            legends = p.page.locator(".chart .legendtext").all_text_contents()
-            if "compare" in path:
+            if "compare" in path:  # the compare page's legend is one list above its grid of charts
+                legends = p.page.locator("#compare-legend li").all_inner_texts()
                 assert sorted(legends) == sorted(NAMES), legends
         clicking["on"] = True
         for chart in range(0 if run_page else min(charts, 1)):

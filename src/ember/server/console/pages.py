@@ -1,4 +1,4 @@
-"""Console pages: login and logout, the folder browser (with sharing), the runs table, compare."""
+"""Console pages: login and logout, the folder browser (with sharing), the runs table."""
 
 from __future__ import annotations
 
@@ -22,9 +22,8 @@ from ember.server.console.session import (
 )
 from ember.server.console.views import ConsoleRoute, render, secure
 from ember.server.models import Folder, Run
-from ember.server.perms import Level, get_folder, level
+from ember.server.perms import get_folder
 from ember.server.routes_folders import read_folder, share
-from ember.server.routes_runs import get_run
 from ember.server.schemas import ShareIn
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -190,32 +189,4 @@ def runs_page(
         crumbs=crumbs(path) if path else [],
         errors=errors,
         columns_key=path or "",
-    )
-
-
-@router.get("/compare")
-def compare_page(
-    request: Request, session: DbSession, ids: Annotated[list[str] | None, Query(max_length=20)] = None
-) -> Response:
-    user = require_viewer(request, session)
-    wanted = list(dict.fromkeys(ids or []))
-    if len(wanted) < 2:
-        raise HTTPException(422, "pick at least two runs to compare (tick them in the runs table)")
-    runs = [get_run(session, user, run_id) for run_id in wanted]
-    summary = listing.metric_summary(session, [r.pk for r in runs])
-    keys = sorted({k for r in runs for k in r.hparams})
-    differing = [k for k in keys if len({repr(r.hparams.get(k)) for r in runs}) > 1]
-    same = [k for k in keys if k not in differing]
-    metrics = sorted({k for r in runs for k in summary[r.pk]}, key=lambda k: (k.split("/")[0] != "train", k))
-    return render(
-        request,
-        "compare.html",
-        user=user,
-        runs=runs,
-        summary=summary,
-        differing=differing,
-        same=same,
-        metrics=metrics,
-        levels={r.id: level(session, user, r) >= Level.VIEW for r in runs},
-        statuses={r.id: listing.shown_status(r.status, r.meta) for r in runs},
     )

@@ -1,0 +1,146 @@
+"""The compare page: runs side by side, every shared metric in a grid, hparams against a metric.
+
+``/ui/compare?ids=A&ids=B...`` (the runs ticked in the runs table) or ``?folder=/alice/sweep``
+(every run of a folder and beneath, newest first): up to :data:`MAX_RUNS` runs. The page holds
+the runs' flattened hparams and metric summaries as JSON for ``compare.js``, which draws the
+line charts (series fetched per run and type), the parallel coordinates and the scatter.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+
+from ember.server import listing, naming
+from ember.server.auth import DbSession
+from ember.server.columns import metric_order, metric_summary
+from ember.server.console.session import PREFIX, require_viewer
+from ember.server.console.views import ConsoleRoute, render
+from ember.server.models import Run
+from ember.server.routes_runs import get_run
+from ember.track._report import flatten
+from ember.track.best import metric_mode
+
+router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
+MAX_RUNS = 500
+LINE_RUNS = 50
+"""Line charts draw the first 50 runs; the table, parallel coordinates and scatter all of them."""
+
+
+TABLEAU = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+
+
+def palette(n: int) -> list[str]:
+    """``n`` colours, all different: Tableau 10 first, then hues a golden angle apart at three lightnesses.
+
+    Example:
+        >>> len(set(palette(300)))
+        300
+    """
+    out = list(TABLEAU[:n])
+    for i in range(n - len(out)):
+        hue = (i * 137.508 + 20) % 360
+        out.append(f"hsl({hue:.1f}, {(70, 55, 85)[i % 3]}%, {(42, 30, 58)[(i // 3) % 3]}%)")
+    return out
+
+
+def compare_order(key: str) -> tuple[int, tuple[int, str]]:
+    """Losses first (``train/loss``, ``val/loss``, then other ``*loss*``), then train, val, test, others."""
+    name = key.rsplit("/", 1)[-1].lower()
+    return (0 if name == "loss" else 1 if "loss" in name else 2, metric_order(key))
+
+
+def _plain(value: Any) -> Any:
+    """A value JSON can carry to the page (non-finite floats as None; containers as their text)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (list, tuple, dict)):
+        return repr(value)
+    return value
+
+
+def best_runs(runs: list[Run], summary: dict[int, dict[str, dict[str, Any]]], metrics: list[str]) -> dict[str, str]:
+    """Per metric, the id of the run holding the best value (``ember.track.best.metric_mode``)."""
+    out = {}
+    for m in metrics:
+        held = [(s["best"], r.id) for r in runs if (s := summary[r.pk].get(m)) and _plain(s.get("best")) is not None]
+        if held:
+            pick = min if metric_mode(m) == "min" else max
+            out[m] = pick(held, key=lambda item: item[0])[1]
+    return out
+
+
+def _runs(session: Any, user: Any, ids: list[str], folder: str | None) -> list[Run]:
+    """The runs named by id (each checked), or those of a folder and beneath that the viewer may see."""
+    if not folder:
+        return [get_run(session, user, run_id) for run_id in ids]
+    path = naming.folder_path(folder, home=f"/{user.name}")
+    found = [row["id"] for row in listing.list_runs(session, user, folder=path, per_page=MAX_RUNS).runs]
+    rows = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(found)))}
+    return [rows[i] for i in found if i in rows]
+
+
+@router.get("/compare")
+def compare_page(
+    request: Request,
+    session: DbSession,
+    ids: Annotated[list[str] | None, Query(max_length=MAX_RUNS)] = None,
+    folder: Annotated[str | None, Query(max_length=1000)] = None,
+) -> Response:
+    user = require_viewer(request, session)
+    runs = _runs(session, user, list(dict.fromkeys(ids or [])), folder)
+    if len(runs) < 2:
+        raise HTTPException(422, "pick at least two runs to compare (tick them in the runs table)")
+    if len(runs) > MAX_RUNS:
+        raise HTTPException(422, f"compare up to {MAX_RUNS} runs at once, not {len(runs)}")
+    summary = metric_summary(session, [r.pk for r in runs])
+    flat = {r.pk: flatten(r.hparams) if isinstance(r.hparams, dict) else {} for r in runs}
+    keys = sorted({k for r in runs for k in flat[r.pk]})
+    differing = [k for k in keys if len({repr(flat[r.pk].get(k)) for r in runs}) > 1]
+    same = [(k, flat[runs[0].pk].get(k)) for k in keys if k not in differing]
+    counts: dict[str, int] = {}
+    for r in runs:
+        for m in summary[r.pk]:
+            counts[m] = counts.get(m, 0) + 1
+    metrics = sorted(counts, key=compare_order)
+    shared = [m for m in metrics if counts[m] >= 2] or metrics
+    colors = palette(len(runs))
+    data = {
+        "prefix": PREFIX,
+        "runs": [
+            {
+                "id": r.id,
+                "color": colors[i],
+                "name": r.name,
+                "hparams": {k: _plain(flat[r.pk].get(k)) for k in differing},
+                "metrics": {m: {k: _plain(v) for k, v in s.items()} for m, s in summary[r.pk].items()},
+            }
+            for i, r in enumerate(runs)
+        ],
+        "hparams": differing,
+        "metrics": metrics,
+        "shared": shared,
+        "modes": {m: metric_mode(m) for m in metrics},
+        "line_runs": LINE_RUNS,
+    }
+    return render(
+        request,
+        "compare.html",
+        user=user,
+        runs=runs,
+        flat=flat,
+        summary=summary,
+        differing=differing,
+        same=same,
+        metrics=metrics,
+        modes=data["modes"],
+        best=best_runs(runs, summary, metrics),
+        statuses={r.id: listing.shown_status(r.status, r.meta) for r in runs},
+        data=data,
+        folder=folder,
+        line_runs=LINE_RUNS,
+    )
