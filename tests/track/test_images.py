@@ -131,3 +131,18 @@ def test_other_ranks_check_the_arguments_and_store_nothing(tmp_path: Path) -> No
     run.log_image("ok", np.zeros((2, 2), np.uint8), step=0)
     with pytest.raises(TrackingError, match="image name"):
         run.log_image("/bad", np.zeros((2, 2), np.uint8), step=0)
+
+
+def test_a_png_file_is_logged_as_it_is_and_another_file_is_refused(tmp_path: Path) -> None:
+    """MLflow's log_image/log_artifact habit: a chart saved by matplotlib as a file."""
+    pixels = np.zeros((3, 5, 3), np.uint8)
+    saved = tmp_path / "plot.png"
+    saved.write_bytes(encode_png(pixels))
+    with track.create_run(name="file") as run:
+        run.log_image("plots/loss", saved, step=3)
+        (tmp_path / "plot.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a png")
+        with pytest.raises(TrackingError, match="not a PNG"):
+            run.log_image("plots/loss", tmp_path / "plot.jpg", step=4)
+    (line,) = run.images()
+    assert (line["width"], line["height"]) == (5, 3)
+    assert (run.path / line["file"]).read_bytes() == saved.read_bytes()

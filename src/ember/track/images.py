@@ -122,7 +122,7 @@ def encode_png(pixels: Any) -> bytes:
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's header; TrackingError when ``data`` is not a PNG."""
     if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
-        raise TrackingError("not a PNG file")
+        raise TrackingError("not a PNG file: log_image takes a saved file only as PNG (or pass the pixels)")
     width, height = struct.unpack(">II", data[16:24])
     return int(width), int(height)
 

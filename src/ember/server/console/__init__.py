@@ -47,7 +47,7 @@ def mount(
     Raises:
         ServerError: ``local_user`` without a ``token``.
     """
-    from ember.server.console import data, media, pages, run_pages
+    from ember.server.console import artifact_pages, compare, data, media, pages, run_pages
 
     if local_user is not None and not token:
         raise ServerError("mount(local_user=...) needs the launch's token: the console must not open without it")
@@ -59,6 +59,8 @@ def mount(
     app.state.console_mounted = True
     app.state.console_secret = load_secret(app.state.settings.data_dir)
     app.include_router(pages.router)
+    app.include_router(compare.router)
+    app.include_router(artifact_pages.router)  # before run_pages: its artifact page is the one with previews
     app.include_router(media.router)
     app.include_router(run_pages.router)
     app.include_router(data.router)

@@ -1,0 +1,215 @@
+"""The compare page, run images and artifact previews, in Chromium through `ember ui` (issue 19).
+
+Before: one metric at a time chosen in a select, eight colours reused from the ninth run on, no
+legend for a single run, no best value marked, nothing for a sweep's hparams; artifact files
+downloadable only; no images.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ember import track
+from tests.console.conftest import Checked
+from tests.console.test_browser_local import new_page, ui  # noqa: F401  (ui: the fixture)
+
+LRS = [10 ** (-1 - i / 4) for i in range(12)]  # 0.1 ... 0.00018: a log-spaced sweep
+BIG = 150
+
+
+def _sweep_run(store: Path, folder: str, i: int, lr: float, steps: int = 6) -> track.Run:
+    opt = "adam" if i % 2 else "sgd"
+    hparams = {"lr": lr, "epochs": 2, "opt": {"name": opt, "momentum": 0.9}}
+    run = track.create_run(name=f"{folder}-{i:03d}", home=store, folder=folder, hparams=hparams)
+    for step in range(steps):
+        run.log(
+            "train", {"loss": 2.0 / (step + 1) + abs(i - 5) * 0.05, "acc": 0.5 + step * 0.02 + i * 0.001}, step=step
+        )
+    run.log("val", {"loss": 1.0 + abs(i - 7) * 0.1, "acc": 0.9 - abs(i - 3) * 0.01}, step=steps - 1)
+    return run
+
+
+@pytest.fixture(scope="module")
+def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
+    """12 sweep runs, 150 more in another folder, a run with images and an artifact of every kind of file."""
+    store = ui["store"]
+    for i, lr in enumerate(LRS):
+        _sweep_run(store, "cmp", i, lr).finish()
+    for i in range(BIG):
+        _sweep_run(store, "big", i, 10 ** (-1 - (i % 40) / 10), steps=3).finish()
+    gan = track.create_run(name="gan", home=store, folder="media")
+    gan.log("train", {"loss": 1.0}, step=0)
+    for step in (0, 10, 20):
+        pixels = np.zeros((16, 24, 3), np.uint8)
+        pixels[:, : 8 * (step // 10 + 1)] = (200, 40, 40)  # a red bar that grows with the step
+        gan.log_image("samples", pixels, step=step)
+    files = tmp_path_factory.mktemp("files")
+    (files / "bar.png").write_bytes((gan.path / "images/samples/20.png").read_bytes())
+    (files / "notes.txt").write_text("first line\n<b>not bold</b>\n")
+    (files / "config.json").write_text('{"lr": 0.1, "layers": [1, 2]}')
+    (files / "table.csv").write_text("step,loss\n" + "".join(f"{s},{1 / (s + 1):.3f}\n" for s in range(80)))
+    (files / "page.html").write_text("<script>alert(1)</script>")
+    (files / "logo.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'><script>alert(1)</script></svg>")
+    (files / "trap.png").write_text("<html><script>alert(1)</script></html>")  # named .png, holds HTML
+    art = track.create_artifact("media-files", home=store)
+    for f in sorted(files.iterdir()):
+        art.add_file(f)
+    gan.mark_output(art)
+    gan.finish()
+    return {**ui, "gan": gan, "artifact": art}
+
+
+def _open_compare(p: Checked, folder: str, count: int, timeout: float = 30.0) -> None:
+    """Open the compare page of a folder once `ember ui` has indexed its ``count`` runs."""
+    deadline = time.monotonic() + timeout
+    p.goto(f"/ui/compare?folder=/local/{folder}")
+    while f"Compare {count} runs" not in p.page.inner_text("h1") and time.monotonic() < deadline:
+        p.page.wait_for_timeout(500)
+        p.goto(f"/ui/compare?folder=/local/{folder}")
+    assert f"Compare {count} runs" in p.page.inner_text("h1")
+    p.page.wait_for_selector("body[data-compare-ready='1']", timeout=60_000)
+
+
+def _ids(p: Checked) -> dict[str, str]:
+    """Run name -> id, from the compare table's rows."""
+    rows = "els => els.map(e => [e.querySelector('td.name a').textContent, e.dataset.run])"
+    return dict(p.page.locator("#compare-runs tbody tr").evaluate_all(rows))
+
+
+def _chart(p: Checked, metric: str) -> Any:
+    return p.page.locator(f"#compare-grid .chart[data-metric='{metric}']")
+
+
+def test_every_shared_metric_in_a_grid_loss_first_distinct_colours_legend_and_best(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    p = new_page(browser, site)
+    _open_compare(p, "cmp", 12)
+    metrics = p.page.locator("#compare-grid .chart").evaluate_all("els => els.map(e => e.dataset.metric)")
+    assert metrics == ["train/loss", "val/loss", "train/acc", "val/acc"]  # every metric, the losses first
+    colors = json.loads(_chart(p, "train/loss").get_attribute("data-colors") or "[]")
+    assert len(colors) == 12 and len(set(colors)) == 12  # before: run 9 had run 1's colour
+    legend = p.page.locator("#compare-legend li")
+    assert legend.count() == 12 and legend.first.is_visible()
+    swatches = legend.evaluate_all("els => els.map(e => e.querySelector('.swatch').style.background)")
+    assert len(set(swatches)) == 12
+    names = [f"cmp-{i:03d}" for i in range(12)]
+    assert sorted(legend.all_inner_texts()) == names  # newest first, as the runs table
+    for metric in ("train/loss", "val/loss", "train/acc", "val/acc"):
+        assert _chart(p, metric).get_attribute("data-traces") == "12"
+        assert _chart(p, metric).locator(".main-svg").count() > 0
+    # best by ember.track.best.metric_mode: the lowest val/loss (run 7), the highest val/acc (run 3)
+    ids = _ids(p)
+    assert _chart(p, "val/loss").get_attribute("data-best-run") == ids["cmp-007"]
+    assert _chart(p, "val/acc").get_attribute("data-best-run") == ids["cmp-003"]
+    best_cells = p.page.locator("#compare-runs td.best[data-metric='val/acc']")
+    assert best_cells.count() == 1
+    assert "cmp-003" in best_cells.locator("xpath=..").inner_text()
+    assert (
+        p.page.locator("#compare-runs td.best[data-metric='val/loss']")
+        .locator("xpath=..")
+        .inner_text()
+        .startswith("cmp-007")
+    )
+    headers = p.page.locator("#compare-runs thead th.hparam").all_inner_texts()
+    assert headers == ["lr", "opt.name"]  # nested hparams flattened; constants (epochs, opt.momentum) below
+    assert "epochs=2" in p.page.inner_text("#runs")
+    p.check("compare-grid")
+    p.page.context.close()
+
+
+def test_parallel_coordinates_and_scatter_over_a_sweep_of_150_runs(browser: Any, site: dict[str, Any]) -> None:
+    p = new_page(browser, site)
+    started = time.monotonic()
+    _open_compare(p, "big", BIG, timeout=60)
+    assert p.page.get_attribute("#parcoords", "data-runs") == str(BIG)
+    assert p.page.get_attribute("#scatter", "data-runs") == str(BIG)
+    labels = p.page.locator("#parcoords .annotation-text").all_text_contents()
+    assert labels[:3] == ["lr (log)", "opt.name", "best train/loss"], (
+        labels
+    )  # an axis per varying hparam, then the metric
+    lines = p.page.locator("#parcoords .scatterlayer .trace").count()
+    assert lines >= 2  # the runs' lines (by colour) and the best run's
+    assert p.page.locator("#scatter .scatterlayer .point").count() == BIG + 1  # every run and the best starred
+    assert p.page.locator("#line-note").is_visible()  # line charts: the first 50
+    p.page.select_option("#cmp-metric", "val/acc")
+    p.page.wait_for_timeout(300)
+    ids = _ids(p)
+    assert p.page.get_attribute("#scatter", "data-best-run") == ids["big-003"]  # val/acc best: the maximum
+    assert "big-003" in p.page.inner_text("#sweep-note")
+    p.page.select_option("#cmp-hparam", "opt.name")
+    p.page.wait_for_timeout(300)
+    ticks = p.page.locator("#scatter .xtick text").all_text_contents()
+    assert sorted(ticks) == ["adam", "sgd"]
+    p.check("compare-sweep")
+    assert time.monotonic() - started < 60
+    p.page.context.close()
+
+
+def test_run_page_shows_images_with_a_step_slider(browser: Any, site: dict[str, Any]) -> None:
+    p = new_page(browser, site)
+    gan = site["gan"]
+    deadline = time.monotonic() + 20
+    p.goto(f"/ui/runs/{gan.id}")
+    while p.page.locator("#images .image-panel").count() == 0 and time.monotonic() < deadline:
+        p.page.wait_for_timeout(500)
+        p.goto(f"/ui/runs/{gan.id}")
+    panel = p.page.locator("#images .image-panel[data-name='samples']")
+    assert panel.is_visible()
+    img = panel.locator("img.image-view")
+    assert img.get_attribute("data-step") == "20"  # the newest first
+    p.page.wait_for_function("() => document.querySelector('#images img.image-view').naturalWidth === 24")
+    slider = panel.locator("input.image-step")
+    slider.fill("0")
+    assert img.get_attribute("data-step") == "0"
+    loaded = "() => { const i = document.querySelector('#images .image-view'); return i.complete && i.naturalWidth; }"
+    p.page.wait_for_function(loaded)
+    # the pixels of step 0: the red bar is 8 of 24 columns wide
+    red = p.page.evaluate(
+        """() => {
+          const i = document.querySelector('#images img.image-view'), c = document.createElement('canvas');
+          c.width = i.naturalWidth; c.height = i.naturalHeight;
+          const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+          const d = g.getImageData(0, 8, 24, 1).data;
+          let n = 0; for (let x = 0; x < 24; x++) if (d[4 * x] === 200) n++;
+          return n;
+        }"""
+    )
+    assert red == 8
+    assert "0 (24×16)" in panel.inner_text()
+    p.check("run-images")
+    p.page.context.close()
+
+
+def test_artifact_files_are_previewed_inline_and_never_as_html(browser: Any, site: dict[str, Any]) -> None:
+    p = new_page(browser, site)
+    art = site["artifact"]
+    deadline = time.monotonic() + 20
+    p.goto(f"/ui/artifacts/{art.id}")
+    while p.page.locator("#previews").count() == 0 and time.monotonic() < deadline:
+        p.page.wait_for_timeout(500)
+        p.goto(f"/ui/artifacts/{art.id}")
+    kinds = {f.get_attribute("data-path"): f.get_attribute("data-kind") for f in p.page.locator("figure.preview").all()}
+    assert kinds == {"bar.png": "image", "config.json": "json", "notes.txt": "text", "table.csv": "csv"}
+    p.page.wait_for_function("() => document.querySelector('figure[data-path=\"bar.png\"] img').naturalWidth === 24")
+    assert "<b>not bold</b>" in p.page.inner_text("figure[data-path='notes.txt'] pre")  # shown as typed
+    assert p.page.locator("figure b").count() == 0
+    assert '"layers": [\n    1,' in p.page.inner_text("figure[data-path='config.json'] pre")  # pretty-printed
+    csv = p.page.locator("figure[data-path='table.csv'] table")
+    assert csv.locator("th").all_inner_texts() == ["step", "loss"] and csv.locator("tr").count() == 51  # the head
+    skipped = p.page.locator(".not-previewed").evaluate_all("els => els.map(e => e.dataset.path)")
+    assert sorted(skipped) == ["logo.svg", "page.html"]  # never inline; trap.png (HTML inside) is not an image
+    base = f"/ui/artifacts/{art.id}/preview"
+    png = p.page.request.get(site["url"] + f"{base}/bar.png")
+    assert png.status == 200 and png.headers["content-type"] == "image/png"
+    assert png.headers["x-content-type-options"] == "nosniff" and "sandbox" in png.headers["content-security-policy"]
+    for name in ("trap.png", "page.html", "logo.svg"):
+        assert p.page.request.get(site["url"] + f"{base}/{name}").status == 415, name
+    p.check("artifact-previews")
+    p.page.context.close()
