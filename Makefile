@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 PIN    := -c constraints.txt
 
-.PHONY: demo test test-lowest lint typecheck bench clean
+.PHONY: demo test test-lowest docs docs-serve lint typecheck bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(VENV)/.demo-installed: $(PY) pyproject.toml constraints.txt
 
 $(VENV)/.dev-installed: $(PY) pyproject.toml constraints.txt
 	$(PIP) install -q $(PIN) -e ".[dev]"
-	@touch $@ $(VENV)/.demo-installed
+	@touch $@ $(VENV)/.demo-installed $(VENV)/.docs-installed
 
 ## the main job: a small CNN on scikit-learn's digits, trained with ember
 demo: $(VENV)/.demo-installed
@@ -40,6 +40,18 @@ $(VENV)/.bench-installed: $(PY) pyproject.toml constraints.txt
 bench: $(VENV)/.bench-installed
 	$(PY) -m benchmarks
 
+$(VENV)/.docs-installed: $(PY) pyproject.toml constraints.txt
+	$(PIP) install -q $(PIN) -e ".[docs]"
+	@touch $@
+
+## the documentation site (mkdocs.yml) into site/; --strict: a broken link, anchor or API reference fails it (~10 s)
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean
+
+## the site at http://127.0.0.1:8000, rebuilt on every change
+docs-serve: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict
+
 lint: $(VENV)/.dev-installed
 	$(PY) -m ruff check src tests examples benchmarks
 	$(PY) -m ruff format --check src tests examples benchmarks
@@ -48,4 +60,4 @@ typecheck: $(VENV)/.dev-installed
 	$(PY) -m mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache site
