@@ -5,6 +5,8 @@
 - A relative link from a page to a file of the repository outside ``docs/`` (``../benchmarks/...``,
   ``CHANGELOG.md``) becomes a link to that file on GitHub; a file that does not exist is an error,
   which ``mkdocs build --strict`` turns into a failed build.
+- A repeated heading's anchor is GitHub's (``names-1``), not Python-Markdown's (``names_1``); with
+  the toc's slugify (mkdocs.yml) every anchor is the one GitHub shows.
 """
 
 from __future__ import annotations
@@ -15,10 +17,32 @@ import re
 from pathlib import Path
 from typing import Any
 
+from markdown.extensions import toc
+
 log = logging.getLogger("mkdocs.plugins.ember")
 
 _LINK = re.compile(r"(!?\[[^\]\n]*\]\()([^)\s]+)(\))")
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+
+
+def _github_unique(id: str, ids: Any, *args: Any, **kwargs: Any) -> str:
+    if not id:
+        return _markdown_unique(id, ids, *args, **kwargs)
+    n = 0
+    unique = id
+    while unique in ids:
+        n += 1
+        unique = f"{id}-{n}"
+    ids.add(unique)
+    return unique
+
+
+_markdown_unique = toc.unique
+
+
+def on_config(config: Any) -> Any:
+    toc.unique = _github_unique  # the toc extension looks the name up at each heading
+    return config
 
 
 def _repo_root(config: Any) -> Path:

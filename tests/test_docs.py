@@ -63,14 +63,17 @@ def _project(tmp_path: Path, readme: str, pages: dict[str, str]) -> Path:
     return tmp_path / "mkdocs.yml"
 
 
-GUIDE = "# Guide\n\n## `fit`, `evaluate`, `predict`\n\n## ember ui at 100–10,000 runs (issue 18)\n"
+GUIDE = (
+    "# Guide\n\n## `fit`, `evaluate`, `predict`\n\n## ember ui at 100–10,000 runs (issue 18)\n\n"
+    "## Names\n\n## Names\n"  # GitHub: names, names-1
+)
 
 
 def test_github_anchors_and_the_readme_links_resolve(tmp_path: Path) -> None:
     readme = (
         "# Project\n\n[fit](docs/guide.md#fit-evaluate-predict), [changes](CHANGELOG.md), ![picture](docs/img.png)\n"
     )
-    other = "# Other\n\n[scale](guide.md#ember-ui-at-10010000-runs-issue-18)\n"
+    other = "# Other\n\n[scale](guide.md#ember-ui-at-10010000-runs-issue-18) [again](guide.md#names-1)\n"
     config = _project(tmp_path, readme, {"guide.md": GUIDE, "other.md": other})
     (tmp_path / "docs" / "img.png").write_bytes(b"")
     out = _build(config, tmp_path / "site")
