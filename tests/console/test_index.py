@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("fastapi")
@@ -155,6 +156,8 @@ def _tables(app: Any) -> dict[str, list[tuple[Any, ...]]]:
         "artifacts": 'SELECT a.id, a.name, f.path, a.labels, a.created, a."references", x.path, x.size, x.sha256 '
         "FROM artifacts a JOIN folders f ON f.id = a.folder_id JOIN artifact_files x ON x.artifact_pk = a.pk",
         "folders": "SELECT path FROM folders",
+        "images": "SELECT r.id, i.name, i.step, i.time, i.width, i.height, i.size, i.png FROM run_images i "
+        "JOIN runs r ON r.pk = i.run_pk",
     }
     with app.state.engine.connect() as conn:
         tables = {name: [list(row) for row in conn.execute(text(sql))] for name, sql in queries.items()}
@@ -172,6 +175,8 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
         live.log("train", {"loss": 1 / (step + 1), "acc": step / 300}, step=step, epoch=step // 100)
         if step % 50 == 0:
             live.log("val", {"acc": step / 300}, step=step)
+    live.log_image("samples", np.arange(12, dtype=np.uint8).reshape(3, 4), step=0)  # images.jsonl and its PNG
+    live.log_image("samples/b", np.ones((2, 2, 3), np.float32), step=7)
     live.flush()  # still Running
     stopped = track.create_run(name="stopped", home=store, folder="a/b")
     stopped.log("train", {"loss": 2.0}, step=0)
@@ -194,6 +199,7 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
         uploaded = _tables(server)
     live.finish()
     assert len(indexed["runs"]) == 4 and len(indexed["points"]) == 793 and indexed["lineage"]
+    assert len(indexed["images"]) == 2
     assert indexed == uploaded
 
 
