@@ -90,11 +90,12 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return out
 
 
-_ROLE = re.compile(r":(?:func|meth|class|attr|mod|data|exc|obj|const):(<code>)")
+# :func:`launch` and :class:`~ember.engine.Engine` (the last name only, as Sphinx shows it).
+_ROLE = re.compile(r":(?:func|meth|class|attr|mod|data|exc|obj|const):<code>(?:~(?:[\w.]+\.)?)?")
 
 
 def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
     # Docstrings cross-reference in Sphinx's roles (:func:`launch`); show them as the code they name.
     if page.file.src_uri.startswith("reference/"):
-        return _ROLE.sub(r"\1", html)
+        return _ROLE.sub("<code>", html)
     return html
