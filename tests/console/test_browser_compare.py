@@ -121,6 +121,10 @@ def test_every_shared_metric_in_a_grid_loss_first_distinct_colours_legend_and_be
     assert headers == ["lr", "opt.name"]  # nested hparams flattened; constants (epochs, opt.momentum) below
     assert "epochs=2" in p.page.inner_text("#runs")
     p.check("compare-grid")
+    p.goto("/ui/runs?folder=/local/cmp")  # a sweep is compared whole from its folder, without ticking 12 boxes
+    p.page.click("#compare-folder")
+    p.page.wait_for_selector("body[data-compare-ready='1']")
+    assert "Compare 12 runs" in p.page.inner_text("h1")
     p.page.context.close()
 
 
