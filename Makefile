@@ -28,7 +28,7 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.dev-installed lint typecheck
 	$(PY) -m pytest
 
-## the lowest dependency versions pyproject.toml allows, in a venv of their own, and a subset of the tests (~1.5 min)
+## the lowest dependency versions pyproject.toml allows, in a venv of their own, and a subset of the tests (~3 min)
 test-lowest:
 	scripts/test_lowest.sh
 

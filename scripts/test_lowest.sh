@@ -9,7 +9,7 @@
 # of CUDA packages), so torch's own floor is not exercised here; README "Install" says which torch
 # versions are tested. The test tools come after, held to the versions installed (pip freeze).
 #
-# The subset (about a minute on 2 cores) touches every direct dependency once: config files (pyyaml),
+# The subset (1.5 min on 2 cores, 3 with the PostgreSQL variants) touches every direct dependency once: config files (pyyaml),
 # the Engine and the Trainer's loop (torch, numpy, tqdm), uploads through the API (fastapi,
 # sqlalchemy, httpx), the schema commands (alembic), a real server process with a training run
 # logging to it (uvicorn), the console's login form and pages (jinja2, python-multipart), and,
