@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ember import track
-from tests.console.conftest import Checked
+from tests.console.conftest import RESULTS, Checked
 from tests.console.test_browser_local import new_page, ui  # noqa: F401  (ui: the fixture)
 
 LRS = [10 ** (-1 - i / 4) for i in range(12)]  # 0.1 ... 0.00018: a log-spaced sweep
@@ -152,6 +152,8 @@ def test_parallel_coordinates_and_scatter_over_a_sweep_of_150_runs(browser: Any,
     ticks = p.page.locator("#scatter .xtick text").all_text_contents()
     assert sorted(ticks) == ["adam", "sgd"]
     p.check("compare-sweep")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#sweep").screenshot(path=str(RESULTS / "compare-sweep-charts.png"))
     assert time.monotonic() - started < 60
     p.page.context.close()
 
