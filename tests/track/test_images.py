@@ -146,3 +146,15 @@ def test_a_png_file_is_logged_as_it_is_and_another_file_is_refused(tmp_path: Pat
     (line,) = run.images()
     assert (line["width"], line["height"]) == (5, 3)
     assert (run.path / line["file"]).read_bytes() == saved.read_bytes()
+
+
+def test_a_t9k_em_run_logs_a_saved_png_as_an_image(tmp_path: Path) -> None:
+    """T9k scripts saved charts as files; `em` runs are ember's, so the file goes to log_image as it is."""
+    from ember.compat.t9k import em
+
+    saved = tmp_path / "confusion.png"
+    saved.write_bytes(encode_png(np.zeros((4, 4, 3), np.uint8)))
+    run = em.create_run(name="t9k")
+    run.log_image("val/confusion", str(saved), step=1)
+    run.finish()
+    assert [(i["name"], i["step"]) for i in run.images()] == [("val/confusion", 1)]
