@@ -62,7 +62,7 @@ class Compress:
 
     def __init__(self, app: ASGIApp, minimum_size: int = 1024) -> None:
         self.app = app
-        self.gzip = GZipMiddleware(app, minimum_size=minimum_size)
+        self.gzip = GZipMiddleware(app, minimum_size=minimum_size, compresslevel=5)  # 9 costs 3x the time, ~5% smaller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""

@@ -17,7 +17,6 @@ from ember.server.models import ArtifactFile
 from ember.server.routes_artifacts import file_response, get_artifact
 from ember.server.routes_runs import download as points_download
 from ember.server.routes_runs import get_run
-from ember.server.wire import SafeJSONResponse
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -47,9 +46,9 @@ def series(
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    found = request.app.state.series.series(session, run.pk, run.id, type, buckets, start, end)
-    status = listing.shown_status(run.status, run.meta)
-    response = SafeJSONResponse({"id": run.id, "status": status, **found})
+    head = {"id": run.id, "status": listing.shown_status(run.status, run.meta)}
+    body = request.app.state.series.series_json(session, run.pk, type, head, buckets, start, end)
+    response = Response(body, media_type="application/json")
     secure(response)
     return response
 

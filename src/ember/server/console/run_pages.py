@@ -1,4 +1,4 @@
-"""Console pages of one node: the run page and the artifact page."""
+"""The console's run page, and what it fetches while open (a live run's refresh, the whole output)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from sqlalchemy import select, tuple_
+from sqlalchemy import select
 
 from ember.server import ingest, listing
 from ember.server.auth import DbSession
@@ -19,7 +19,6 @@ from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render, secure
 from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
 from ember.server.perms import Level, level
-from ember.server.routes_artifacts import get_artifact
 from ember.server.routes_runs import get_run
 from ember.server.series import metric_counts
 from ember.server.wire import SafeJSONResponse
@@ -68,16 +67,17 @@ def _last_record(session: Any, run_pk: int, counts: list[dict[str, Any]], heartb
 
     The last points are read by their keys (each series' last step): no scan of the points.
     """
-    keys = [(c["type"], c["name"], c["last_step"]) for c in counts]
-    times = (
-        session.scalars(
+    times = [  # one probe of the primary key per series (a row-value IN would scan every point on SQLite)
+        session.scalar(
             select(MetricPoint.time).where(
-                MetricPoint.run_pk == run_pk, tuple_(MetricPoint.type, MetricPoint.name, MetricPoint.step).in_(keys)
+                MetricPoint.run_pk == run_pk,
+                MetricPoint.type == c["type"],
+                MetricPoint.name == c["name"],
+                MetricPoint.step == c["last_step"],
             )
-        ).all()
-        if keys
-        else []
-    )
+        )
+        for c in counts
+    ]
     found = [datetime.fromtimestamp(t, tz=timezone.utc) for t in times if t]
     if isinstance(heartbeat, str):
         try:
@@ -137,7 +137,6 @@ def run_page(
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
         types=_types(found),
-        summary=listing.metric_summary(session, [run.pk]).get(run.pk, {}),
         system=platform.get("platform", {}),
         git=platform.get("git") or {},
         command=platform.get("command") or {},
@@ -177,25 +176,3 @@ def run_log(run_id: str, request: Request, session: DbSession) -> Response:
     response.headers["Content-Disposition"] = f'attachment; filename="{run.id}.log"'
     secure(response)
     return response
-
-
-@router.get("/artifacts/{artifact_id}")
-def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Response:
-    user = require_viewer(request, session)
-    art = get_artifact(session, user, artifact_id)
-    folder = session.scalar(select(Folder.path).where(Folder.id == art.folder_id)) or ""
-    files = session.scalars(
-        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk).order_by(ArtifactFile.path)
-    ).all()
-    edges = ingest.edges_of(session, art.id, user)
-    return render(
-        request,
-        "artifact.html",
-        user=user,
-        art=art,
-        folder=folder,
-        crumbs=crumbs(folder),
-        files=files,
-        total=sum(f.size for f in files),
-        graph=lineage.graph("artifact", art.id, art.name, edges),
-    )
