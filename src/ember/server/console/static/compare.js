@@ -169,7 +169,10 @@
     const positive = numeric && xs.length && xs.every((v) => v > 0);
     const logX = positive && Math.max(...xs) / Math.min(...xs) >= 100;
     const hover = runs.map((r, i) => esc(r.name) + "<br>" + esc(hp) + " = " + esc(String(xs[i])) + "<br>" + esc(metric) + " = " + fmt(ys[i]));
-    const points = { x: numeric ? xs : xs.map(String), y: ys, type: "scatter", mode: "markers", name: "runs",
+    // Text values: one column per value, the runs spread a little sideways so they do not hide each other.
+    const cats = numeric ? [] : Array.from(new Set(xs.map(String))).sort();
+    const px = numeric ? xs : xs.map((v, i) => cats.indexOf(String(v)) + (((i * 0.618034) % 1) - 0.5) * 0.4);
+    const points = { x: px, y: ys, type: "scatter", mode: "markers", name: "runs",
                      text: hover, hovertemplate: "%{text}<extra></extra>", customdata: runs.map((r) => r.id),
                      marker: { size: 9, color: runs.map((r) => r.color), line: { color: "#333", width: 0.5 } } };
     const star = bestI < 0 ? [] : [{ x: [points.x[bestI]], y: [ys[bestI]], type: "scatter", mode: "markers", name: "best",
@@ -177,7 +180,9 @@
                      marker: { symbol: "star", size: 18, color: runs[bestI].color, line: { color: "#111", width: 1.2 } } }];
     const scDone = draw(sc, [points].concat(star), {
       title: { text: esc(hp) + " vs " + esc(which + " " + metric) + " (click a point to open its run)", font: { size: 14 } },
-      showlegend: false, xaxis: { title: { text: esc(hp) }, type: logX ? "log" : numeric ? "linear" : "category" },
+      showlegend: false, xaxis: numeric ? { title: { text: esc(hp) }, type: logX ? "log" : "linear" }
+        : { title: { text: esc(hp) }, type: "linear", tickvals: cats.map((_, i) => i), ticktext: cats.map(esc),
+            range: [-0.6, cats.length - 0.4], zeroline: false },
       yaxis: { title: { text: esc(metric) }, type: state.log ? "log" : "linear" } }).then(() => {
       if (!sc.dataset.wired) {
         sc.dataset.wired = "1";
