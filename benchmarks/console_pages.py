@@ -84,7 +84,7 @@ def _fill(settings: Settings, key: str, host: str, run_id: str, name: str, train
 PARTS = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
   const series = performance.getEntriesByType('resource').filter(r => r.name.includes('/series'));
-  return [nav.responseEnd, Math.max(0, ...series.map(r => r.responseEnd))];
+  return [nav.responseEnd, Math.max(0, ...series.map(r => r.responseEnd)), series.length];
 }"""
 
 
@@ -92,7 +92,8 @@ def _time_page(page: Any, url: str, parts: list[list[float]] | None = None) -> f
     page.goto(url, wait_until="commit")
     handle = page.wait_for_function(DRAWN, polling="raf", timeout=60_000)
     if parts is not None:
-        parts.append([t / 1000 for t in page.evaluate(PARTS)])
+        html, data, requests = page.evaluate(PARTS)
+        parts.append([html / 1000, data / 1000, requests])
     return float(handle.json_value()) / 1000
 
 
@@ -134,10 +135,11 @@ def main() -> int:
                 warm = [_time_page(page, url, parts) for _ in range(args.repeat)]
                 html = statistics.median(p[0] for p in parts)
                 data = statistics.median(p[1] for p in parts)
+                requests = max(p[2] for p in parts)  # one per metric type when the preloads are used
                 print(
                     f"run page, {label}: warm median {statistics.median(warm):.3f} s "
                     f"(min {min(warm):.3f}, max {max(warm):.3f}, n={args.repeat}; HTML in {html:.3f} s, "
-                    f"series in {data:.3f} s); cold browser cache {views['cold']:.3f} s; "
+                    f"series in {data:.3f} s, {requests} series requests); cold browser cache {views['cold']:.3f} s; "
                     f"first view of a fresh server {views['first']:.3f} s"
                 )
             chromium.close()
