@@ -41,7 +41,7 @@ client="$venv-client"
 "$py" -m uv pip install --quiet --python "$client/bin/python" "${links[@]}" --resolution lowest-direct -c "$pins" -e ".[client]"
 export EMBER_TEST_CLIENT_PYTHON="$client/bin/python"
 echo "test-lowest: installed in $(($(date +%s) - started)) s:" \
-    "$(grep -iE '^(torch|numpy|pyyaml|tqdm|httpx|fastapi|uvicorn|sqlalchemy|alembic|psycopg|jinja2|python-multipart|plotly)==' \
+    "$(grep -iE '^(torch|numpy|pyyaml|tqdm|httpx|fastapi|uvicorn|sqlalchemy|alembic|psycopg|jinja2|python-multipart)==' \
         "$venv/lowest.txt" | tr '\n' ' ')"
 
 "$py" -m pytest -q -p no:cacheprovider \
