@@ -82,12 +82,14 @@
       ctx.strokeStyle = "#d92d20"; ctx.fillStyle = "#d92d20"; ctx.lineWidth = 1.5 * devicePixelRatio;
       ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
       ctx.font = (10 * devicePixelRatio) + "px system-ui, sans-serif";
-      for (const [x, what] of marks) {
+      marks.forEach(([x, what], k) => {
         const px = u.valToPos(x, "x", true);
-        if (px < u.bbox.left || px > u.bbox.left + u.bbox.width) continue;
+        if (px < u.bbox.left || px > u.bbox.left + u.bbox.width) return;
         ctx.beginPath(); ctx.moveTo(px, top); ctx.lineTo(px, bottom); ctx.stroke();
-        ctx.fillText(what === "NaN" ? "NaN" : what === "Infinity" ? "+inf" : "-inf", px + 3, top + 12 * devicePixelRatio);
-      }
+        // labels of neighbouring marks on alternate rows, so that they do not overlap
+        const label = what === "NaN" ? "NaN" : what === "Infinity" ? "+inf" : "-inf";
+        ctx.fillText(label, px + 3, top + (12 + 12 * (k % 2)) * devicePixelRatio);
+      });
       ctx.restore();
     } } };
   }
