@@ -192,6 +192,11 @@ def download(
     user: CurrentUser,
     session: DbSession,
 ):
+    return file_response(_store(request), get_artifact_file(session, user, artifact_id, path))
+
+
+def get_artifact_file(session: Session, user: User, artifact_id: str, path: str) -> ArtifactFile:
+    """The file ``path`` of an artifact the caller may view (404 for a missing artifact or file)."""
     artifact = get_artifact(session, user, artifact_id)
     row = session.scalar(
         select(ArtifactFile).where(
@@ -200,7 +205,7 @@ def download(
     )
     if row is None:
         raise HTTPException(404, f"artifact {artifact_id} has no file {path!r}")
-    return file_response(_store(request), row)
+    return row
 
 
 def file_response(store: BlobStore, row: ArtifactFile) -> FileResponse:

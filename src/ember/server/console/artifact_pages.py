@@ -23,7 +23,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import select
 
-from ember.server import ingest, naming
+from ember.server import ingest
 from ember.server.auth import DbSession
 from ember.server.blobs import BlobStore
 from ember.server.console import lineage
@@ -31,7 +31,7 @@ from ember.server.console.pages import crumbs
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.models import ArtifactFile, Folder
-from ember.server.routes_artifacts import get_artifact
+from ember.server.routes_artifacts import get_artifact, get_artifact_file
 from ember.server.wire import content_disposition
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -142,12 +142,7 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
 def preview_image(artifact_id: str, path: str, request: Request, session: DbSession) -> Response:
     """An artifact's image file for an ``<img>``: only a PNG, JPEG, GIF or WebP, typed by its bytes."""
     user = require_viewer(request, session)
-    art = get_artifact(session, user, artifact_id)
-    row = session.scalar(
-        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk, ArtifactFile.path == naming.rel_path(path))
-    )
-    if row is None:
-        raise HTTPException(404, f"artifact {artifact_id} has no file {path!r}")
+    row = get_artifact_file(session, user, artifact_id, path)
     store: BlobStore = request.app.state.blobs
     try:
         media = image_type(_head(store, row.sha256, 16))

@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
-from sqlalchemy import select
 
-from ember.server import listing, naming
+from ember.server import listing
 from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
-from ember.server.models import ArtifactFile
-from ember.server.routes_artifacts import file_response, get_artifact
+from ember.server.routes_artifacts import file_response, get_artifact_file
 from ember.server.routes_runs import download as points_download
 from ember.server.routes_runs import get_run
 
@@ -70,10 +68,4 @@ def metrics_json(run_id: str, type: MetricType, request: Request, session: DbSes
 @router.get("/artifacts/{artifact_id}/files/{path:path}")
 def download(artifact_id: str, path: str, request: Request, session: DbSession) -> Response:
     user = require_viewer(request, session)
-    art = get_artifact(session, user, artifact_id)
-    row = session.scalar(
-        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk, ArtifactFile.path == naming.rel_path(path))
-    )
-    if row is None:
-        raise HTTPException(404, f"artifact {artifact_id} has no file {path!r}")
-    return file_response(request.app.state.blobs, row)
+    return file_response(request.app.state.blobs, get_artifact_file(session, user, artifact_id, path))
