@@ -313,3 +313,25 @@ def test_migration_0002_keeps_existing_points_and_summarises_them(tmp_path: Path
         assert conn.execute(text("SELECT count(*) FROM metric_points")).scalar_one() == len(points)
         assert conn.execute(text("SELECT max(id) FROM metric_points")).scalar_one() == len(points)
     engine.dispose()
+
+
+def test_a_growing_series_reads_again_as_a_fresh_reader_does(server: Server) -> None:
+    """The series answers and exact-extreme lookups kept per process follow new points (issue 19)."""
+    from ember.server.series import SeriesReader
+
+    _new_run(server)
+    _upload_long_series(server, 30_000)
+    params = {"type": "train", "buckets": 100}
+    first = server.req("GET", f"/runs/{RUN}/series", params=params).json()["metrics"]
+    steps = list(range(30_000, 40_000))
+    body = {"type": "train", "start": 3, "end": 4, "step": steps, "epoch": [s / 1000 for s in steps]}
+    body |= {"time": [0.0] * len(steps), "metrics": {"loss": [5e6 if s == 35_000 else 0.5 for s in steps]}}
+    _post(server, body)
+    again = server.req("GET", f"/runs/{RUN}/series", params=params).json()["metrics"]
+    assert again["loss"]["count"] == 40_000 and first["loss"]["count"] == 30_000
+    assert again["loss"]["step"][again["loss"]["value"].index(5e6)] == 35_000
+    sessions = server.client.app.state.sessions
+    with sessions() as session:
+        run_pk = session.scalar(text("SELECT pk FROM runs WHERE id = :id"), {"id": RUN})
+        fresh = SeriesReader().series(session, run_pk, RUN, "train", 100)["metrics"]
+    assert again == fresh

@@ -30,6 +30,8 @@ from ember.server.models import BLOCK, MetricBlock, MetricPoint
 
 # One block: [first step, last step, min epoch, max epoch, min value, max value, count].
 Block = list[Any]
+# Exact extremes found: (first step, last step, value) -> (step, epoch, time) of the first point.
+Found = dict[tuple[int, int, float], tuple[int, float | None, float | None]]
 
 
 def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
@@ -64,6 +66,7 @@ class SeriesReader:
         self._keep = keep
         self._answers: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], bytes]] = OrderedDict()
         self._lock = threading.Lock()
+        self._lookups: OrderedDict[tuple[int, str, str], Found] = OrderedDict()
 
     def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> None:
         """Summarise a series' points from its last summarised block on, and commit ``session``.
@@ -146,6 +149,17 @@ class SeriesReader:
                 self._answers.popitem(last=False)
         return answer, body
 
+    def _found(self, run_pk: int, type_: str, name: str) -> Found:
+        """A series' exact-extreme lookups so far (the last 64 series kept, each up to 20,000)."""
+        with self._lock:
+            found = self._lookups.pop((run_pk, type_, name), None)
+            if found is None or len(found) > 20_000:
+                found = {}
+            self._lookups[(run_pk, type_, name)] = found
+            while len(self._lookups) > self._keep:
+                self._lookups.popitem(last=False)
+            return found
+
     def _read(
         self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None
     ) -> dict[str, Any]:
@@ -178,11 +192,12 @@ class SeriesReader:
             if count <= 2 * buckets:
                 out[name] = _raw(session, key, name, lo, hi, count)
             elif whole and len(blocks) >= buckets:
-                out[name] = _exact(session, key, name, _merge(blocks, buckets), count)
+                out[name] = _exact(session, key, name, _merge(blocks, buckets), count, self._found(run_pk, type_, name))
             else:
                 first = max(lo, min(b[0] for b in blocks.values()))
                 last = min(hi, max(b[1] for b in blocks.values()))
-                out[name] = _bucketed(session, key, name, first, last, buckets, count)
+                found = self._found(run_pk, type_, name)
+                out[name] = _bucketed(session, key, name, first, last, buckets, count, found)
         return {"type": type_, "metrics": out}
 
 
@@ -212,7 +227,7 @@ def _raw(session: Session, key: tuple[int, str], name: str, lo: int, hi: int, co
 
 
 def _bucketed(
-    session: Session, key: tuple[int, str], name: str, lo: int, hi: int, buckets: int, count: int
+    session: Session, key: tuple[int, str], name: str, lo: int, hi: int, buckets: int, count: int, found: Found
 ) -> dict[str, Any]:
     run_pk, type_ = key
     width = max(1, math.ceil((hi - lo + 1) / buckets))
@@ -231,7 +246,7 @@ def _bucketed(
         .group_by(bucket)
         .order_by(bucket)
     ).all()
-    return _exact(session, key, name, [[*r[1:], (r[1], r[2]), (r[1], r[2])] for r in rows], count)
+    return _exact(session, key, name, [[*r[1:], (r[1], r[2]), (r[1], r[2])] for r in rows], count, found)
 
 
 def _merge(blocks: dict[int, Block], buckets: int) -> list[Block]:
@@ -262,15 +277,18 @@ def _hi(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _exact(session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int) -> dict[str, Any]:
+def _exact(
+    session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int, found: Found
+) -> dict[str, Any]:
     """Two points per bucket, its minimum and its maximum, each at the first point holding it.
 
     ``rows``: blocks (or SQL buckets) and, last, the step ranges holding their min and their max.
     One query for all buckets: a VALUES list (a CTE) of (first step, last step, value) joined with the
     points on their key, so each lookup reads one block's step range of the primary key.
+    ``found``: the lookups of this series so far, (first step, last step, value) -> the point,
+    added to; a live run's refresh looks up only the ranges that changed (its last blocks).
     """
-    wanted = sorted({(*r[7 + i], r[4 + i]) for r in rows for i in (0, 1) if r[4 + i] is not None})
-    found: dict[tuple[int, float], tuple[int, float | None, float | None]] = {}
+    wanted = sorted({(*r[7 + i], r[4 + i]) for r in rows for i in (0, 1) if r[4 + i] is not None} - found.keys())
     connection = session.connection()
     mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
     row = f"(CAST({mark} AS BIGINT), CAST({mark} AS BIGINT), CAST({mark} AS DOUBLE PRECISION))"
@@ -279,18 +297,19 @@ def _exact(session: Session, key: tuple[int, str], name: str, rows: list[Block],
         # Written by hand: SQLAlchemy takes ~0.5 s to compile a VALUES of 2,000 rows.
         sql = (
             f"WITH ranges(lo, hi, v) AS (VALUES {', '.join([row] * len(part))}) "
-            "SELECT ranges.lo, ranges.v, p.step, p.epoch, p.time FROM ranges JOIN metric_points p "
+            "SELECT ranges.lo, ranges.hi, ranges.v, p.step, p.epoch, p.time FROM ranges JOIN metric_points p "
             f"ON p.run_pk = {mark} AND p.type = {mark} AND p.name = {mark} "
             "AND p.step BETWEEN ranges.lo AND ranges.hi AND p.value = ranges.v"
         )
         params = (*(x for r in part for x in r), key[0], key[1], name)
-        for lo, v, step, epoch, time in connection.exec_driver_sql(sql, params).all():
-            if (lo, v) not in found or step < found[(lo, v)][0]:
-                found[(lo, v)] = (step, epoch, time)
+        for lo, hi, v, step, epoch, time in connection.exec_driver_sql(sql, params).all():
+            if (lo, hi, v) not in found or step < found[(lo, hi, v)][0]:
+                found[(lo, hi, v)] = (step, epoch, time)
     points: list[tuple[int, float | None, float | None, float | None]] = []
     for s0, _s1, e0, _e1, v0, v1, _, at0, at1 in rows:
         pair: list[tuple[int, float | None, float | None, float | None]]
-        pair = sorted({found[(at[0], v)] + (v,) for v, at in ((v0, at0), (v1, at1)) if (at[0], v) in found})
+        keys = [((at[0], at[1], v), v) for v, at in ((v0, at0), (v1, at1))]
+        pair = sorted({found[k] + (v,) for k, v in keys if k in found})
         if not pair:  # every point NaN: a gap at the bucket's first step
             pair = [(s0, e0, None, None)]
         points += pair
