@@ -24,16 +24,15 @@ and of the later ones, in seconds and in MB/s of state.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
+
+from benchmarks.harness import python_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SAVERS = ("torch.save", "torch.save+fsync", "ember")
@@ -46,11 +45,7 @@ def hidden_for(megabytes: float) -> int:
 
 
 def _measure(code: str, cwd: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
-                         timeout=1800, env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"the measurement failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return python_json(code, env={"OMP_NUM_THREADS": "1"}, cwd=cwd, timeout=1800)
 
 
 _SETUP = """

@@ -33,13 +33,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from benchmarks.harness import python_json
 
 ROOT = Path(__file__).resolve().parents[1]
 _POINT = '{{"step":{s},"epoch":0,"time":{t:.3f},"metrics":{{"loss":{l!r},"acc":{a!r}}}}}\n'
@@ -144,12 +145,7 @@ def ui(src: Path, sizes: list[int], tmp: Path) -> None:
 
 def _python(src: Path, code: str) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter (``src`` and this checkout on the path); it prints one JSON line."""
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                         timeout=3600)  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"the measurement failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return python_json(code, env={"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"})
 
 
 def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:

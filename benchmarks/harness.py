@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -241,6 +242,23 @@ def run_isolated(spec: Mapping[str, Any]) -> dict[str, Any]:
         return {"status": "failed", "note": f"worker exited {proc.returncode}: {' | '.join(tail)}"}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
+
+
+def python_json(
+    code: str, env: Mapping[str, str] | None = None, cwd: Path | None = None, timeout: float = 3600
+) -> dict[str, Any]:
+    """Run ``code`` (dedented) in a fresh interpreter and return the JSON object its last line prints.
+
+    ``env`` is added to this process's environment (e.g. ``PYTHONPATH`` of another checkout).
+
+    Raises:
+        RuntimeError: the interpreter failed, with the end of its stderr.
+    """
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
+                         timeout=timeout, env={**os.environ, **(env or {})})  # fmt: skip
+    if out.returncode != 0:
+        raise RuntimeError(f"the measurement failed:\n{out.stderr[-3000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def _pythonpath() -> str:

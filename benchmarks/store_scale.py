@@ -28,13 +28,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import uuid
 from pathlib import Path
+
+from benchmarks.harness import python_json
 
 _POINT = '{{"step":{s},"epoch":{e},"time":{t:.3f},"metrics":{{"loss":{l!r},"acc":{a!r}}}}}\n'
 
@@ -60,14 +60,9 @@ def _write_run(runs: Path, name: str, i: int, points: int) -> Path:
     return folder
 
 
-def _python(src: Path, code: str, timeout: float = 3600) -> dict[str, float]:
+def _python(src: Path, code: str) -> dict[str, float]:
     """Run ``code`` in a fresh interpreter with ``src`` first on the path; it prints one JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                         timeout=timeout)  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"the measurement failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return python_json(code, env={"PYTHONPATH": str(src)})
 
 
 def lookups(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
