@@ -170,6 +170,4 @@ def test_the_console_scale_benchmark_runs_at_a_tiny_size(
     ui_row = next(line for line in lines if line.split()[:1] == ["60"])
     assert "nan" not in ui_row  # the first page held the 50 newest runs, and every run was indexed
     folder_row = next(line for line in lines[lines.index(ui_row) + 1 :] if line.split()[:1] == ["60"])
-    assert (
-        folder_row.split()[3] == "60" and folder_row.split()[5] == "1"
-    )  # one page
+    assert folder_row.split()[3] == "60" and folder_row.split()[5] == "1"  # one page
