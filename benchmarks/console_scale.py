@@ -8,7 +8,7 @@ Two parts, each in fresh processes so that one cannot warm another:
   runs page first answers, when its first page holds the 50 newest runs, when every run is
   indexed; then, once indexed, the median and p90 of 20 warm requests of the runs page (``/ui/runs``,
   the target), the page of a folder (``/ui/folders?path=/local/default``) and the last page of the
-  runs table; and the process's CPU while idle for 10 s (the index's passes).
+  runs table; and the process's CPU while idle for ``--idle-seconds`` (10 s; the index's passes).
 * ``folders``: a server with 100 to 10,000 runs in one folder (filled straight into its tables,
   as ``console_runs_table.py`` does); in process (``TestClient``, no network), the median of
   ``--repeat`` answers of ``GET /api/v1/folders`` (its first page, and its last page reached by
@@ -91,7 +91,7 @@ def _timed(http: httpx.Client, url: str, repeat: int = 20) -> tuple[float, float
     return statistics.median(times), times[int(0.9 * (len(times) - 1))]
 
 
-def ui(src: Path, sizes: list[int], tmp: Path) -> None:
+def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
     print("ember ui: seconds from the process's start; warm pages: median / p90 of 20, milliseconds")
     print(f"{'runs':>7}  {'1st page':>8}  {'newest 50':>9}  {'all indexed':>11}  {'/ui/runs':>13}  "
           f"{'folder page':>13}  {'last page':>13}  {'idle CPU':>8}")  # fmt: skip
@@ -132,8 +132,8 @@ def ui(src: Path, sizes: list[int], tmp: Path) -> None:
                 folder = _timed(http, "/ui/folders?path=/local/default")
                 last = _timed(http, f"/ui/runs?page={(size + 49) // 50}")
                 cpu = _cpu_s(proc.pid)
-                time.sleep(10)
-                idle = (_cpu_s(proc.pid) - cpu) / 10
+                time.sleep(idle_s)
+                idle = (_cpu_s(proc.pid) - cpu) / idle_s
         finally:
             proc.terminate()
             proc.wait(30)
@@ -202,6 +202,7 @@ def main() -> int:
     parser.add_argument("parts", nargs="*", metavar="PART", help="ui, folders (default: both)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 5_000, 10_000], help="runs")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long ember ui's idle CPU is measured")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the ember source tree to measure")
     args = parser.parse_args()
     args.parts = args.parts or ["ui", "folders"]
@@ -214,7 +215,7 @@ def main() -> int:
     began = time.perf_counter()
     try:
         if "ui" in args.parts:
-            ui(args.src, args.sizes, tmp)
+            ui(args.src, args.sizes, tmp, args.idle_seconds)
         if "folders" in args.parts:
             folders(args.src, args.sizes, args.repeat, tmp)
     finally:

@@ -164,7 +164,7 @@ def test_the_console_scale_benchmark_runs_at_a_tiny_size(
 
     from benchmarks import console_scale
 
-    monkeypatch.setattr(sys, "argv", ["console_scale", "--sizes", "60", "--repeat", "1"])
+    monkeypatch.setattr(sys, "argv", ["console_scale", "--sizes", "60", "--repeat", "1", "--idle-seconds", "0.5"])
     assert console_scale.main() == 0
     lines = capsys.readouterr().out.splitlines()
     ui_row = next(line for line in lines if line.split()[:1] == ["60"])
