@@ -24,6 +24,7 @@ from tests.server.conftest import ServerProcess
 
 CHARTS, LONG, LIVE, CRASHED = "c" * 32, "d" * 32, "e" * 32, "f" * 32
 SPIKE = 12_345
+PACKAGES = {"torch": "2.5.1", "<b>evil</b>": "<i>1</i>", "numpy": "2.1.0", "Attrs": "24.2"}
 
 
 def _metrics(
@@ -42,9 +43,10 @@ def _metrics(
     assert r.status_code == 200, r.text
 
 
-def _run(http: httpx.Client, run_id: str, name: str, **meta: Any) -> None:
+def _run(http: httpx.Client, run_id: str, name: str, platform: Any = None, **meta: Any) -> None:
     run = {"id": run_id, "name": name, "status": "Complete", **meta}
-    r = http.put(f"/runs/{run_id}", json={"folder": "pages", "make_folder": True, "run": run})
+    body = {"folder": "pages", "make_folder": True, "run": run, **({"platform": platform} if platform else {})}
+    r = http.put(f"/runs/{run_id}", json=body)
     assert r.status_code == 200, r.text
 
 
@@ -57,7 +59,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     now = datetime.now(timezone.utc)
     try:
         with httpx.Client(base_url=f"{proc.url}/api/v1", headers={"Authorization": f"Bearer {key}"}) as http:
-            _run(http, CHARTS, "charts", start_time="2026-01-02T10:00:00+02:00", end_time="2026-01-02T11:30:00+02:00")
+            _run(
+                http,
+                CHARTS,
+                "charts",
+                start_time="2026-01-02T10:00:00+02:00",
+                end_time="2026-01-02T11:30:00+02:00",
+                platform={"platform": {"hostname": "box", "packages": PACKAGES}},
+            )
             steps = list(range(1, 41))
             acc = ["NaN" if s == 5 else "Infinity" if s == 7 else s / 40 for s in steps]
             _metrics(http, CHARTS, "train", steps, {"acc": acc, "loss": [1 / s for s in steps], "lr": [0.1] * 40})
@@ -77,7 +86,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 _metrics(http, LONG, "train", steps, {"loss": loss}, start=i, epoch=[s / 1000 for s in steps])
 
             beat = now.isoformat()
-            _run(http, LIVE, "live", status="Running", heartbeat=beat, start_time=beat)
+            damaged = {"platform": {"hostname": "box", "packages": ["torch==2.5"]}}  # not a name -> version
+            _run(http, LIVE, "live", status="Running", heartbeat=beat, start_time=beat, platform=damaged)
             _metrics(http, LIVE, "train", [1, 2, 3], {"loss": [3.0, 2.0, 1.0]})
 
             start, last = now - timedelta(hours=2), now - timedelta(minutes=30)
@@ -264,3 +274,21 @@ def test_times_have_their_zone_a_crash_lasts_until_its_last_record_and_the_outpu
     assert crashed.page.inner_text("#run-duration").startswith("1h 30m")
     assert "last record" in crashed.page.inner_text("#run-ended")
     crashed.check("run-crashed")
+
+
+def test_platform_lists_the_installed_packages_sorted_and_escaped(browser: Any, site: dict[str, Any]) -> None:
+    p = _open(browser, site, CHARTS)
+    summary = p.page.locator("#packages summary")
+    assert summary.inner_text() == "Installed packages (4)"
+    assert p.page.locator("#packages table").is_hidden()  # collapsed
+    summary.click()
+    rows = p.page.eval_on_selector_all(
+        "#packages tr", "trs => trs.map(tr => [tr.cells[0].textContent, tr.cells[1].textContent])"
+    )
+    assert rows == [["<b>evil</b>", "<i>1</i>"], ["Attrs", "24.2"], ["numpy", "2.1.0"], ["torch", "2.5.1"]]
+    assert p.page.locator("#packages b, #packages i").count() == 0  # text, not markup
+    # an old run (no platform record) and a damaged one (packages not a mapping) still show their page
+    for run_id in (LONG, LIVE):
+        p.goto(f"/ui/runs/{run_id}")
+        assert p.page.locator("#packages").count() == 0
+        assert p.page.inner_text("#packages-none") == "No installed packages recorded."

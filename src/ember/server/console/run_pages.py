@@ -62,6 +62,15 @@ def _when(value: str | None) -> dict[str, str] | None:
     return {"iso": value, "text": when.strftime("%Y-%m-%d %H:%M:%S ") + zone}
 
 
+def _packages(system: Any) -> list[tuple[str, str]] | None:
+    """The installed packages of a platform record, sorted by name; None when it has none (an old
+    run) or they are not a name -> version mapping (a damaged record). Odd values show as text."""
+    packages = system.get("packages") if isinstance(system, dict) else None
+    if not isinstance(packages, dict) or not packages:
+        return None
+    return sorted(((str(k), "" if v is None else str(v)) for k, v in packages.items()), key=lambda p: p[0].lower())
+
+
 def _last_record(session: Any, run_pk: int, counts: list[dict[str, Any]], heartbeat: Any) -> str | None:
     """When a run last recorded anything: its last metric point or its heartbeat, the later.
 
@@ -111,7 +120,8 @@ def run_page(
     found = metric_counts(session, run.pk)  # from the block summaries
     edges = ingest.edges_of(session, run.id, user)
     log_lines, total_lines, hits = _log_view(ingest.read_log(session, run.pk), log_q)
-    platform = run.platform or {}
+    platform = run.platform if isinstance(run.platform, dict) else {}
+    system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
     status = listing.shown_status(run.status, run.meta)
     start = run.start_time if isinstance(run.start_time, str) else None
     if status == "Crashed":  # no end time: it lasted until its last record
@@ -137,7 +147,8 @@ def run_page(
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
         types=_types(found),
-        system=platform.get("platform", {}),
+        system=system,
+        packages=_packages(system),
         git=platform.get("git") or {},
         command=platform.get("command") or {},
         log_lines=log_lines,
