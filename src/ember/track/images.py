@@ -1,8 +1,9 @@
 """Images logged by a run: PNG files in ``images/`` and their index, ``images.jsonl``.
 
-``run.log_image(name, image, step)`` encodes the image as PNG (with Pillow when it is installed,
-else with the standard library's zlib: a PNG of 8-bit gray, gray+alpha, RGB or RGBA pixels is a
-few lines), writes ``images/<name>/<step>.png`` atomically and then appends one line to
+``run.log_image(name, image, step)`` encodes the image as PNG with the standard library's zlib (a
+PNG of 8-bit gray, gray+alpha, RGB or RGBA pixels is a few lines, so ember needs no imaging
+library; a PIL image is read through its own ``convert``), writes ``images/<name>/<step>.png``
+atomically and then appends one line to
 ``images.jsonl``::
 
     {"name": "samples/real", "step": 100, "time": 1716200000.1, "file": "images/samples/real/100.png",
@@ -100,23 +101,15 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 
 
 def encode_png(pixels: Any) -> bytes:
-    """PNG bytes of an (H, W, C) uint8 array (Pillow when installed, else zlib)."""
+    """PNG bytes of an (H, W, C) uint8 array: 8-bit gray, gray+alpha, RGB or RGBA, no filter, zlib level 6."""
     import numpy as np
 
     height, width, channels = pixels.shape
-    try:
-        from PIL import Image
-    except ImportError:
-        rows = np.concatenate([np.zeros((height, 1), np.uint8), pixels.reshape(height, width * channels)], axis=1)
-        color = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
-        header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
-        idat = zlib.compress(rows.tobytes(), 6)
-        return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
-    import io
-
-    out = io.BytesIO()
-    Image.fromarray(pixels[:, :, 0] if channels == 1 else pixels).save(out, format="PNG")
-    return out.getvalue()
+    rows = np.concatenate([np.zeros((height, 1), np.uint8), pixels.reshape(height, width * channels)], axis=1)
+    color = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
+    idat = zlib.compress(rows.tobytes(), 6)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
 
 
 def png_size(data: bytes) -> tuple[int, int]:
