@@ -144,23 +144,24 @@ def mark_damaged(session: Session, user: User, run_id: str, folder_name: str, me
 
 def _folder(session: Session, user: User, wanted: Any) -> Folder:
     """The run's folder when run.json names one the server accepts, else ``default``."""
-    if isinstance(wanted, str):
-        try:
-            with session.begin_nested():
-                return ensure_folder(session, user, wanted, make=True)
-        except HTTPException:
-            pass  # a folder name the server refuses: the run is listed in 'default' with its reason
-    return ensure_folder(session, user, "default", make=True)
+    fallback = "default"  # no folder, or one the server refuses: the Damaged run's reason says why
+    if not isinstance(wanted, str):
+        return ensure_folder(session, user, fallback, make=True)
+    try:
+        with session.begin_nested():
+            return ensure_folder(session, user, wanted, make=True)
+    except HTTPException:
+        return ensure_folder(session, user, fallback, make=True)
 
 
 def _name(wanted: Any, folder_name: str) -> str:
     """run.json's name when the server accepts it, else the folder's name (cut to fit)."""
-    if isinstance(wanted, str):
-        try:
-            return naming.display_name(wanted, "run.name")
-        except HTTPException:
-            pass  # shown under its folder's name instead
-    return folder_name[:100]
+    if not isinstance(wanted, str):
+        return folder_name[:100]
+    try:
+        return naming.display_name(wanted, "run.name")
+    except HTTPException:  # a name the server refuses: the run is shown under its folder's name
+        return folder_name[:100]
 
 
 def forget_run(client: DirectClient, run_id: str) -> None:
