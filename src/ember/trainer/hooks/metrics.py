@@ -94,11 +94,8 @@ class _AveragedMetric(BaseHook):
         pending, scales = self._pending[phase], self._scales[phase]
         if not pending:
             return
-        device = pending[-1].device  # where new values are made; restored ones wait on the CPU
-        if pending[0].device != device:
-            pending = [v.to(device) for v in pending]
-        values = torch.stack(pending)
-        acc = self._accumulator(phase, device)
+        values = _stacked(pending)
+        acc = self._accumulator(phase, values.device)
         begin = 0
         for scale, same in itertools.groupby(scales):
             end = begin + len(list(same))
@@ -154,7 +151,7 @@ class _AveragedMetric(BaseHook):
         """The running sums of an epoch in progress (this rank's), and the values not yet folded
         into them (kept apart, so a resumed run adds them up exactly as an uninterrupted one)."""
         state: dict[str, Any] = {"acc": {p: self._packed(p, torch.device("cpu")) for p in self._sum}}
-        pending = {p: {"values": torch.stack(v).cpu(), "scales": list(self._scales[p])}
+        pending = {p: {"values": _stacked(v).cpu(), "scales": list(self._scales[p])}
                    for p, v in self._pending.items() if v}  # fmt: skip
         if pending:
             state["pending"] = pending
@@ -170,6 +167,15 @@ class _AveragedMetric(BaseHook):
                 self._sum[phase], self._seen[phase] = acc[0].clone(), acc[1].item()
         for phase, saved in state.get("pending", {}).items():
             self._pending[phase], self._scales[phase] = list(saved["values"].unbind()), list(saved["scales"])
+
+
+def _stacked(values: list[torch.Tensor]) -> torch.Tensor:
+    """``values`` as one tensor on the device of the newest: restored values wait on the CPU at
+    the front of the list, new ones are made on the Engine's device (a GPU)."""
+    device = values[-1].device
+    if values[0].device != device:
+        values = [v.to(device) for v in values]
+    return torch.stack(values)
 
 
 def _one_value(total: torch.Tensor, hook: str) -> torch.Tensor:
