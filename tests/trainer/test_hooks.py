@@ -381,3 +381,54 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [_plain(v) for v in obj]
     return obj
+
+
+# -- the per-update event ------------------------------------------------------------------------
+
+
+class UpdateRecorder(hooks.BaseHook):
+    """Logs each batch and each update with the counters the hook sees then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[str, int, int]] = []
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        self.log.append(("iter", self.trainer.micro_step, self.trainer.cur_step))
+
+    def after_update(self) -> None:
+        self.log.append(("update", self.trainer.micro_step, self.trainer.cur_step))
+
+
+def test_after_update_runs_once_per_update_with_accumulation_after_the_batchs_after_train_iter() -> None:
+    recorder = UpdateRecorder()
+    trainer = Trainer(make_engine(accumulation=3))
+    trainer.fit(loader(48, 8), epochs=1, hooks=[recorder])  # 6 batches: updates after batches 3 and 6
+    updates = [entry for entry in recorder.log if entry[0] == "update"]
+    assert updates == [("update", 3, 1), ("update", 6, 2)] and trainer.cur_step == 2
+    assert recorder.log.index(("update", 3, 1)) == recorder.log.index(("iter", 3, 1)) + 1
+
+
+def test_after_update_is_not_called_for_a_skipped_update() -> None:
+    engine = make_engine()
+    real_step, calls = engine.step, [0]
+
+    def every_other_skipped() -> bool:  # as an fp16 overflow would
+        calls[0] += 1
+        return bool(real_step()) and calls[0] % 2 == 0
+
+    engine.step = every_other_skipped  # type: ignore[method-assign]
+    recorder = UpdateRecorder()
+    trainer = Trainer(engine)
+    trainer.fit(loader(48, 8), epochs=1, hooks=[recorder])
+    assert [e for e in recorder.log if e[0] == "update"] == [("update", 2, 1), ("update", 4, 2), ("update", 6, 3)]
+
+
+@pytest.mark.parametrize(
+    ("method", "suggestion"),
+    [("after_updte", "after_update"), ("after_step", "after_update"), ("on_step_end", "after_update")],
+)
+def test_a_misspelt_or_foreign_per_update_method_suggests_after_update(method: str, suggestion: str) -> None:
+    cls = type("Typo", (hooks.BaseHook,), {method: lambda self, *a: None})
+    with pytest.raises(HookError, match=f"Typo.{method} is not a lifecycle method.*did you mean '{suggestion}'"):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[cls()])

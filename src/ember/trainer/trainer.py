@@ -78,7 +78,8 @@ class Trainer(TrainerState):
         samples_seen: training samples processed by all ranks together (padding included).
         history: per-epoch metrics (:class:`~ember.trainer.storage.History`).
         storage: recent per-step scalars (:class:`~ember.trainer.storage.StepStorage`).
-        step_applied: whether the last training batch's ``engine.step()`` updated parameters.
+        step_applied: whether the last training batch's ``engine.step()`` updated parameters
+            (hooks doing something once per update override ``after_update`` instead).
         history_reset: whether the current (or last) ``fit`` began with ``reset_run_history=True``
             (hooks whose state belongs to the run, like early stopping, start afresh then).
         step_result: the dict the last ``train_step``/``eval_step`` returned.
@@ -363,6 +364,7 @@ class Trainer(TrainerState):
         forward_backward = self._forward_backward()
         update = engine.step if not _overridden(self, "update") else self.update
         before, after = ctl.handles("before_train_iter"), ctl.handles("after_train_iter")
+        after_update = ctl.handles("after_update")
         keep_outputs, replicas = run.return_output_label, run.replicas
         last_step = run.start_step + run.max_steps if run.max_steps is not None else math.inf
         for batch, last in _batch.mark_last(batches, total, start):
@@ -379,6 +381,8 @@ class Trainer(TrainerState):
                     ctl.call("after_train_iter", result["output"], result["label"], result["loss"])
                 else:
                     ctl.call("after_train_iter", None, None, result["loss"])
+            if applied and after_update:  # after every hook saw the batch: its loss is recorded
+                ctl.call("after_update")
             if engine.sync_gradients and ((ctl.must_agree and ctl.agree(lagged=True)) or self.cur_step >= last_step):
                 break
         if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it

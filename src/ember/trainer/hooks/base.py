@@ -10,8 +10,11 @@ When each method runs, as the Trainer's loop in pseudo-code (``fit``)::
             for batch in train_dataloader:
                 before_train_iter()
                 result = train_step(batch)     # forward + loss
-                engine.backward(result["loss"]); engine.step()
-                after_train_iter(output, label, loss)
+                engine.backward(result["loss"]); applied = engine.step()
+                after_train_iter(output, label, loss)   # every batch (micro-step)
+                if applied:                    # the optimizer updated the parameters
+                    after_update()             # once per update: not on accumulation
+                                               # micro-steps nor on a skipped fp16 step
                 if this batch closed an accumulation cycle:   # a safe point
                     agree across ranks: stop / error?        # and max_steps reached?
             if a test is due this epoch:       # every test_interval epochs and at the end
@@ -29,6 +32,15 @@ When each method runs, as the Trainer's loop in pseudo-code (``fit``)::
 
 ``evaluate()`` runs only the test part. Within one event, hooks run by :attr:`priority`
 (lower first), ties in registration order; the Trainer logs the resolved order at fit start.
+
+Per batch or per update: ``after_train_iter`` sees every batch (accumulate a batch's
+outputs there); ``after_update`` runs after it, only when that batch's ``engine.step()``
+changed the parameters, with ``trainer.cur_step`` already counting the update. Work done
+once per optimizer update (log every N steps, step an LR schedule, save every N steps)
+belongs in ``after_update``: it is detectron2's ``after_step``, Hugging Face's
+``on_step_end`` and ignite's ``ITERATION_COMPLETED`` (an iteration there is one update).
+It comes after every hook's ``after_train_iter`` so that what those record for the batch
+(the loss in the step storage) is there to read.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ EVENTS: tuple[str, ...] = (
     "after_hook_is_attached",
     "before_train", "after_train",
     "before_train_epoch", "after_train_epoch",
-    "before_train_iter", "after_train_iter",
+    "before_train_iter", "after_train_iter", "after_update",
     "before_test", "after_test",
     "before_test_epoch", "after_test_epoch",
     "before_test_iter", "after_test_iter",
@@ -68,7 +80,9 @@ _FOREIGN: dict[str, str] = {
     "on_train_epoch_start": "before_train_epoch", "on_epoch_start": "before_train_epoch",
     "on_train_epoch_end": "after_train_epoch", "on_epoch_end": "after_train_epoch",
     "on_train_batch_start": "before_train_iter", "before_step": "before_train_iter",
-    "on_train_batch_end": "after_train_iter", "after_step": "after_train_iter",
+    "on_train_batch_end": "after_train_iter", "after_step": "after_update",
+    "on_step_end": "after_update", "after_optimizer_step": "after_update", "on_after_optimizer_step": "after_update",
+    "after_iteration": "after_update", "on_iteration_completed": "after_update",
     "on_validation_start": "before_test", "on_test_start": "before_test", "before_val": "before_test",
     "on_validation_end": "after_test", "on_test_end": "after_test", "after_val": "after_test",
     "on_validation_epoch_start": "before_test_epoch", "before_val_epoch": "before_test_epoch",
@@ -209,8 +223,23 @@ class BaseHook:
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Called after each training batch, with its output, label and (undivided) loss.
 
-        ``trainer.step_applied`` says whether this batch's ``engine.step()`` updated the
-        parameters; ``trainer.step_result`` is the whole dict ``train_step`` returned.
+        ``trainer.step_result`` is the whole dict ``train_step`` returned. For work done once
+        per optimizer update, use :meth:`after_update` (it runs right after this event).
+        """
+
+    def after_update(self) -> None:
+        """Called once per optimizer update, after the ``after_train_iter`` of the batch that made it.
+
+        Not called on the micro-steps of gradient accumulation nor when an fp16 step was
+        skipped (non-finite gradients): ``trainer.cur_step`` has just counted this update.
+        The batch's output and loss are in ``trainer.step_result``; what metric hooks recorded
+        for it is in ``trainer.storage``.
+
+        Example:
+            >>> class LogEvery100(BaseHook):
+            ...     def after_update(self):
+            ...         if self.trainer.cur_step % 100 == 0:
+            ...             print(self.trainer.cur_step, self.trainer.storage.latest("train/loss"))
         """
 
     def before_test(self) -> None:

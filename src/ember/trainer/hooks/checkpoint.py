@@ -172,12 +172,12 @@ class CheckpointHook(BaseHook):
             # copy of them must be complete before it runs.
             self._step_hook = self.trainer.engine.optimizer.register_step_pre_hook(self._before_step)
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+    def after_update(self) -> None:
         """Save every ``every_n_steps`` optimizer updates."""
         t, n = self.trainer, self.every_n_steps
-        if self.async_save and not self._staging_prepared and t.step_applied:
+        if self.async_save and not self._staging_prepared:
             self._prepare_staging()
-        if n is None or not t.step_applied or t.cur_step % n:
+        if n is None or t.cur_step % n:
             return
         if self._epoch_save_due() and t.epoch_iter == batches_per_epoch(t.train_dataloader):
             return  # the epoch ends with this batch and saves then
@@ -202,6 +202,11 @@ class CheckpointHook(BaseHook):
             self._step_hook.remove()
             self._step_hook = None
         self.wait()
+
+    def events(self) -> list[str]:
+        """The lifecycle methods called: ``after_update`` only when it has something to do."""
+        per_update = self.every_n_steps is not None or self.async_save
+        return [e for e in super().events() if per_update or e != "after_update"]
 
     # -- called by the Trainer ----------------------------------------------------------------
     def save_final(self, preempted: bool) -> Path | None:
