@@ -219,18 +219,9 @@ class LossHook(_AveragedMetric):
         """Add this batch's loss to the epoch's sum and to the step storage."""
         loss, trainer = loss.detach(), self.trainer
         trainer.storage.put_scalar("train/loss", loss)
-        if "train" not in self.on:
-            return
-        n = int(trainer.step_result["batch_size"])
-        if loss.dim() != 0:
+        if "train" in self.on:
+            n = int(trainer.step_result["batch_size"])
             self._add("train", loss, n, scale=n)
-            return
-        pending = self._pending["train"]  # _add, inlined: this runs every batch
-        pending.append(loss)
-        self._scales["train"].append(n)
-        self._seen["train"] += n
-        if len(pending) >= _FOLD_EVERY:
-            self._fold("train")
 
     def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this test batch's loss to the sum."""
