@@ -15,7 +15,8 @@ import pytest
 from ember import track
 from ember.errors import TrackingError
 from ember.track import _writer
-from ember.track._values import decode_point, encode_point, encode_points, flatten_point
+from ember.track._queue import PointQueue, encode_point
+from ember.track._values import decode_point
 
 
 def _raw_lines(run: track.Run, type_: str) -> list[str]:
@@ -68,7 +69,7 @@ def test_last_step_counts_points_still_queued_and_points_written() -> None:
         assert writer.queued() == 6
     assert writer.last_step("train") == 4  # read while queued...
     run.flush()
-    assert writer.queued() == 0 and writer.pending == []
+    assert writer.queued() == 0 and writer.pending.end() == 0
     assert run.last_step("train") == 4 and run.last_step("val") == 3 and run.last_step("test") is None
     run.finish()
 
@@ -123,16 +124,18 @@ def test_ints_are_stored_exactly_and_ints_beyond_a_float_are_refused_at_the_call
 
 
 def _record(type_: str, step: int, metrics: dict, epoch: int | float | None = None, t: float = 1.5) -> tuple:
-    return flatten_point(type_, step, epoch, t, metrics)
+    return (type_, step, epoch, t, metrics)
 
 
 def encode_batch(records: list[tuple], last_steps: dict[str, int], limit: int = 1 << 62) -> dict[str, list[str]]:
     """Encode queued points the way the writer does, in chunks of ``limit`` points."""
-    buf = [slot for record in records for slot in record]
+    queue = PointQueue()
+    for record in records:
+        queue.put(*record)
     out: dict[str, list[str]] = {}
     i = 0
-    while i < len(buf):
-        texts, i, _ = encode_points(buf, i, len(buf), last_steps, limit)
+    while i < queue.end():
+        texts, i, _ = queue.encode(i, queue.end(), last_steps, limit)
         for type_, lines in texts.items():
             out.setdefault(type_, []).extend(lines)
     return out
@@ -178,7 +181,7 @@ def test_runs_of_alike_points_are_found_even_where_a_slot_of_another_layout_look
     for limit in (1, 3, 64, 1 << 62):
         last: dict[str, int] = {}
         assert {t: "".join(lines) for t, lines in encode_batch(records, last, limit).items()} == expected
-        assert last == {t: max(r[2] for r in records if r[0] == t) for t in expected}
+        assert last == {t: max(r[1] for r in records if r[0] == t) for t in expected}
 
 
 def test_run_log_queues_nothing_the_garbage_collector_tracks() -> None:
@@ -198,7 +201,7 @@ def test_run_log_queues_nothing_the_garbage_collector_tracks() -> None:
         finally:
             gc.enable()
         assert writer.queued() == 5_000
-        assert not any(map(gc.is_tracked, writer.pending))
+        assert not any(map(gc.is_tracked, writer.pending._slots))
     assert grown < 50  # was 10,000: two tuples a point
     run.finish()
     assert [p["step"] for p in run.metrics("train")] == list(range(5_000))
@@ -232,7 +235,7 @@ def test_a_writer_thread_that_dies_of_a_bug_makes_every_later_call_raise(monkeyp
     def broken(*args: object) -> None:
         raise ValueError("a bug in the encoder")
 
-    monkeypatch.setattr(_writer, "encode_points", broken)
+    monkeypatch.setattr(PointQueue, "encode", broken)
     monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the traceback it would print
     run.log("train", {"loss": 1.0}, step=0)
     run._writer.wake()  # type: ignore[union-attr]
@@ -254,19 +257,32 @@ def test_the_queue_is_bounded_a_logging_loop_waits_for_a_slow_writer_and_loses_n
 
     monkeypatch.setattr(_writer, "MAX_QUEUED", 7 * 500, raising=False)  # 500 points of one metric
     monkeypatch.setattr(run_module, "WAKE_AT", 7 * 100)
-    real_encode = _writer.encode_points
+    real_encode = PointQueue.encode
 
     def slow_encode(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.002)  # a writer far slower than the loop
         return real_encode(*args, **kwargs)
 
-    monkeypatch.setattr(_writer, "encode_points", slow_encode)
+    monkeypatch.setattr(PointQueue, "encode", slow_encode)
     run = track.create_run(name="bounded")
     assert run._writer is not None
     most = 0
     for step in range(5_000):
         run.log("train", {"loss": float(step)}, step=step)
-        most = max(most, len(run._writer.pending))
+        most = max(most, run._writer.pending.end())
     run.finish()
     assert most <= 7 * 500 + 7  # never more than the bound and the point that reached it
     assert [p["step"] for p in run.metrics("train")] == list(range(5_000))
+
+
+def test_the_point_queue_gives_back_each_point_once_and_drops_only_what_was_encoded() -> None:
+    queue = PointQueue()
+    queue.put("train", 0, None, 1.0, {"loss": 0.5})
+    queue.put("val", 3, 1, 2.0, {"acc": 0.75, "n": 4})
+    middle = queue.end()
+    queue.put("train", 1, None, 3.0, {"loss": 0.25})
+    assert list(queue.points()) == [("train", 0), ("val", 3), ("train", 1)]
+    texts, position, count = queue.encode(0, middle, {})
+    assert (sorted(texts), count) == (["train", "val"], 2)
+    queue.advance(position)
+    assert list(queue.points()) == [("train", 1)]

@@ -38,12 +38,12 @@ TYPE_ALIASES: dict[str, str] = {
 }
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-# Filled by normalize_type; Run.log looks a type up here before calling it.
-TYPE_CACHE: dict[str, str] = {}
+# Filled by normalize_type: a type seen before is one dict look-up.
+_TYPE_CACHE: dict[str, str] = {}
 # Ints at least this large (in magnitude) are refused: their sum with floats, and many JSON
 # readers, would overflow a float.
 INT_LIMIT = 2**1023
-_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
+strict_dumps = json.JSONEncoder(allow_nan=False, separators=(",", ":")).encode
 
 Point = dict[str, Any]
 
@@ -55,15 +55,15 @@ def normalize_type(type_: object) -> str:
         TrackingError: when ``type_`` is not a str that can name a metrics file.
     """
     if isinstance(type_, str):
-        cached = TYPE_CACHE.get(type_)
+        cached = _TYPE_CACHE.get(type_)
         if cached is not None:
             return cached
         canonical = TYPE_ALIASES.get(type_.lower())
         if canonical is None and _TYPE_RE.match(type_):
             canonical = type_
         if canonical is not None:
-            if len(TYPE_CACHE) < 4096:
-                TYPE_CACHE[type_] = canonical
+            if len(_TYPE_CACHE) < 4096:
+                _TYPE_CACHE[type_] = canonical
             return canonical
     raise TrackingError(
         f"metric type {short_repr(type_)} is not allowed: use train/training, val/validate/validation, "
@@ -195,158 +195,9 @@ def _nonfinite_to_str(value: int | float) -> int | float | str:
 def encode_metrics(metrics: Mapping[str, int | float]) -> str:
     """JSON for a metrics dict, with non-finite floats as "NaN"/"Infinity"/"-Infinity"."""
     try:
-        return _dumps(metrics)
+        return strict_dumps(metrics)
     except ValueError:
-        return _dumps(json_metrics(metrics))
-
-
-HEAD = 5
-"""Slots before the names in a queued point (see :func:`encode_points`)."""
-
-
-def _template(keys: tuple[str, ...], with_epoch: bool) -> str:
-    """A %-format for a point's step, epoch (when ``with_epoch``; else null), time and values."""
-    fields = ",".join(_dumps(k).replace("%", "%%") + ":%r" for k in keys)
-    epoch = "%s" if with_epoch else "null"
-    return '{"step":%d,"epoch":' + epoch + ',"time":%.3f,"metrics":{' + fields + "}}\n"
-
-
-_templates: dict[tuple[tuple[str, ...], bool], str] = {}
-
-
-def _uniform(buf: list[Any], i: int, k: int, stride: int, type_: str, n: int, names: tuple[str, ...]) -> bool:
-    """Whether the ``k`` points from ``buf[i]`` all have this type and these metric names.
-
-    Sound even though the slices assume every point from ``i`` is ``stride`` slots long: the
-    first point that differs starts where the slices expect it, so its type, count or a name
-    fails the test.
-    """
-    hi = i + k * stride
-    if buf[i:hi:stride].count(type_) != k or buf[i + 1 : hi : stride].count(n) != k:
-        return False
-    return all(buf[i + j : hi : stride].count(name) == k for j, name in enumerate(names, HEAD))
-
-
-def _run_length(buf: list[Any], i: int, end: int, limit: int) -> int:
-    """How many consecutive points from ``buf[i]`` share its type and names (1 to ``limit``)."""
-    type_, n = buf[i], buf[i + 1]
-    names = tuple(buf[i + HEAD : i + HEAD + n])
-    stride = HEAD + 2 * n
-    most = min((end - i) // stride, limit)
-    if _uniform(buf, i, most, stride, type_, n, names):  # the usual case: one check, in C
-        return most
-    good, k = 1, 2  # gallop, then bisect between a length that passed and one that failed
-    while k < most and _uniform(buf, i, k, stride, type_, n, names):
-        good, k = k, 2 * k
-    bad = min(k, most)
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if _uniform(buf, i, mid, stride, type_, n, names):
-            good = mid
-        else:
-            bad = mid
-    return good
-
-
-def _all_finite(columns: list[list[Any]]) -> bool:
-    """Whether every value sums to a finite float, in C."""
-    try:
-        return all(math.isfinite(sum(column)) for column in columns)
-    except OverflowError:  # ints whose sum is beyond a float
-        return False
-
-
-def _encode_careful(
-    keys: tuple[str, ...], steps: list[int], epochs: list[Any], times: list[float], columns: list[list[Any]]
-) -> str:
-    """The lines of points some of which hold NaN or infinities, deciding point by point."""
-    template = _template(keys, True)
-    isfinite = math.isfinite
-    lines = []
-    for step, epoch, t, *values in zip(steps, epochs, times, *columns, strict=True):
-        try:
-            finite = isfinite(sum(values))
-        except OverflowError:  # ints whose sum is beyond a float
-            finite = False
-        if finite:
-            lines.append(template % (step, epoch, t, *values))
-            continue
-        metrics = encode_metrics(dict(zip(keys, values, strict=True)))
-        lines.append(f'{{"step":{step},"epoch":{epoch},"time":{t:.3f},"metrics":{metrics}}}\n')
-    return "".join(lines)
-
-
-def encode_points(
-    buf: list[Any], start: int, end: int, last_steps: dict[str, int], limit: int = 1 << 62
-) -> tuple[dict[str, list[str]], int, int]:
-    """Text (whole lines) for the queued points in ``buf[start:end]``, by type, in order.
-
-    ``Run.log`` queues a point as consecutive slots of one flat list, added by one
-    ``list.extend`` (atomic under the GIL)::
-
-        type, n, step, epoch, time, name_1 ... name_n, value_1 ... value_n
-
-    Only str, int, float and None: no object the garbage collector tracks, so a long queue
-    neither triggers nor slows collections. ``end`` must end a point (a ``len(buf)`` read at
-    any moment does). Stops after the first run of points that brings the count to ``limit``
-    or more (a run is cut at ``limit``); returns the text, the index after the last point
-    encoded, and the number of points. ``time`` is written to the millisecond.
-
-    ``last_steps`` (type -> highest step) is raised to the steps encoded. This is the writer
-    thread's hot loop and it shares the GIL with training: consecutive points of one type and
-    the same metric names (the usual case) are found with a few C-level slices, checked with
-    one ``sum`` a metric and formatted with one cached %-template mapped over them, so no Python
-    code runs per point.
-    """
-    out: dict[str, list[str]] = {}
-    templates = _templates
-    i = start
-    count = 0
-    while i < end and count < limit:
-        k = _run_length(buf, i, end, limit - count)
-        type_, n = buf[i], buf[i + 1]
-        stride = HEAD + 2 * n
-        hi = i + k * stride
-        keys = tuple(buf[i + HEAD : i + HEAD + n])
-        steps = buf[i + 2 : hi : stride]
-        epochs = buf[i + 3 : hi : stride]
-        times = buf[i + 4 : hi : stride]
-        columns = [buf[j:hi:stride] for j in range(i + HEAD + n, i + stride)]
-        if not _all_finite(columns):
-            # %r would write NaN and infinities as nan, inf and -inf, which JSON does not have.
-            text = _encode_careful(keys, steps, epochs, times, columns).replace('"epoch":None', '"epoch":null')
-        else:
-            with_epoch = epochs.count(None) != k
-            template = templates.get((keys, with_epoch))
-            if template is None:
-                template = _template(keys, with_epoch)
-                if len(templates) < 1024:
-                    templates[keys, with_epoch] = template
-            if with_epoch:
-                rows = zip(steps, epochs, times, *columns, strict=True)
-                # %s wrote an epoch of None as None ('"epoch":None' cannot occur elsewhere: the
-                # quotes of a metric name are escaped).
-                text = "".join(map(template.__mod__, rows)).replace('"epoch":None', '"epoch":null')
-            else:
-                text = "".join(map(template.__mod__, zip(steps, times, *columns, strict=True)))
-        out.setdefault(type_, []).append(text)
-        top = max(steps)
-        if top > last_steps.get(type_, -1):
-            last_steps[type_] = top
-        i = hi
-        count += k
-    return out, i, count
-
-
-def flatten_point(type_: str, step: int, epoch: int | float | None, time: float, metrics: dict) -> tuple:
-    """The slots ``Run.log`` queues for a point (see :func:`encode_points`)."""
-    return (type_, len(metrics), step, epoch, time, *metrics, *metrics.values())
-
-
-def encode_point(step: int, epoch: int | float | None, time: float, metrics: dict) -> str:
-    """One JSON Lines record (with its newline) for a logged point."""
-    buf = list(flatten_point("", step, epoch, time, metrics))
-    return encode_points(buf, 0, len(buf), {})[0][""][0]
+        return strict_dumps(json_metrics(metrics))
 
 
 def _check_point(point: Any) -> Point:

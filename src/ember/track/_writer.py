@@ -1,12 +1,11 @@
 """The buffered, append-only writer behind ``Run.log`` and the stdout/stderr tee.
 
-``Run.log`` only validates and extends one flat list with the slots of a point (one
-``list.extend``, atomic under the GIL: no lock per call; see
-:func:`ember.track._values.encode_points` for the layout). A daemon thread wakes every
+``Run.log`` only validates a point and puts it in a :class:`~ember.track._queue.PointQueue`
+(one ``list.extend``, atomic under the GIL: no lock per call). A daemon thread wakes every
 ``interval`` seconds (sooner when the list grows long), encodes the points queued so far, appends
 them to ``metrics/<type>.jsonl`` with one ``os.write`` per file per chunk of points, through file
-descriptors opened once, and then drops them from the front of the list. Nothing is fsynced: a
-crash loses at most the last interval. The list is bounded: at :data:`MAX_QUEUED` slots
+descriptors opened once, and then drops them from the front of the queue. Nothing is fsynced: a
+crash loses at most the last interval. The queue is bounded: at :data:`MAX_QUEUED` slots
 ``Run.log`` waits for the writer (a tight loop logs at the writer's pace, in bounded memory).
 Unbuffered descriptors also mean a forked child (a DataLoader worker) holds no copy of
 unwritten bytes that it could write a second time.
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ember.track._fs import write_all
-from ember.track._values import HEAD, encode_points
+from ember.track._queue import PointQueue
 
 FLUSH_INTERVAL_S = 0.5
 # Queued slots (7 for a point of one metric, 2 more a metric) that wake the writer before its
@@ -157,10 +156,10 @@ class ConsoleTee:
 class Writer:
     """Buffers points and console text of one run and appends them from a daemon thread.
 
-    ``Run.log`` extends :attr:`pending` itself (see :func:`ember.track._values.encode_points`)
-    and calls :meth:`wake` when it holds :data:`WAKE_AT` slots; everything else happens under
-    the flush lock. Only the writer removes slots, from the front; the list is never replaced
-    while the run is open, so a caller holding it cannot add to a list nobody reads.
+    ``Run.log`` puts points in :attr:`pending` itself and calls :meth:`wake` when it holds
+    :data:`WAKE_AT` slots; everything else happens under the flush lock. Only the writer takes
+    points off, from the front; the queue is never replaced while the run is open, so a caller
+    holding it cannot add to a queue nobody reads.
     """
 
     def __init__(
@@ -175,7 +174,7 @@ class Writer:
         self._tick = tick
         self._interval = interval
         self._flush_lock = threading.Lock()
-        self.pending: list[Any] = []
+        self.pending = PointQueue()
         self._fds: dict[str, int] = {}
         self._wake = threading.Event()
         self._room = threading.Condition()  # notified when a flush took points off the queue
@@ -192,7 +191,7 @@ class Writer:
         # Run.log calls this at every point while WAKE_AT or more wait; Event.set takes a lock.
         if not self._wake.is_set():
             self._wake.set()
-        if len(self.pending) >= MAX_QUEUED:
+        if self.pending.end() >= MAX_QUEUED:
             self._wait_for_room()
 
     def _wait_for_room(self) -> None:
@@ -205,7 +204,10 @@ class Writer:
             return
         with self._room:
             while (
-                len(self.pending) >= MAX_QUEUED and self.error is None and not self._closing and self._thread.is_alive()
+                self.pending.end() >= MAX_QUEUED
+                and self.error is None
+                and not self._closing
+                and self._thread.is_alive()
             ):
                 self._wake.set()
                 self._room.wait(0.1)
@@ -213,23 +215,13 @@ class Writer:
     def last_step(self, type_: str) -> int | None:
         """The highest step of ``type_`` queued or written (or given at creation), or None."""
         with self._flush_lock:  # never between a point leaving the queue and being counted
-            top = self._last_steps.get(type_, -1)
-            pending = self.pending[:]  # copied in one step under the GIL: whole points
-            i, end = 0, len(pending)
-            while i < end:
-                if pending[i] == type_ and pending[i + 2] > top:
-                    top = pending[i + 2]
-                i += HEAD + 2 * pending[i + 1]
+            top = max((step for queued, step in self.pending.points() if queued == type_), default=-1)
+            top = max(top, self._last_steps.get(type_, -1))
         return None if top < 0 else top
 
     def queued(self) -> int:
         """How many points wait in :attr:`pending`."""
-        pending = self.pending[:]
-        i = count = 0
-        while i < len(pending):
-            i += HEAD + 2 * pending[i + 1]
-            count += 1
-        return count
+        return sum(1 for _ in self.pending.points())
 
     def _fd(self, key: str, path: Path) -> int:
         fd = self._fds.get(key)
@@ -242,11 +234,11 @@ class Writer:
         """Append everything queued so far to the files (no fsync)."""
         with self._flush_lock:
             pending = self.pending
-            end = len(pending)  # ends a point; points queued from now on wait for the next flush
+            end = pending.end()  # points queued from now on wait for the next flush
             done = lost = 0
             try:
                 while done < end:
-                    texts, done, lost = encode_points(pending, done, end, self._last_steps, _CHUNK)
+                    texts, done, lost = pending.encode(done, end, self._last_steps, _CHUNK)
                     for type_, lines in texts.items():
                         write_all(self._fd(type_, self._metrics_dir / f"{type_}.jsonl"), "".join(lines).encode())
                 lost = 0
@@ -261,7 +253,7 @@ class Writer:
                     "or some console output were lost"
                 )
             finally:
-                del pending[:done]  # Run.log only ever extends the end: this is all ours
+                pending.advance(done)  # Run.log only ever adds at the end: this is all ours
                 with self._room:
                     self._room.notify_all()
 
@@ -298,7 +290,7 @@ class Writer:
         # Another thread may have held this lock at the fork: the child gets a fresh one.
         self._flush_lock = threading.Lock()
         self._room = threading.Condition()
-        self.pending = []
+        self.pending = PointQueue()
         self.sink.enabled = False
         self.sink._lock = threading.Lock()
         self.sink._parts = []

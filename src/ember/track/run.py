@@ -13,15 +13,7 @@ from typing import Any
 from ember.errors import TrackingError, describe, short_repr
 from ember.track import _live, lineage
 from ember.track._fs import check_description, check_labels, now_iso, read_json, write_json_atomic
-from ember.track._values import (
-    INT_LIMIT,
-    TYPE_CACHE,
-    Point,
-    check_epoch,
-    check_step,
-    coerce_metrics,
-    normalize_type,
-)
+from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type
 from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
 from ember.track.hparams import HParams
@@ -229,42 +221,16 @@ class Run:
         Example:
             >>> run.log("train", {"loss": loss, "lr": 1e-3}, step=500, epoch=1)
         """
-        # The hot path, inlined: each call of a tight logging loop pays for every operation
-        # here, so plain str/float/int input is checked with identity tests only.
-        type_ = TYPE_CACHE.get(type) if type.__class__ is str else None
-        if type_ is None:
-            type_ = normalize_type(type)
-        plain = metrics.__class__ is dict and metrics
-        if plain:
-            for name, value in metrics.items():
-                kind = value.__class__
-                if (
-                    name.__class__ is not str
-                    or not name
-                    or (kind is not float and (kind is not int or not -INT_LIMIT < value < INT_LIMIT))
-                ):
-                    plain = False
-                    break
-        if not plain:
-            metrics = coerce_metrics(metrics)
-        if step.__class__ is not int or step < 0:
-            step = check_step(step)
-        if epoch is not None and (epoch.__class__ is not int or epoch < 0):
-            epoch = check_epoch(epoch)
+        type_ = normalize_type(type)
+        metrics = coerce_metrics(metrics)
+        step = check_step(step)
+        epoch = check_epoch(epoch)
         writer = self._writer
         if writer is None or writer.error is not None:
             self._check_open()
             self._raise_writer_error()
             raise AssertionError("unreachable: an open run without error has a writer")
-        # One atomic extend of atoms only (see _values.encode_points): the temporary tuple is
-        # freed at once, so a tight loop leaves nothing for the garbage collector to count,
-        # track or scan, and never triggers a collection.
-        pending = writer.pending
-        if plain and len(metrics) == 1:  # name and value hold its one item: no unpacking
-            pending.extend((type_, 1, step, epoch, _time(), name, value))
-        else:
-            pending.extend((type_, len(metrics), step, epoch, _time(), *metrics, *metrics.values()))
-        if len(pending) >= WAKE_AT:
+        if writer.pending.put(type_, step, epoch, _time(), metrics) >= WAKE_AT:
             writer.wake()
 
     def last_step(self, type: str) -> int | None:
