@@ -586,3 +586,30 @@ def test_fp16_is_a_permanent_alias_and_folds_without_a_warning() -> None:
     assert config.amp == "fp16" and config.grad_scaler.init_scale == 1024.0 and "fp16" not in config
     aliases = (Path(__file__).parents[1] / "docs" / "config.md").read_text().split("## Aliases", 1)[1]
     assert '`fp16=dict(mode="torch"' in aliases and "**permanent**" in aliases
+
+
+def test_the_config_package_imports_nothing_from_the_layers_above_it() -> None:
+    # ember.config.NAME reads the config the launch handed down (set_launched), not the context.
+    import ast
+
+    above = ("ember.context", "ember.launcher", "ember.initialize", "ember.trainer", "ember.engine")
+    found = []
+    for path in sorted(Path(config_module.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + (
+                    [f"{node.module}.{a.name}" for a in node.names] if node.module == "ember" else []
+                )
+            found += [f"{path.name}: {n}" for n in names if n.startswith(above)]
+    assert not found
+
+
+def test_ember_config_names_read_the_launched_config_until_the_context_is_reset() -> None:
+    import ember
+
+    ember.launch(config={"BATCH_SIZE": 8}, verbose=False)
+    assert config_module.BATCH_SIZE == 8
+    ember.context.reset()
+    with pytest.raises(ContextError, match="before launch"):
+        _ = config_module.BATCH_SIZE

@@ -224,6 +224,9 @@ def set_context(ctx: Context) -> None:
     """Install ``ctx`` as this process's context (used by the launch functions)."""
     global _CONTEXT
     ensure_not_launched()
+    from ember.config import Config, set_launched  # here: ``import ember.context`` stays light
+
+    set_launched(ctx.config if ctx.config is not None else Config())
     _CONTEXT = ctx
 
 
@@ -254,6 +257,10 @@ def reset() -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+    if _CONTEXT is not None:
+        from ember.config import set_launched
+
+        set_launched(None)
     _CONTEXT = None
 
 

@@ -6,6 +6,8 @@ checked against a small schema table (``_SCHEMA``); every other key is kept for 
 
 After a launch, ``ember.config.NAME`` reads ``NAME`` from the launched config (a module
 ``__getattr__``, as ``ember.context.rank`` does); ``ember.context.config`` is the whole Config.
+The launch hands the config down with :func:`set_launched`: this module imports nothing of the
+layers above it (``ember.context``, the launcher).
 """
 
 from __future__ import annotations
@@ -226,18 +228,34 @@ def merge_configs(base: ConfigSource, extra: ConfigSource) -> Config:
     return Config(_plain(_normalize(merged, True)))
 
 
+_LAUNCHED: Config | None = None
+
+
+def set_launched(config: Config | None) -> None:
+    """Make ``config`` what ``ember.config.NAME`` reads; None when the context is reset.
+
+    ``ember.context.set_context`` calls it at launch: the config module stays below the context
+    and never asks it for the config.
+
+    Example:
+        >>> set_launched(Config(BATCH_SIZE=8))   # what a launch does with the job's config
+        >>> import ember.config; ember.config.BATCH_SIZE
+        8
+    """
+    global _LAUNCHED
+    _LAUNCHED = config
+
+
 def __getattr__(name: str) -> Any:
     # ``ember.config.BATCH_SIZE``: names this module does not define come from the launched config
     # (PEP 562), so DESIGN.md's ``cfg = ember.config; cfg.BATCH_SIZE`` works. Private and dunder
     # names stay plain AttributeErrors, for introspection.
     if name.startswith("_"):
         raise AttributeError(f"module 'ember.config' has no attribute {name!r}")
-    from ember import context
-
-    if not context.is_launched():
+    if _LAUNCHED is None:
         raise ContextError(
             f"ember.config.{name} was read before launch: ember.config reads the launched config's "
             "keys once ember.launch(...), ember.launch_from_torch(config=...) or another launch_from_* "
             f"has run (and '{name}' is none of this module's own names: {', '.join(__all__)})"
         )
-    return getattr(context.get_context().config, name)
+    return getattr(_LAUNCHED, name)
