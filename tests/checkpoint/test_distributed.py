@@ -1,9 +1,11 @@
 """Checkpoints with 2 gloo processes: kill/preempt-and-resume, mid-cycle saves, 2 -> 1 and 1 -> 2 processes.
 
-Three torchruns (see ``scripts/dist.py``): the uninterrupted reference (which also continues a
-one-process checkpoint on two processes and checks a functional mid-cycle save); a job that
-torchrun restarts twice: killed while writing a checkpoint, then preempted by SIGTERM to one rank;
-and a job that torchrun restarts once after one rank is SIGKILLed mid-epoch, mid-cycle.
+One torchrun (see ``scripts/dist.py``), restarted by torchrun three times, runs three jobs one
+after the other: the uninterrupted reference (which also continues a one-process checkpoint on
+two processes and checks a functional mid-cycle save); a job restarted twice: killed while
+writing a checkpoint, then preempted by SIGTERM to one rank; and a job restarted once after one
+rank is SIGKILLed mid-epoch, mid-cycle. The launch's output is split where the third job starts,
+so each job's checks read only what was logged about it.
 """
 
 from __future__ import annotations
@@ -25,33 +27,37 @@ from tests.models import tiny_dataset
 pytestmark = pytest.mark.multiprocess
 
 SCRIPT = Path(__file__).parent / "scripts" / "dist.py"
+MID_CYCLE_STARTS = "=== the chain has finished: the mid-cycle job starts"  # scripts/dist.py
 RESTARTS = {"EMBER_RESUME": "auto", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 ONE_PROC_CKPT = "ckpt-e0000-s000000006.ckpt"  # 1 process, batch 4: 12 of 18 batches into epoch 0
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist-ref")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """The launch's folder, and its output before and after the mid-cycle job started."""
+    out = tmp_path_factory.mktemp("dist")
     common.run(out / "one", bs=4)  # the one-process checkpoints that two processes continue
-    torchrun(SCRIPT, nproc=2, args=["reference", str(out), str(out / "one" / ONE_PROC_CKPT)], timeout=200)  # fmt: skip
-    return out
-
-
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("dist-chain")
     # --standalone (a c10d rendezvous) as `ember run` uses: restarts under the static one can hang
-    run = torchrun(SCRIPT, nproc=2, args=["chain", str(out)], env=RESTARTS, timeout=240,
-                   torchrun_args=("--standalone", "--max-restarts=2"))  # fmt: skip
-    return out, run.stdout + run.stderr
+    run = torchrun(SCRIPT, nproc=2, args=[str(out), str(out / "one" / ONE_PROC_CKPT)], env=RESTARTS, timeout=480,
+                   torchrun_args=("--standalone", "--max-restarts=3"))  # fmt: skip
+    before, marker, after = run.stderr.partition(MID_CYCLE_STARTS)
+    assert marker, "the mid-cycle job never started\n" + run.stderr[-6000:]
+    return out, before, after  # ember and torchrun log to stderr
 
 
 @pytest.fixture(scope="module")
-def killed_mid_cycle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("dist-mid-cycle")
-    run = torchrun(SCRIPT, nproc=2, args=["mid-cycle", str(out)], env=RESTARTS, timeout=200,
-                   torchrun_args=("--standalone", "--max-restarts=1"))  # fmt: skip
-    return out, run.stdout + run.stderr
+def reference(launch: tuple[Path, str, str]) -> Path:
+    return launch[0] / "reference"
+
+
+@pytest.fixture(scope="module")
+def chain(launch: tuple[Path, str, str]) -> tuple[Path, str]:
+    return launch[0] / "chain", launch[1]
+
+
+@pytest.fixture(scope="module")
+def killed_mid_cycle(launch: tuple[Path, str, str]) -> tuple[Path, str]:
+    return launch[0] / "mid-cycle", launch[2]
 
 
 def attempt(out: Path, a: int, rank: int) -> dict[str, Any]:

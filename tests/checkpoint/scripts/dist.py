@@ -1,20 +1,30 @@
-"""Checkpoints under torchrun with 2 gloo processes.
+"""Checkpoints under torchrun with 2 gloo processes: every scenario in one launch.
 
-``dist.py reference OUT ONE_PROC_CKPT``: the uninterrupted run (``OUT/ref``, checkpoints kept in
-``OUT/ref/ckpt``); a functional save in the middle of an accumulation cycle loaded back with
-``checkpoint.load`` (``OUT/functional``); a checkpoint written by one process continued by two
-(``OUT/from-one.json``: the samples each rank saw in the resumed epoch).
+``dist.py OUT ONE_PROC_CKPT`` under ``--max-restarts=3`` with ``EMBER_RESUME=auto`` (so
+``fit(resume=None)`` resumes, as after ``ember run --max-restarts``) runs three jobs one after
+the other in the same workers, restarted by torchrun four times in all (attempts 0-3):
 
-``dist.py chain OUT`` under ``--max-restarts=2`` with ``EMBER_RESUME=auto`` (so ``fit(resume=None)``
-resumes, as after ``ember run --max-restarts``): attempt 0's rank 0 is SIGKILLed between writing
-update 8's checkpoint and renaming it; attempt 1 resumes, and rank 1 alone gets SIGTERM at batch
-23, so both ranks save one update after the next (see ember.trainer._control) and exit with
-the preemption code; attempt 2 resumes and finishes, writing ``OUT/res``.
-``OUT/attempt<a>-rank<r>.json``: how each attempt ended.
+``reference`` (attempt 0, ``EMBER_RESUME`` unset): the uninterrupted run (``OUT/reference/ref``,
+checkpoints kept in ``OUT/reference/ref/ckpt``); a functional save in the middle of an
+accumulation cycle loaded back with ``checkpoint.load`` (``OUT/reference/functional``); a
+checkpoint written by one process continued by two (``OUT/reference/from-one-rank<r>.json``:
+the samples each rank saw in the resumed epoch).
 
-``dist.py mid-cycle OUT`` under ``--max-restarts=1``: attempt 0's rank 1 is SIGKILLed after batch
-16 (epoch 1, the first batch of update 9's cycle: both ranks hold partial gradients); attempt 1
-resumes with ``resume="auto"`` and finishes, writing ``OUT/res`` (and ``OUT/attempt<a>-rank<r>.json``).
+``chain`` (attempts 0-2, ``OUT/chain``): attempt 0's rank 0 is SIGKILLed between writing update
+8's checkpoint and renaming it; attempt 1 resumes, and rank 1 alone gets SIGTERM at batch 23, so
+both ranks save one update after the next (see ember.trainer._control) and exit with the
+preemption code; attempt 2 resumes and finishes, writing ``OUT/chain/res``.
+``OUT/chain/attempt<a>-rank<r>.json``: how each attempt of the chain ended.
+
+``mid-cycle`` (attempts 2-3 of the launch, 0-1 of this job, ``OUT/mid-cycle``): once the chain
+has finished, rank 0 prints :data:`MID_CYCLE_STARTS` (the test splits the output there: what
+torchrun logs after it is about this job); attempt 0's rank 1 is SIGKILLed after batch 16 (epoch
+1, the first batch of update 9's cycle: both ranks hold partial gradients); attempt 1 resumes
+with ``resume="auto"`` and finishes, writing ``OUT/mid-cycle/res`` (and
+``OUT/mid-cycle/attempt<a>-rank<r>.json``).
+
+One launch instead of three saves two torchrun start-ups and two worker restarts (each
+``import torch`` in every process).
 """
 
 from __future__ import annotations
@@ -101,9 +111,9 @@ def reference(out: Path, one_proc_ckpt: str) -> None:
     from_one_process(out, one_proc_ckpt)
 
 
-def chain(out: Path) -> None:
+def chain(out: Path, attempt: int) -> None:
     """Attempt 0 dies writing a checkpoint, attempt 1 is preempted, attempt 2 finishes (all resumed by torchrun)."""
-    attempt, rank = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), distributed.rank()
+    rank = distributed.rank()
     report: dict[str, Any] = {"finished": False}
     try:
         if attempt == 0 and rank == 0:
@@ -122,9 +132,9 @@ def chain(out: Path) -> None:
         (out / f"attempt{attempt}-rank{rank}.json").write_text(json.dumps(report))
 
 
-def mid_cycle(out: Path) -> None:
+def mid_cycle(out: Path, attempt: int) -> None:
     """Attempt 0: SIGKILL rank 1 mid-epoch, mid-cycle; attempt 1 (torchrun's restart) resumes with "auto"."""
-    attempt, rank = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), distributed.rank()
+    rank = distributed.rank()
     report: dict[str, Any] = {"finished": False}
     try:
         kill_at = 16 if attempt == 0 and rank == 1 else None
@@ -135,12 +145,21 @@ def mid_cycle(out: Path) -> None:
         (out / f"attempt{attempt}-rank{rank}.json").write_text(json.dumps(report))
 
 
+def main(out: Path, one_proc_ckpt: str) -> None:
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt == 0:
+        resume_env = os.environ.pop("EMBER_RESUME")  # the reference runs as its own launch would
+        reference(out / "reference", one_proc_ckpt)
+        os.environ["EMBER_RESUME"] = resume_env
+    if attempt <= 2:
+        chain(out / "chain", attempt)
+    if distributed.rank() == 0:
+        print(MID_CYCLE_STARTS, file=sys.stderr, flush=True)
+    mid_cycle(out / "mid-cycle", attempt - 2)
+
+
+MID_CYCLE_STARTS = "=== the chain has finished: the mid-cycle job starts"
+
 if __name__ == "__main__":
     ember.launch_from_torch(config={"seed": 0, "deterministic": True}, verbose=False)
-    mode, target = sys.argv[1], Path(sys.argv[2])
-    if mode == "reference":
-        reference(target, sys.argv[3])
-    elif mode == "mid-cycle":
-        mid_cycle(target)
-    else:
-        chain(target)
+    main(Path(sys.argv[1]), sys.argv[2])
