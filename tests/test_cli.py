@@ -244,3 +244,17 @@ def test_a_script_with_a_syntax_error_ends_with_its_own_message(tmp_path: Path) 
     proc = _ember("run", str(script))
     assert proc.returncode == 1
     assert proc.stderr.rstrip().splitlines()[-1] == "SyntaxError: '(' was never closed"
+
+
+def test_subcommand_families_use_the_shared_helpers_not_the_ember_command() -> None:
+    # ember.cli is the top of the command line; the families below it share ember._subcommands.
+    import ast
+
+    import ember
+
+    root = Path(ember.__file__).parent
+    families = [root / "track" / "cli.py", root / "checkpoint" / "cli.py", root / "server" / "cli.py"]
+    for path in families:
+        modules = {n.module for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)}
+        assert "ember.cli" not in modules and "ember._subcommands" in modules, path
+    assert not (root / "_cli.py").exists()

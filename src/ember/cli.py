@@ -282,15 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    from ember.errors import EmberError
+    from ember._subcommands import run_handler
     from ember.logging import setup_output
 
     setup_output()  # ember's records to stderr, unless the application configured logging
-    try:
-        return int(handler(args) or 0)
-    except EmberError as exc:
-        print(f"ember: error: {exc}", file=sys.stderr)
-        return 2
+    return run_handler(args)
 
 
 def split_run_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:

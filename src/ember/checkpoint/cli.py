@@ -11,7 +11,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from ember._cli import output_file
+from ember._subcommands import output_file
 from ember.errors import CheckpointError
 
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ember._cli import output_file, run_commands
+from ember._subcommands import output_file, run_commands
 from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
 from ember.track import export, lineage

@@ -1,4 +1,8 @@
-"""What every ember subcommand family shares: run its commands and turn ember errors into one line."""
+"""What the ``ember`` subcommands share: running a handler, ember errors as one line, output paths.
+
+``ember.cli`` is the ``ember`` command itself; the subcommand families (``ember.track.cli``,
+``ember.checkpoint.cli``, ``ember.server.cli``) sit below it and use this module, never it.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ def run_commands(add_commands: Callable[[argparse._SubParsersAction], None], arg
     parser = argparse.ArgumentParser(prog="ember")
     add_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
+    return run_handler(args)
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Call ``args.handler(args)``: its exit code, or 2 after printing ``ember: error: ...`` for an EmberError."""
     try:
         return int(args.handler(args) or 0)
     except EmberError as e:
