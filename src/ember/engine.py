@@ -344,7 +344,7 @@ class Engine:
         return self.train(False)
 
     # -- state ---------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, *, weights: bool = True) -> dict[str, Any]:
         """Everything needed to continue exactly: model (unwrapped keys), optimizer, scaler, counters.
 
         Mid-way through an accumulation cycle the partial gradients are included too (not under
@@ -354,8 +354,17 @@ class Engine:
         format. Under ZeRO-1, FSDP2 and tensor parallelism this is a collective, so call it on
         every rank; only rank 0 gets the sharded parts (ZeRO-1: the optimizer; FSDP2/TP: model
         and optimizer), the other ranks get ``{}`` in their place. Rank 0 saves.
+
+        Args:
+            weights: False leaves out the model and optimizer (and the partial gradients): the
+                precision state and counters alone, for a sharded checkpoint, whose shards are
+                saved with ``torch.distributed.checkpoint`` at an accumulation boundary. Not a
+                collective then.
         """
         require_boundary(self.parallel, self.micro_step)
+        if not weights:
+            return {"precision": self.precision.state_dict(), "micro_step": self.micro_step,
+                    "num_updates": self.num_updates, "skipped_updates": self.skipped_updates}  # fmt: skip
         model_state, optimizer_state = self.parallel.state_dicts(self._model, self._optimizer)
         state: dict[str, Any] = {
             "model": model_state,

@@ -432,3 +432,25 @@ def test_a_misspelt_or_foreign_per_update_method_suggests_after_update(method: s
     cls = type("Typo", (hooks.BaseHook,), {method: lambda self, *a: None})
     with pytest.raises(HookError, match=f"Typo.{method} is not a lifecycle method.*did you mean '{suggestion}'"):
         Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[cls()])
+
+
+def test_on_an_update_batch_after_train_iter_and_after_update_run_in_one_priority_order() -> None:
+    log: list[str] = []
+
+    class PerUpdate(hooks.BaseHook):
+        priority = Priority.LOW
+
+        def after_update(self) -> None:
+            log.append("LOW after_update")
+
+    class PerBatch(hooks.BaseHook):
+        def __init__(self, priority: Priority) -> None:
+            super().__init__(priority=priority)
+
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            log.append(f"{Priority(self.priority).name} after_train_iter")
+
+    registered = [PerBatch(Priority.LOWEST), PerUpdate(), PerBatch(Priority.HIGH)]
+    Trainer(make_engine(accumulation=2)).fit(loader(16, 8), epochs=1, hooks=registered)  # 2 batches, 1 update
+    assert log == ["HIGH after_train_iter", "LOWEST after_train_iter",
+                   "HIGH after_train_iter", "LOW after_update", "LOWEST after_train_iter"]  # fmt: skip

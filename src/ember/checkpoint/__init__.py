@@ -35,7 +35,7 @@ from ember.checkpoint.io import (
     save_file,
     write_error,
 )
-from ember.checkpoint.snapshot import capture, restore
+from ember.checkpoint.snapshot import Checkpointables, HookStates, Stateful, TrainingState, capture, restore
 from ember.checkpoint.state import set_rng_state
 from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
@@ -43,7 +43,6 @@ from ember.errors import CheckpointError
 if TYPE_CHECKING:
     from ember.engine import Engine
     from ember.logging import DistributedLogger
-    from ember.trainer import Trainer
 
 __all__ = [
     "POINTER",
@@ -51,6 +50,10 @@ __all__ = [
     "AsyncWriter",
     "CheckpointError",
     "CheckpointFile",
+    "Checkpointables",
+    "HookStates",
+    "Stateful",
+    "TrainingState",
     "checkpoint_name",
     "find_checkpoints",
     "latest",
@@ -64,7 +67,7 @@ __all__ = [
 PathLike = str | os.PathLike[str]
 
 
-def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = None) -> Path | None:
+def save(path: PathLike, trainer: TrainingState, extra: Mapping[str, Any] | None = None) -> Path | None:
     """Write ``trainer``'s whole state to ``path`` (atomically); a collective.
 
     Saved: the Engine (model with unwrapped keys, optimizer, precision/scaler, accumulation
@@ -76,7 +79,8 @@ def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = Non
 
     Args:
         path: the file (or, sharded, the directory) to write; its parent is created.
-        trainer: the Trainer; call from outside ``fit``, or from a hook.
+        trainer: the Trainer (or another :class:`TrainingState`); call from outside ``fit``,
+            or from a hook.
         extra: your own entries (numbers, strings, tensors and containers of them), kept in
             the metadata as ``meta["extra"]``: :func:`load` returns them.
 
@@ -91,7 +95,7 @@ def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = Non
     """
     from ember.checkpoint.sharded import is_sharded, save_sharded
 
-    if is_sharded(trainer.engine):
+    if is_sharded(trainer.checkpointables().engine):
         return save_sharded(path, trainer, reason="manual", extra=extra)
     state = capture(trainer, reason="manual", extra=extra)
     error: Exception | None = None
@@ -104,7 +108,7 @@ def save(path: PathLike, trainer: Trainer, extra: Mapping[str, Any] | None = Non
     return Path(path) if state is not None else None
 
 
-def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any]:
+def load(path: PathLike, trainer: TrainingState, strict: bool = True) -> dict[str, Any]:
     """Restore a checkpoint into ``trainer`` so that the next ``fit`` continues it; a collective.
 
     Loads the Engine, the trainer's counters and history, the hooks' states (applied when
@@ -115,8 +119,8 @@ def load(path: PathLike, trainer: Trainer, strict: bool = True) -> dict[str, Any
     Args:
         path: a checkpoint (file, or sharded checkpoint directory), or a directory of them (its
             newest loadable one).
-        trainer: the Trainer to restore into (a sharded checkpoint loads into any number of
-            processes: one, DDP, FSDP2 and/or tensor parallel, resharded by DCP).
+        trainer: the Trainer (or another :class:`TrainingState`) to restore into (a sharded
+            checkpoint loads into any number of processes: one, DDP, FSDP2 and/or tensor parallel, resharded by DCP).
         strict: refuse a saved hook state whose hook is not registered.
 
     Returns:

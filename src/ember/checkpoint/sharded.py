@@ -39,7 +39,7 @@ import torch
 from ember import distributed
 from ember.checkpoint.io import _fsync_dir, _os_error, load_file, remove_checkpoint, save_file, write_error
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
-from ember.checkpoint.snapshot import capture, tensor_bytes
+from ember.checkpoint.snapshot import TrainingState, capture, tensor_bytes
 from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
     from ember.engine import Engine
-    from ember.trainer import Trainer
 
 STATE_FILE = "ember_state.pt"
 """The file of a sharded checkpoint that holds everything but the model and optimizer."""
@@ -73,7 +72,7 @@ def is_checkpoint_dir(path: str | os.PathLike[str]) -> bool:
 
 def save_sharded(
     path: str | os.PathLike[str],
-    trainer: Trainer,
+    trainer: TrainingState,
     reason: str = "manual",
     then: Callable[[], None] | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -87,7 +86,8 @@ def save_sharded(
 
     Args:
         path: the checkpoint directory to create.
-        trainer: the Trainer, whose Engine is sharded (:func:`is_sharded`).
+        trainer: the Trainer (or another :class:`~ember.checkpoint.snapshot.TrainingState`), whose
+            Engine is sharded (:func:`is_sharded`).
         reason: why it is taken, kept in the metadata.
         then: called on rank 0 once the checkpoint is in place.
         extra: the caller's own entries, kept as ``meta["extra"]``.
@@ -107,7 +107,7 @@ def save_sharded(
 
     final = Path(path)
     tmp = final.with_name(f".{final.name}{_TMP}")
-    engine = trainer.engine
+    engine = trainer.checkpointables().engine
     model_state, optimizer_state = engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
     shards = {"format": DCP_FORMAT, "world_size": distributed.world_size(), "layout": engine.parallel.name}
     state = capture(trainer, reason=reason, shards=shards, extra=extra)

@@ -1,4 +1,10 @@
-"""A Trainer's whole state as one checkpoint dict, and back.
+"""A training state as one checkpoint dict, and back.
+
+The checkpoint knows no Trainer: what it saves is handed to it as named stateful objects
+(:class:`Checkpointables`, as fvcore's ``Checkpointer(model, **checkpointables)``), each with
+``state_dict()``/``load_state_dict()``. Anything with a ``logger`` and a ``checkpointables()``
+method returning them is a :class:`TrainingState`: the Trainer is one, so
+``checkpoint.save(path, trainer)`` works.
 
 :func:`capture` is a collective (every rank calls it): the Engine's state (itself a collective
 under ZeRO, FSDP2 and tensor parallelism), and each rank's own pieces — its random number
@@ -11,7 +17,7 @@ The dict (see ``docs/checkpoint.md``)::
     format, version      "ember.checkpoint", 1
     meta                 time, epoch, step, metrics, world size, versions, sizes (cheap to inspect)
     engine               Engine.state_dict() without partial_grads (model, optimizer, scaler, counters)
-    trainer              Trainer.state_dict() (counters, the fit in progress, history)
+    trainer              the counters' state_dict() (counters, the fit in progress, history)
     hooks                {hook name: state} for hooks whose state is the same on every rank
     sampler              epoch, position in it, batch size, data-parallel size, seed
     ranks                [per rank: rng, hooks (per-rank ones), partial_grads (mid-cycle)]
@@ -24,7 +30,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,25 +40,83 @@ from ember import distributed
 from ember.checkpoint.state import StagingBuffers, only_scalars, rng_state, to_cpu
 from ember.checkpoint.validate import FORMAT, VERSION, check_format
 from ember.errors import CheckpointError
-from ember.parallel.policy import require_boundary
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ember.trainer import Trainer
+    from ember.engine import Engine
+    from ember.logging import DistributedLogger
+
+
+class Stateful(Protocol):
+    """An object a checkpoint saves: its state as plain data and tensors, and back."""
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+
+class HookStates(Protocol):
+    """The hooks' states by hook name: the ``hooks`` section, and the per-rank ones in ``ranks``."""
+
+    def per_rank(self) -> frozenset[str]:
+        """Names of the hooks whose state differs per rank (each rank's is kept)."""
+        ...
+
+    def state_dict(self, per_rank_only: bool = False) -> Mapping[str, Mapping[str, Any]]:
+        """``{name: state}`` of the hooks that keep state (only the per-rank ones if asked)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, Any]], strict: bool = True) -> None:
+        """Give each hook its state; ``strict``: refuse a state whose hook is unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class Checkpointables:
+    """The named stateful objects one checkpoint saves, each under its own section.
+
+    Attributes:
+        engine: the Engine (model, optimizer, precision, accumulation): ``engine``.
+        counters: the loop's counters, the fit in progress and the history: ``trainer``. Its
+            state has ``cur_epoch``, ``epoch_iter``, ``cur_step``, ``micro_step``,
+            ``samples_seen``, ``fit`` and ``history`` (the metadata is read from them).
+        hooks: the hooks' states by name: ``hooks`` (and ``ranks`` for per-rank ones).
+        sampler: the position in the training data: ``sampler`` (its ``load_state_dict``
+            resumes the epoch at the sample the saved ranks had reached).
+    """
+
+    engine: Engine
+    counters: Stateful
+    hooks: HookStates
+    sampler: Stateful
+
+
+class TrainingState(Protocol):
+    """What checkpoint functions save and restore: a :class:`~ember.trainer.Trainer` is one."""
+
+    @property
+    def logger(self) -> DistributedLogger:
+        """Where warnings about a loaded checkpoint go."""
+        ...
+
+    def checkpointables(self) -> Checkpointables:
+        """The objects to save, by section."""
+        ...
+
 
 SECTIONS = ("engine", "trainer", "hooks", "sampler", "ranks")
 
 
 def capture(
-    trainer: Trainer, reason: str = "manual", copy: bool | StagingBuffers = False,
+    owner: TrainingState, reason: str = "manual", copy: bool | StagingBuffers = False,
     shards: Mapping[str, Any] | None = None, defer: Callable[[torch.Tensor], bool] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:  # fmt: skip
-    """Collect ``trainer``'s full state; a collective. Rank 0 gets the dict, other ranks None.
+    """Collect ``owner``'s full state; a collective. Rank 0 gets the dict, other ranks None.
 
     Args:
-        trainer: the Trainer (its Engine, hooks, counters and dataloader).
+        owner: the Trainer, or anything else that hands over :class:`Checkpointables`.
         reason: why it is taken (``"epoch"``, ``"step"``, ``"preempt"``, ``"final"``, ``"manual"``),
             kept in the metadata.
         copy: copy every tensor to CPU memory now (for writing in the background while
@@ -64,39 +129,30 @@ def capture(
             ``engine`` (the caller saves them with DCP) and nothing is gathered.
         extra: the caller's own entries, kept as ``meta["extra"]`` (checked to load safely).
     """
-    engine = trainer.engine
-    if shards is None:
-        engine_state = engine.state_dict()  # a collective under ZeRO / FSDP2 / TP: every rank calls it
-    else:
-        require_boundary(engine.parallel, engine.micro_step)
-        engine_state = {
-            "precision": engine.precision.state_dict(),
-            "micro_step": engine.micro_step,
-            "num_updates": engine.num_updates,
-            "skipped_updates": engine.skipped_updates,
-        }
+    parts = owner.checkpointables()
+    engine = parts.engine
+    # A collective under ZeRO / FSDP2 / TP: every rank calls it. Sharded: the caller saves the
+    # model and optimizer with DCP.
+    engine_state = engine.state_dict(weights=shards is None)
     partial = engine_state.pop("partial_grads", None)
-    per_rank = {h.name for h in trainer.hooks if getattr(h, "state_per_rank", False)}
+    per_rank = parts.hooks.per_rank()
     rank = distributed.rank()
-    if rank == 0:
-        hook_states = trainer.hook_states()
-    else:
-        hook_states = {h.name: s for h in trainer.hooks if h.name in per_rank and (s := h.state_dict())}
+    hook_states = parts.hooks.state_dict(per_rank_only=rank != 0)
     mine: dict[str, Any] = {"rng": rng_state(), "hooks": {n: s for n, s in hook_states.items() if n in per_rank}}
     if partial is not None:
         mine["partial_grads"] = partial
     ranks = gather_to_rank0(to_cpu(mine))
     if rank != 0:
         return None
-    trainer_state = trainer.state_dict()
+    trainer_state = dict(parts.counters.state_dict())
     state: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
-        "meta": _meta(trainer, trainer_state, engine_state, reason),
+        "meta": _meta(engine, trainer_state, engine_state, reason),
         "engine": engine_state,
         "trainer": trainer_state,
         "hooks": {n: s for n, s in hook_states.items() if n not in per_rank},
-        "sampler": _sampler_state(trainer, trainer_state),
+        "sampler": dict(parts.sampler.state_dict()),
         "ranks": ranks,
     }
     if shards is not None:
@@ -115,12 +171,12 @@ def capture(
 
 def restore(
     state: Mapping[str, Any],
-    trainer: Trainer,
+    owner: TrainingState,
     strict: bool = True,
     where: str = "checkpoint",
     source: Path | None = None,
 ) -> Any:
-    """Load ``state`` (from :func:`capture`) into ``trainer`` on this rank; return this rank's RNG state.
+    """Load ``state`` (from :func:`capture`) into ``owner`` on this rank; return this rank's RNG state.
 
     A collective. For a sharded checkpoint, ``source`` is its directory: the model and
     optimizer are loaded from its ``torch.distributed.checkpoint`` files, resharded into this
@@ -133,6 +189,7 @@ def restore(
     in the epoch is mapped through the number of samples all ranks had consumed.
     """
     check_format(state, where)
+    parts = owner.checkpointables()
     meta, ranks = state["meta"], state["ranks"]
     world, rank = distributed.world_size(), distributed.rank()
     saved_world = int(meta["world_size"])
@@ -145,19 +202,19 @@ def restore(
 
         if source is None:
             raise CheckpointError(f"{where} is sharded: pass its directory to restore(..., source=...)")
-        engine_state.update(load_shards(source, trainer.engine))
+        engine_state.update(load_shards(source, parts.engine))
     try:
-        trainer.engine.load_state_dict(engine_state)
+        parts.engine.load_state_dict(engine_state)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # torch's "size mismatch for ..."
         raise CheckpointError(
             f"{where} does not fit this model and optimizer: {str(exc)[:2000]} "
             "(was it saved from another model, or with another optimizer?)"
         ) from exc
-    trainer.load_state_dict(state["trainer"])
-    _map_position(state, trainer, where)
-    trainer.load_hook_states({**state["hooks"], **mine["hooks"]}, strict=strict)
+    parts.counters.load_state_dict(state["trainer"])
+    _load_position(state["sampler"], parts, owner.logger, where)
+    parts.hooks.load_state_dict({**state["hooks"], **mine["hooks"]}, strict=strict)
     if saved_world != world:
-        trainer.logger.warning(
+        owner.logger.warning(
             f"{where} was saved by {saved_world} process(es) and is loaded by {world}: training continues "
             f"from it, but not bit-identically (rank r takes saved rank r % {saved_world}'s random generators "
             "and metric sums; the gradients of an open accumulation cycle are averaged)",
@@ -214,12 +271,12 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def latest_metrics(history: Any) -> dict[str, float]:
-    """The last recorded value of every metric in a :class:`~ember.trainer.History`."""
-    return {name: history.latest(name) for name in history.names}
+def _latest_saved_metrics(history_state: Mapping[str, Any]) -> dict[str, float]:
+    """The last recorded value of every metric in a saved history (``History.state_dict()``)."""
+    return {name: series[max(series)] for name, series in history_state["values"].items() if series}
 
 
-def _meta(trainer: Trainer, ts: Mapping[str, Any], engine_state: Mapping[str, Any], reason: str) -> dict[str, Any]:
+def _meta(engine: Engine, ts: Mapping[str, Any], engine_state: Mapping[str, Any], reason: str) -> dict[str, Any]:
     import ember
 
     return {
@@ -232,49 +289,40 @@ def _meta(trainer: Trainer, ts: Mapping[str, Any], engine_state: Mapping[str, An
         "samples_seen": ts["samples_seen"],
         "fit_active": bool(ts["fit"]["active"]),
         "accumulation_micro_step": int(engine_state.get("micro_step", 0)),
-        "metrics": latest_metrics(trainer.history),
+        "metrics": _latest_saved_metrics(ts["history"]),
         "world_size": distributed.world_size(),
-        "data_parallel_size": trainer.engine.data_parallel_size,
-        "parallel": getattr(trainer.engine.parallel, "name", "none"),
+        "data_parallel_size": engine.data_parallel_size,
+        "parallel": getattr(engine.parallel, "name", "none"),
         "ember_version": ember.__version__,
         "torch_version": str(torch.__version__),  # a str subclass the safe loader refuses
     }
 
 
-def _sampler_state(trainer: Trainer, ts: Mapping[str, Any]) -> dict[str, Any]:
-    loader = trainer.train_dataloader
-    sampler = getattr(loader, "sampler", None)
-    batch_size = getattr(loader, "batch_size", None)
-    return {
-        "epoch": ts["cur_epoch"],
-        "position": None if batch_size is None else ts["epoch_iter"] * batch_size,
-        "batches": ts["epoch_iter"],
-        "batch_size": batch_size,
-        "data_parallel_size": trainer.engine.data_parallel_size,
-        "seed": getattr(sampler, "seed", None),
-        "shuffle": getattr(sampler, "shuffle", None),
-    }
-
-
-def _map_position(state: Mapping[str, Any], trainer: Trainer, where: str) -> None:
-    """Resume the epoch at the sample where the saved ranks together had got to.
-
-    The ranks of a :class:`~ember.data.ResumableSampler` consume the epoch's order from its
-    start, so ``batches × batch size × data-parallel size`` samples were consumed, whatever
-    the number of ranks; the Trainer turns that into its own batches (rounded down, so no
-    sample is skipped; a few may be seen twice when the split is uneven).
-    """
-    sampler = state["sampler"]
-    if not sampler["batches"] or sampler["batch_size"] is None:
-        return
+def _load_position(sampler: Mapping[str, Any], parts: Checkpointables, logger: DistributedLogger, where: str) -> None:
+    """Give the sampler section to its owner, which resumes the epoch at the saved sample, and
+    say so when the saved data-parallel size differs (see :func:`samples_consumed`)."""
+    parts.sampler.load_state_dict(sampler)
+    consumed = samples_consumed(sampler)
     saved_dp = int(sampler["data_parallel_size"])
-    consumed = int(sampler["batches"]) * int(sampler["batch_size"]) * saved_dp
-    trainer.resume_epoch_at_sample(consumed)
-    if saved_dp != trainer.engine.data_parallel_size:
-        trainer.logger.warning(
+    if consumed is not None and saved_dp != parts.engine.data_parallel_size:
+        logger.warning(
             f"{where}: the epoch resumes after the {consumed} samples that its {saved_dp} rank(s) had consumed",
             ranks=[0],
         )
+
+
+def samples_consumed(sampler: Mapping[str, Any]) -> int | None:
+    """How many samples of the epoch the saved ranks had consumed together (None: at its start,
+    or the loader had no batch size).
+
+    The ranks of a :class:`~ember.data.ResumableSampler` consume the epoch's order from its
+    start, so ``batches × batch size × data-parallel size`` samples were consumed, whatever
+    the number of ranks; a Trainer turns that into its own batches (rounded down, so no
+    sample is skipped; a few may be seen twice when the split is uneven).
+    """
+    if not sampler["batches"] or sampler["batch_size"] is None:
+        return None
+    return int(sampler["batches"]) * int(sampler["batch_size"]) * int(sampler["data_parallel_size"])
 
 
 def _mean_grads(ranks: list[Mapping[str, Any]]) -> list[torch.Tensor | None]:

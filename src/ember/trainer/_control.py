@@ -76,6 +76,7 @@ class Control:
         The loop skips ``agree(lagged=True)`` otherwise (a call per update on a tiny model)."""
         self._exchanged = (0, time.perf_counter())  # safe point and time of the last exchange
         self._hold: Callable[[], None] | None = None
+        self._update_batch: list[tuple[BaseHook, Callable[..., Any], str]] = []
 
     # -- hooks --------------------------------------------------------------------------------
     def register(self, hooks: Sequence[BaseHook], owner: Any) -> None:
@@ -95,15 +96,19 @@ class Control:
             hook._attach(owner)
         handled = [(h, frozenset(h.events())) for h in self.hooks]
         self._calls = {e: [(h, _bound(h, e)) for h, events in handled if e in events] for e in EVENTS}
+        # A batch that applied an update: its after_train_iter and after_update calls in one
+        # priority order (a hook's own after_train_iter first), as one event would run them.
+        self._update_batch = [(h, _bound(h, e), e) for h, events in handled
+                              for e in ("after_train_iter", "after_update") if e in events]  # fmt: skip
         self.call("after_hook_is_attached")
 
-    def snapshot(self) -> tuple[list[BaseHook], dict[str, list[tuple[BaseHook, Callable[..., Any]]]]]:
+    def snapshot(self) -> tuple[Any, ...]:
         """The current hooks, to put back with :meth:`restore` (``evaluate(hooks=...)``)."""
-        return self.hooks, self._calls
+        return self.hooks, self._calls, self._update_batch
 
-    def restore(self, saved: tuple[list[BaseHook], dict[str, list[tuple[BaseHook, Callable[..., Any]]]]]) -> None:
+    def restore(self, saved: tuple[Any, ...]) -> None:
         """Put back hooks saved by :meth:`snapshot` (they are attached already)."""
-        self.hooks, self._calls = saved
+        self.hooks, self._calls, self._update_batch = saved
 
     def describe(self) -> str:
         """The resolved order, one hook a line, with the events each one handles."""
@@ -137,6 +142,26 @@ class Control:
                 self._release()
             try:
                 method(*args)
+            except StopTraining as stop:
+                self.request_stop(str(stop) or f"{hook.name} raised StopTraining in {event}")
+            except Exception as exc:  # noqa: BLE001 - re-raised here or at the next safe point
+                self._failed(exc, f"{hook.name}.{event}")
+
+    def call_batch_end(self, applied: bool, output: Any, label: Any, loss: Any) -> None:
+        """End a training batch: ``after_train_iter(output, label, loss)`` on every hook, and when
+        the batch ``applied`` an optimizer update, ``after_update()`` too, all in priority order
+        (see ``hooks/base.py``)."""
+        if not applied:
+            self.call("after_train_iter", output, label, loss)
+            return
+        for hook, method, event in self._update_batch:
+            if self._hold is not None:
+                self._release()
+            try:
+                if event == "after_update":
+                    method()
+                else:
+                    method(output, label, loss)
             except StopTraining as stop:
                 self.request_stop(str(stop) or f"{hook.name} raised StopTraining in {event}")
             except Exception as exc:  # noqa: BLE001 - re-raised here or at the next safe point

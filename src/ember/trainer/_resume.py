@@ -1,16 +1,21 @@
-"""``fit(resume=...)`` and the checkpoints ``fit`` saves as it ends (finished, stopped, preempted)."""
+"""``fit(resume=...)``, and how ``fit`` ends after a preemption.
+
+Resuming is the Trainer's (``resume=PATH`` needs no hook); ``resume="auto"`` looks in the
+directory of the hook that keeps checkpoints. That hook is recognised by its shape
+(:class:`Checkpointer`), not its class, so the loop imports no concrete hook; it saves the state
+``fit`` ends with in its ``after_train_loop`` event.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ember.checkpoint import open_checkpoint
 from ember.checkpoint.snapshot import restore
 from ember.errors import CheckpointError, TrainerError
 from ember.trainer._preempt import Preempted
-from ember.trainer.hooks.checkpoint import CheckpointHook
 
 if TYPE_CHECKING:
     from ember.trainer.trainer import Trainer
@@ -18,6 +23,20 @@ if TYPE_CHECKING:
 RESUME_ENV = "EMBER_RESUME"
 """When ``fit(resume=None)``, this variable's value is used instead (``ember run --max-restarts``
 sets it to ``auto`` so that restarted workers resume)."""
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    """A hook that keeps checkpoints in a directory (:class:`~ember.trainer.hooks.CheckpointHook`).
+
+    ``resume="auto"`` reads the newest checkpoint in its ``dir`` and sets its ``resumed_from``
+    (which its retention never deletes); :class:`Preempted` names its ``last_path``. Its
+    presence turns SIGTERM/SIGINT into a save and a clean stop.
+    """
+
+    dir: Path
+    resumed_from: Path | None
+    last_path: Path | None
 
 
 def check_resume(resume: Any) -> None:
@@ -28,9 +47,9 @@ def check_resume(resume: Any) -> None:
         raise TrainerError("fit(resume='') is empty: pass None, 'auto' or a checkpoint path")
 
 
-def checkpoint_hooks(trainer: Trainer) -> list[CheckpointHook]:
-    """The registered CheckpointHooks."""
-    return [h for h in trainer.hooks if isinstance(h, CheckpointHook)]
+def checkpointers(trainer: Trainer) -> list[Checkpointer]:
+    """The registered hooks that keep checkpoints, in the order they run."""
+    return [h for h in trainer.hooks if isinstance(h, Checkpointer)]
 
 
 def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
@@ -46,7 +65,7 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
         resume = os.environ.get(RESUME_ENV, "").strip() or None
         if resume is None:
             return None
-    hooks = checkpoint_hooks(trainer)
+    hooks = checkpointers(trainer)
     auto = resume == "auto"
     if auto:
         dirs = list(dict.fromkeys(h.dir for h in hooks))
@@ -80,22 +99,8 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
     return rng
 
 
-def save_final(trainer: Trainer) -> None:
-    """Let every CheckpointHook save the state ``fit`` ends with (a collective; errors agreed on later)."""
-    control = trainer._control
-    for hook in checkpoint_hooks(trainer):
-        try:
-            path = hook.save_final(preempted=control.preempted)
-        except Exception as exc:  # noqa: BLE001 - raised on every rank at the next agreement
-            control.fail(exc, f"{hook.name}.save_final")
-            continue
-        if path is not None and control.preempted:
-            trainer.logger.warning(f"{control.stop_reason}: saved {str(path)!r}", ranks=[0])
-
-
 def raise_if_preempted(trainer: Trainer) -> None:
     """After ``fit``'s loop: leave with :class:`Preempted` when the ranks agreed on a preemption."""
-    control = trainer._control
-    if control.preempted:
-        hooks = checkpoint_hooks(trainer)
-        raise Preempted(control.stop_reason or "preempted", hooks[0].last_path if hooks else None)
+    if trainer.preempted:
+        hooks = checkpointers(trainer)
+        raise Preempted(trainer.stop_reason or "preempted", hooks[0].last_path if hooks else None)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from ember import distributed
+from ember.checkpoint.snapshot import Checkpointables, samples_consumed
 from ember.errors import TrainerError
 from ember.trainer.placeholders import Placeholders
 from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
@@ -95,6 +96,24 @@ class TrainerState:
         return FitOutcome("Complete", None)
 
     @property
+    def preempted(self) -> bool:
+        """Whether the ranks agreed to stop this ``fit`` for a preemption signal (SIGTERM/SIGINT).
+
+        True from that safe point on: the hooks' ``after_train_loop`` (where the CheckpointHook
+        saves) and ``after_train`` see it, and ``fit`` then raises
+        :class:`~ember.trainer.Preempted`.
+        """
+        return self._control.preempted
+
+    def run_before_next_hook(self, ready: Callable[[], None]) -> None:
+        """Call ``ready()`` once, before the next hook method runs (in this event or a later one).
+
+        For work that must end before a hook could change what it reads: the CheckpointHook's
+        background copy of an ``async_save`` checkpoint (a hook may change the parameters in place).
+        """
+        self._control.hold_until(ready)
+
+    @property
     def stop_reason(self) -> str | None:
         """Why training stopped early, or None."""
         return self._control.stop_reason if self._control.stopping or self._control.stop_requested else None
@@ -154,17 +173,33 @@ class TrainerState:
         return distributed.world_size()
 
     # -- state --------------------------------------------------------------------------------
+    def checkpointables(self) -> Checkpointables:
+        """What a checkpoint saves of this trainer, by section (see :mod:`ember.checkpoint.snapshot`).
+
+        The Engine; the trainer's counters, run and history (:meth:`state_dict`); the hooks'
+        states by name; and the position in the training data. ``ember.checkpoint.save`` and
+        ``load`` take the trainer for these.
+        """
+        return Checkpointables(engine=self.engine, counters=self, hooks=_HookStates(self), sampler=_DataPosition(self))
+
+    def _position(self) -> tuple[int, int]:
+        """``(epoch, batches into it)`` as saved: an epoch that is closing (``after_train_epoch``)
+        counts as done, so a resume does not repeat the epoch's end."""
+        if self._closing_epoch:
+            return self.cur_epoch + 1, 0
+        return self.cur_epoch, self.epoch_iter
+
     def state_dict(self) -> dict[str, Any]:
         """Counters, the run in progress, and the history (not the Engine's or the hooks' state).
 
         Taken while an epoch is closing (``after_train_epoch``) it describes the next epoch's
         start, so a resume does not repeat the epoch's end.
         """
-        closing = self._closing_epoch
+        epoch, epoch_iter = self._position()
         origin = (self._run.start_epoch, self._run.start_step) if self._run is not None else (0, 0)
         return {
-            "cur_epoch": self.cur_epoch + int(closing),
-            "epoch_iter": 0 if closing else self.epoch_iter,
+            "cur_epoch": epoch,
+            "epoch_iter": epoch_iter,
             "cur_step": self.cur_step,
             "micro_step": self.micro_step,
             "samples_seen": self.samples_seen,
@@ -255,3 +290,49 @@ class TrainerState:
         self.storage.clear()
         self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
         self.storage.step, self._resume, self._resume_samples = 0, None, None
+
+
+class _HookStates:
+    """The registered hooks' states by name, as a checkpoint takes them (:class:`~ember.checkpoint.HookStates`)."""
+
+    def __init__(self, trainer: TrainerState) -> None:
+        self._trainer = trainer
+
+    def per_rank(self) -> frozenset[str]:
+        return frozenset(h.name for h in self._trainer.hooks if h.state_per_rank)
+
+    def state_dict(self, per_rank_only: bool = False) -> dict[str, dict[str, Any]]:
+        if not per_rank_only:
+            return self._trainer.hook_states()
+        return {h.name: s for h in self._trainer.hooks if h.state_per_rank and (s := h.state_dict())}
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, Any]], strict: bool = True) -> None:
+        self._trainer.load_hook_states(state, strict=strict)
+
+
+class _DataPosition:
+    """The training loader's position (the checkpoint's ``sampler`` section) and its resume."""
+
+    def __init__(self, trainer: TrainerState) -> None:
+        self._trainer = trainer
+
+    def state_dict(self) -> dict[str, Any]:
+        trainer = self._trainer
+        epoch, epoch_iter = trainer._position()
+        loader = trainer.train_dataloader
+        sampler = getattr(loader, "sampler", None)
+        batch_size = getattr(loader, "batch_size", None)
+        return {
+            "epoch": epoch,
+            "position": None if batch_size is None else epoch_iter * batch_size,
+            "batches": epoch_iter,
+            "batch_size": batch_size,
+            "data_parallel_size": trainer.engine.data_parallel_size,
+            "seed": getattr(sampler, "seed", None),
+            "shuffle": getattr(sampler, "shuffle", None),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        consumed = samples_consumed(state)
+        if consumed is not None:
+            self._trainer.resume_epoch_at_sample(consumed)

@@ -21,7 +21,7 @@ from ember.logging import DistributedLogger, get_dist_logger
 from ember.trainer import _batch
 from ember.trainer._control import Control
 from ember.trainer._preempt import preemption_signals
-from ember.trainer._resume import check_resume, checkpoint_hooks, raise_if_preempted, resume_checkpoint, save_final
+from ember.trainer._resume import check_resume, checkpointers, raise_if_preempted, resume_checkpoint
 from ember.trainer._setup import (
     Run,
     batches_per_epoch,
@@ -34,7 +34,6 @@ from ember.trainer._setup import (
 )
 from ember.trainer._state import TrainerState
 from ember.trainer.hooks.base import BaseHook
-from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.placeholders import Placeholders, placeholder_values
 from ember.trainer.schedule import DefaultSchedule, Schedule
 from ember.trainer.storage import History, StepStorage
@@ -92,6 +91,11 @@ class Trainer(TrainerState):
         >>> trainer.history.best("test/accuracy")
     """
 
+    progress_hook: type[BaseHook] | None = None
+    """What ``display_progress=True`` adds to the hooks (unless one of its class is there): the
+    :class:`~ember.trainer.hooks.ProgressBarHook`, set by ``ember.trainer``. A subclass may give
+    its own (a rich progress display)."""
+
     def __init__(
         self,
         engine: Engine | None = None,
@@ -138,7 +142,7 @@ class Trainer(TrainerState):
             raise TrainerError(f"stop_check_every_s must be >= 0, got {stop_check_every_s!r}")
         self._control = Control(self.logger, float(stop_check_every_s))
         self._user_hooks: list[BaseHook] = []
-        self._progress: ProgressBarHook | None = None
+        self._progress: BaseHook | None = None
         self._run: Run | None = None
         self._resume: tuple[int, int] | None = None
         self._finished = self._closing_epoch = self._testing = False
@@ -231,7 +235,7 @@ class Trainer(TrainerState):
         self.logger.info(self._control.describe(), ranks=[0])
         self._control.reset()
         self.fitting, self._finished = True, False
-        with preemption_signals(self._control, self.logger, enabled=bool(checkpoint_hooks(self))):
+        with preemption_signals(self._control, self.logger, enabled=bool(checkpointers(self))):
             try:
                 self._loop(self._run)
             finally:
@@ -347,7 +351,7 @@ class Trainer(TrainerState):
             while not ctl.preempted and not ctl.agree() and not run.done(self):
                 self._train_epoch(run)
             self._finished = not ctl.preempted
-            save_final(self)  # a preemption's checkpoint, or save_last's, before after_train
+            ctl.call("after_train_loop")  # a preemption's checkpoint, or save_last's, before after_train
             completed = True
         finally:
             self._after_train(completed)
@@ -376,13 +380,11 @@ class Trainer(TrainerState):
             self.samples_seen += int(result["batch_size"]) * replicas
             self.cur_step += applied
             self.storage.step, self.step_result = self.cur_step, result
-            if after:
+            if after or (applied and after_update):
                 if keep_outputs:
-                    ctl.call("after_train_iter", result["output"], result["label"], result["loss"])
+                    ctl.call_batch_end(applied, result["output"], result["label"], result["loss"])
                 else:
-                    ctl.call("after_train_iter", None, None, result["loss"])
-            if applied and after_update:  # after every hook saw the batch: its loss is recorded
-                ctl.call("after_update")
+                    ctl.call_batch_end(applied, None, None, result["loss"])
             if engine.sync_gradients and ((ctl.must_agree and ctl.agree(lagged=True)) or self.cur_step >= last_step):
                 break
         if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
@@ -478,13 +480,23 @@ class Trainer(TrainerState):
             raise HookError(f"hooks must be a list of hooks, got {type(hooks).__name__}")
         chosen = list(self._user_hooks if hooks is None else hooks)
         given = list(chosen)
-        if display_progress and not any(isinstance(h, ProgressBarHook) for h in chosen):
-            self._progress = self._progress or ProgressBarHook()
-            chosen.append(self._progress)
+        if display_progress:
+            chosen = self._with_progress(chosen)
         self._control.register(chosen, self)
         if keep:
             self._user_hooks = given
         self._apply_pending_hook_states()
+
+    def _with_progress(self, chosen: list[BaseHook]) -> list[BaseHook]:
+        """``chosen`` with this trainer's :attr:`progress_hook` added, unless one of its kind is there."""
+        kind = self.progress_hook
+        if kind is None:
+            raise TrainerError("display_progress=True, but this Trainer has no progress_hook to add")
+        if any(isinstance(h, kind) for h in chosen):
+            return chosen
+        if not isinstance(self._progress, kind):
+            self._progress = kind()
+        return [*chosen, self._progress]
 
 
 def _overridden(trainer: Trainer, method: str) -> bool:

@@ -12,9 +12,10 @@ When each method runs, as the Trainer's loop in pseudo-code (``fit``)::
                 result = train_step(batch)     # forward + loss
                 engine.backward(result["loss"]); applied = engine.step()
                 after_train_iter(output, label, loss)   # every batch (micro-step)
-                if applied:                    # the optimizer updated the parameters
-                    after_update()             # once per update: not on accumulation
-                                               # micro-steps nor on a skipped fp16 step
+                after_update()                 # only if applied: once per optimizer update,
+                                               # not on accumulation micro-steps nor on a
+                                               # skipped fp16 step (ordered with the above:
+                                               # see below)
                 if this batch closed an accumulation cycle:   # a safe point
                     agree across ranks: stop / error?        # and max_steps reached?
             if a test is due this epoch:       # every test_interval epochs and at the end
@@ -27,6 +28,9 @@ When each method runs, as the Trainer's loop in pseudo-code (``fit``)::
                 after_test_epoch()             # metric hooks reduce across ranks here
                 after_test()
             after_train_epoch()                # sees this epoch's train *and* test metrics
+        after_train_loop()                     # the loop ended without an error (finished,
+                                               # stopped or preempted): the CheckpointHook
+                                               # saves the final state here
     finally:
         after_train()                          # also when training raised
 
@@ -34,13 +38,16 @@ When each method runs, as the Trainer's loop in pseudo-code (``fit``)::
 (lower first), ties in registration order; the Trainer logs the resolved order at fit start.
 
 Per batch or per update: ``after_train_iter`` sees every batch (accumulate a batch's
-outputs there); ``after_update`` runs after it, only when that batch's ``engine.step()``
-changed the parameters, with ``trainer.cur_step`` already counting the update. Work done
-once per optimizer update (log every N steps, step an LR schedule, save every N steps)
-belongs in ``after_update``: it is detectron2's ``after_step``, Hugging Face's
-``on_step_end`` and ignite's ``ITERATION_COMPLETED`` (an iteration there is one update).
-It comes after every hook's ``after_train_iter`` so that what those record for the batch
-(the loss in the step storage) is there to read.
+outputs there); ``after_update`` only the batches whose ``engine.step()`` changed the
+parameters, with ``trainer.cur_step`` already counting the update. Work done once per
+optimizer update (log every N steps, step an LR schedule, save every N steps) belongs in
+``after_update``: it is detectron2's ``after_step``, Hugging Face's ``on_step_end`` and
+ignite's ``ITERATION_COMPLETED`` (an iteration there is one update). On such a batch the two
+events run as one, in priority order, a hook's own ``after_train_iter`` before its
+``after_update``: so moving per-update work from ``after_train_iter`` (behind an
+``if trainer.step_applied``) to ``after_update`` keeps the order the hooks ran in. The metric
+hooks (``ABOVE_NORMAL``) have put the batch's loss in the step storage before the writers
+(``BELOW_NORMAL``) read it, and a hook at ``LOWEST`` sees the LR schedule stepped.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ __all__ = ["EVENTS", "BaseHook", "Priority", "StopTraining", "check_hook", "get_
 
 EVENTS: tuple[str, ...] = (
     "after_hook_is_attached",
-    "before_train", "after_train",
+    "before_train", "after_train_loop", "after_train",
     "before_train_epoch", "after_train_epoch",
     "before_train_iter", "after_train_iter", "after_update",
     "before_test", "after_test",
@@ -211,6 +218,15 @@ class BaseHook:
     def after_train(self) -> None:
         """Called once at the end of ``fit``, also when training raised (in ``finally``)."""
 
+    def after_train_loop(self) -> None:
+        """Called once when ``fit``'s loop ends without an error, before any ``after_train``.
+
+        The loop finished, was stopped, or the ranks agreed on a preemption
+        (``trainer.preempted``): the state is the one ``fit`` ends with. The CheckpointHook
+        saves it here (``save_last``, or always on a preemption); a hook that changes the model
+        in ``after_train`` (swapping in averaged weights) runs after that save.
+        """
+
     def before_train_epoch(self) -> None:
         """Called at the start of each training epoch."""
 
@@ -224,11 +240,12 @@ class BaseHook:
         """Called after each training batch, with its output, label and (undivided) loss.
 
         ``trainer.step_result`` is the whole dict ``train_step`` returned. For work done once
-        per optimizer update, use :meth:`after_update` (it runs right after this event).
+        per optimizer update, use :meth:`after_update` (ordered with this event: see the module
+        docstring).
         """
 
     def after_update(self) -> None:
-        """Called once per optimizer update, after the ``after_train_iter`` of the batch that made it.
+        """Called once per optimizer update, with the ``after_train_iter`` of the batch that made it.
 
         Not called on the micro-steps of gradient accumulation nor when an fp16 step was
         skipped (non-finite gradients): ``trainer.cur_step`` has just counted this update.

@@ -47,7 +47,8 @@ class CheckpointHook(BaseHook):
     * every ``every_n_epochs`` epochs, at the epoch's end (after its test pass and every other
       hook's ``after_train_epoch``): the state then describes the next epoch's start;
     * with ``save_best``, at the end of an epoch where that history metric improved;
-    * with ``save_last``, when ``fit`` ends (finished or stopped), before ``after_train``;
+    * with ``save_last``, when ``fit`` ends (finished or stopped): in ``after_train_loop``,
+      before any hook's ``after_train``;
     * on preemption (SIGTERM/SIGINT, see ``docs/checkpoint.md``), always.
 
     Args:
@@ -208,19 +209,20 @@ class CheckpointHook(BaseHook):
         per_update = self.every_n_steps is not None or self.async_save
         return [e for e in super().events() if per_update or e != "after_update"]
 
-    # -- called by the Trainer ----------------------------------------------------------------
-    def save_final(self, preempted: bool) -> Path | None:
+    def after_train_loop(self) -> None:
         """Save the state ``fit`` ends with (with ``save_last``, or on preemption) and wait for it.
 
-        The Trainer calls this on every rank when its loop ends without an error, before
-        ``after_train``; it is a collective. Returns the checkpoint's path.
+        Runs on every rank when the loop ends without an error, before any ``after_train``; a
+        collective.
         """
-        if not (preempted or self.save_last):
-            return None
         t = self.trainer
+        preempted = t.preempted
+        if not (preempted or self.save_last):
+            return
         path = self._save(t.cur_epoch, t.epoch_iter, "preempt" if preempted else "final")
         self.wait()
-        return path
+        if preempted:
+            t.logger.warning(f"{t.stop_reason}: saved {str(path)!r}", ranks=[0])
 
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise CheckpointError if it failed."""
@@ -330,7 +332,7 @@ class CheckpointHook(BaseHook):
             self._copying = self._staging.take_deferred()
             self._writer.submit(state, path, then, prepare=None if self._copying is None else self._copying.run)
             if self._copying is not None:
-                t._control.hold_until(self._await_copy)
+                t.run_before_next_hook(self._await_copy)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._await_copy()
