@@ -99,16 +99,18 @@ def test_torchs_crc_option_is_left_as_it_was_after_a_save_and_after_a_failed_one
     before = torch.serialization.get_crc32_options()
     torch.serialization.set_crc32_options(user_setting)
     try:
-        save_file(_state(), tmp_path / "a.ckpt")
+        save_file(_state(), tmp_path / "a.ckpt", skip_zip_crc=True)
         assert torch.serialization.get_crc32_options() is user_setting
         with pytest.raises(Exception):  # noqa: B017 - whatever pickle raises for a lambda
-            save_file({"f": lambda: 0}, tmp_path / "b.ckpt")
+            save_file({"f": lambda: 0}, tmp_path / "b.ckpt", skip_zip_crc=True)
         assert torch.serialization.get_crc32_options() is user_setting
         assert not (tmp_path / "b.ckpt").exists()
         assert not list(tmp_path.glob(".*tmp*"))
         # the lock was released both times: another thread can save
         done = threading.Event()
-        thread = threading.Thread(target=lambda: (save_file(_state(), tmp_path / "c.ckpt"), done.set()), daemon=True)
+        thread = threading.Thread(
+            target=lambda: (save_file(_state(), tmp_path / "c.ckpt", skip_zip_crc=True), done.set()), daemon=True
+        )
         thread.start()
         thread.join(timeout=60)
         assert done.is_set()
@@ -120,21 +122,48 @@ def test_crcs_are_off_only_until_the_first_write(tmp_path: Path) -> None:
     seen: list[bool] = []
     with open(tmp_path / "x", "wb", buffering=0) as raw:
         writer = ckpt_io._WriteBehind(raw)
-        with ckpt_io._crc32_off_until_first_write(writer):
+        with ckpt_io._zip_crc_until_first_write(writer, skip=True):
             seen.append(torch.serialization.get_crc32_options())
             writer.write(b"x")
             seen.append(torch.serialization.get_crc32_options())
     assert seen == [False, True]
 
 
-def test_checkpoints_skip_zip_crcs_and_shared_weights_keep_them(tmp_path: Path) -> None:
+def test_a_checkpoint_saved_by_default_passes_a_zip_crc_test(tmp_path: Path) -> None:
+    import zipfile
+
+    save_file(_state(), tmp_path / "a.ckpt")
+    with zipfile.ZipFile(tmp_path / "a.ckpt") as z:
+        assert z.testzip() is None  # every CRC-32 right: unzip -t passes
+
+
+def test_a_save_that_waits_for_a_skipping_one_keeps_its_crcs(tmp_path: Path) -> None:
+    import time
+    import zipfile
+
+    ckpt_io._CRC32_LOCK.acquire()  # as a skip_zip_crc save between switching CRCs off and its first write
+    torch.serialization.set_crc32_options(False)
+    try:
+        thread = threading.Thread(target=save_file, args=(_state(), tmp_path / "a.ckpt"), daemon=True)
+        thread.start()
+        time.sleep(0.2)
+        assert thread.is_alive()  # waiting for the window to close
+    finally:
+        torch.serialization.set_crc32_options(True)
+        ckpt_io._CRC32_LOCK.release()
+    thread.join(timeout=60)
+    with zipfile.ZipFile(tmp_path / "a.ckpt") as z:
+        assert z.testzip() is None
+
+
+def test_checkpoints_skip_zip_crcs_on_request_and_shared_weights_keep_them(tmp_path: Path) -> None:
     import zipfile
 
     import ember
     from ember import checkpoint
     from tests.models import tiny_mlp
 
-    save_file(_state(), tmp_path / "a.ckpt")
+    save_file(_state(), tmp_path / "a.ckpt", skip_zip_crc=True)
     with zipfile.ZipFile(tmp_path / "a.ckpt") as z:
         assert any(name.endswith("data.pkl") for name in z.namelist())  # a valid zip directory
         assert z.testzip() is not None  # the records carry no CRC-32 (torch.load does not check them)

@@ -115,17 +115,26 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -
         f.write(data)
 
 
-def save_file(obj: Any, path: str | os.PathLike[str]) -> None:
+def save_file(obj: Any, path: str | os.PathLike[str], skip_zip_crc: bool = False) -> None:
     """Write ``obj`` with ``torch.save`` to a temporary file, then rename it to ``path`` atomically.
 
     Durable and, on Linux, about as fast as a plain ``torch.save`` that stops at the page cache:
+    the disk writes while torch serialises: every ~1 MB written, the write-back of that range is
+    started without waiting (:class:`_WriteBehind`), so the fsync at the end finds little left
+    to write. The file is a valid zip whose records carry their CRC-32s (``unzip -t`` passes).
 
-    * the disk writes while torch serialises: every ~1 MB written, the write-back of that range
-      is started without waiting (:class:`_WriteBehind`), so the fsync at the end finds little
-      left to write;
-    * the zip records carry no CRC-32 (:func:`_crc32_off_until_first_write`): ``torch.load``
-      never checks them, and computing them took ~30% of a save. Zip tools that test CRCs
-      (``unzip -t``, Python's ``zipfile`` reading a member) report a mismatch.
+    Args:
+        obj: what to save (``torch.save``'s object).
+        path: the file to write; its parent is created.
+        skip_zip_crc: opt-in: write the zip records without CRC-32s. ``torch.load`` never checks
+            them and computing them is a share of a save's time (docs/performance.md), but zip
+            tools that test CRCs (``unzip -t``, Python's ``zipfile`` reading a member) then
+            report every member as damaged. torch's option for it is process-wide: it is off
+            only until this save's first write, under a lock that other saves wait on.
+
+    Example:
+        >>> save_file({"w": torch.ones(3)}, "ckpt/a.ckpt")
+        >>> save_file(big_state, "ckpt/b.ckpt", skip_zip_crc=True)   # faster, fails unzip -t
     """
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +142,7 @@ def save_file(obj: Any, path: str | os.PathLike[str]) -> None:
         raise write_error(path, exc) from None
     with atomic_path(path) as tmp, open(tmp, "wb", buffering=0) as raw:
         writer = _WriteBehind(raw)
-        with _crc32_off_until_first_write(writer):
+        with _zip_crc_until_first_write(writer, skip=skip_zip_crc):
             torch.save(obj, cast("IO[bytes]", writer))  # torch needs only write() and flush()
 
 
@@ -213,14 +222,15 @@ _CRC32_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _crc32_off_until_first_write(writer: _WriteBehind) -> Iterator[None]:
-    """Run ``torch.save`` into ``writer`` without CRC-32s, leaving torch's option as it was.
+def _zip_crc_until_first_write(writer: _WriteBehind, skip: bool) -> Iterator[None]:
+    """Run ``torch.save`` into ``writer`` with CRC-32s, or without when ``skip``; torch's option is left as it was.
 
     The option is global, and torch reads it once, when it opens the zip writer, before the
-    first write. So it is off only until ``writer``'s first write, under a lock so that two of
-    ember's saves cannot restore it out of order. A ``torch.save`` that another thread starts in
-    that window of a few milliseconds also skips its CRCs, which ``torch.load`` does not check.
-    Torch versions without the option keep their CRCs.
+    first write. A save that skips them switches it off only until ``writer``'s first write;
+    every save holds a lock until then, so that a save with CRCs never opens its zip writer
+    inside another's window, and two skipping saves cannot restore the option out of order. A
+    ``torch.save`` outside ember that starts in that window of a few milliseconds also skips its
+    CRCs, which ``torch.load`` does not check. Torch versions without the option keep their CRCs.
     """
     get = getattr(torch.serialization, "get_crc32_options", None)
     set_ = getattr(torch.serialization, "set_crc32_options", None)
@@ -241,13 +251,15 @@ def _crc32_off_until_first_write(writer: _WriteBehind) -> Iterator[None]:
             return
         restored = True
         try:
-            set_(previous)
+            if skip:
+                set_(previous)
         finally:
             _CRC32_LOCK.release()
 
     writer.on_first_write = restore
     try:
-        set_(False)
+        if skip:
+            set_(False)
         yield
     finally:
         restore()
@@ -256,7 +268,7 @@ def _crc32_off_until_first_write(writer: _WriteBehind) -> Iterator[None]:
 @contextlib.contextmanager
 def crc32_kept() -> Iterator[None]:
     """Run a ``torch.save`` that keeps torch's CRC-32s (files meant for sharing): it waits until
-    no save of ember's has the option switched off."""
+    no save of ember's with ``skip_zip_crc`` has the option switched off."""
     with _CRC32_LOCK:
         yield
 
