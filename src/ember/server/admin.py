@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fastapi import HTTPException
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from ember.server import naming
 from ember.server.auth import key_id_of, new_key, now
 from ember.server.db import check_database, make_engine, migrate, prepare, session_factory, transaction
+from ember.server.domain_errors import Invalid
 from ember.server.models import ApiKey, User
 from ember.server.perms import forget_grantee, make_home
 from ember.server.settings import ServerError, Settings
@@ -35,8 +35,8 @@ def _sessions(settings: Settings, upgrade: bool = False):
 def _name(name: str) -> str:
     try:
         return naming.user_name(name)
-    except HTTPException as e:
-        raise ServerError(str(e.detail)) from None
+    except Invalid as e:
+        raise ServerError(e.detail) from None
 
 
 def init(settings: Settings, admin: str, upgrade: bool = False) -> str:

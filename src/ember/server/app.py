@@ -72,7 +72,7 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
         The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``; the Swagger UI page
         at ``/api/v1/docs`` only with ``settings.api_docs`` (it loads its script from a CDN).
     """
-    from ember.server import images, routes_artifacts, routes_folders, routes_runs
+    from ember.server import routes_artifacts, routes_folders, routes_images, routes_runs
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
@@ -103,7 +103,7 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
     api = APIRouter(prefix=API_PREFIX)
     api.include_router(routes_folders.router)
     api.include_router(routes_runs.router)
-    api.include_router(images.router)
+    api.include_router(routes_images.router)
     api.include_router(routes_runs.search)
     api.include_router(routes_artifacts.blobs)
     api.include_router(routes_artifacts.router)

@@ -24,12 +24,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import anyio.to_thread
-from fastapi import HTTPException
 from sqlalchemy import delete, exists, func, select, text, union, update
 from sqlalchemy.orm import Session
 
 from ember.server import naming
 from ember.server.auth import now
+from ember.server.domain_errors import Invalid, TooLarge
 from ember.server.ingest import insert_ignore
 from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, User
 from ember.server.perms import Level, level
@@ -73,7 +73,8 @@ class BlobStore:
         blob) or removes it. Writing and hashing run in worker threads.
 
         Raises:
-            HTTPException: 413 (``limit_text``) when it passes ``max_bytes``; 422 when its digest differs.
+            TooLarge: 413 (``limit_text``) when it passes ``max_bytes``.
+            Invalid: 422 when its digest differs.
         """
         tmp = self.tmp / f"{secrets.token_hex(16)}.part"
         hasher = hashlib.sha256()
@@ -89,7 +90,7 @@ class BlobStore:
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:
-                    raise HTTPException(413, limit_text)
+                    raise TooLarge(limit_text)
                 buffer += chunk
                 if len(buffer) >= _FLUSH_BYTES:
                     await anyio.to_thread.run_sync(flush, bytes(buffer))
@@ -97,9 +98,7 @@ class BlobStore:
             await anyio.to_thread.run_sync(flush, bytes(buffer))
             await anyio.to_thread.run_sync(out.close)
             if hasher.hexdigest() != sha:
-                raise HTTPException(
-                    422, f"the bytes sent hash to {hasher.hexdigest()}, not to {sha}: the upload was damaged"
-                )
+                raise Invalid(f"the bytes sent hash to {hasher.hexdigest()}, not to {sha}: the upload was damaged")
         except BaseException:
             await anyio.to_thread.run_sync(_discard, out, tmp)
             raise
@@ -215,8 +214,7 @@ def check_quota(session: Session, user_id: int, name: str, quota: int | None) ->
         return
     used = usage(session, user_id)
     if used > quota:
-        raise HTTPException(
-            413,
+        raise TooLarge(
             f"this would make {used} bytes of artifacts held by {name!r}, over the quota of {quota} bytes "
             "per user: delete artifacts, or ask an admin to raise `ember server --quota-mb`",
         )

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ember.server import wire
+from ember.server import codec
 from ember.server.ingest import encode_value
 from ember.server.models import MetricBlock, MetricPoint
 
@@ -77,26 +77,26 @@ def csv_text(sessions: Callable[[], Session], run_pk: int, type_: str) -> Iterat
     for count, (step, name, epoch, time, value) in enumerate(points(sessions, run_pk, type_), 1):
         writer.writerow((step, "" if epoch is None else epoch, time, name, encode_value(value)))
         if count % BATCH == 0:
-            yield wire.safe(out.getvalue())
+            yield codec.safe(out.getvalue())
             out.seek(0)
             out.truncate()
-    yield wire.safe(out.getvalue())
+    yield codec.safe(out.getvalue())
 
 
 def json_text(sessions: Callable[[], Session], run_pk: int, type_: str) -> Iterator[str]:
     """``{"type", "points": [{"step", "epoch", "time", "metrics"}...]}``, as the local store writes them."""
-    yield wire.dumps({"type": type_})[:-1] + ',"points":['
+    yield codec.dumps({"type": type_})[:-1] + ',"points":['
     pieces: list[str] = []
     current: dict[str, Any] | None = None
     for step, name, epoch, time, value in points(sessions, run_pk, type_):
         if current is None or current["step"] != step:
             if current is not None:
-                pieces.append(wire.dumps(current))
+                pieces.append(codec.dumps(current))
                 if len(pieces) >= BATCH:
                     yield ",".join(pieces) + ","
                     pieces.clear()
             current = {"step": step, "epoch": epoch, "time": time, "metrics": {}}
         current["metrics"][name] = encode_value(value)
     if current is not None:
-        pieces.append(wire.dumps(current))
+        pieces.append(codec.dumps(current))
     yield ",".join(pieces) + "]}"

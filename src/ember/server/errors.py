@@ -1,6 +1,8 @@
 """JSON errors for every failure, and the request size limit (a clear 413).
 
-Every error response is ``{"detail": "<message>"}`` (validation errors add ``errors``, the
+The services raise ember's own errors (:mod:`ember.server.domain_errors`); :func:`status_of` is
+the one map from them to status codes, used by the API's handler here and by the console. Every
+error response is ``{"detail": "<message>"}`` (validation errors add ``errors``, the
 list of offending fields). An unexpected exception is logged on the server with its traceback
 and answered with a 500 that carries no trace (by :class:`ember.server.guard.Hardened`, which
 keeps the connection open); the tests treat any 500 as a bug.
@@ -19,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ember.server.domain_errors import Conflict, DomainError, Forbidden, Gone, Invalid, NotFound, TooLarge
 from ember.server.wire import FieldError, SafeJSONResponse
 
 log = logging.getLogger("ember.server")
@@ -55,6 +58,29 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
     return SafeJSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
+_STATUS: dict[type[DomainError], int] = {
+    NotFound: 404,
+    Forbidden: 403,
+    Invalid: 422,
+    TooLarge: 413,
+    Conflict: 409,
+    Gone: 410,
+}
+
+
+def status_of(error: DomainError) -> int:
+    """The HTTP status code that answers a domain error (400 for one of no known kind)."""
+    return next((code for kind, code in _STATUS.items() if isinstance(error, kind)), 400)
+
+
+async def _refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    body: dict[str, Any] = {"detail": exc.detail}
+    if exc.errors:
+        body["errors"] = exc.errors
+    return SafeJSONResponse(body, status_code=status_of(exc))
+
+
 async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("integrity error: %s", exc.__class__.__name__)
     # Retry-After marks this 409 as one to send again (the upload client does; see ember.track.retry),
@@ -70,6 +96,7 @@ def install(app: FastAPI) -> None:
     """Register the JSON error handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(DomainError, _refused)
     app.add_exception_handler(IntegrityError, _conflict)
 
 

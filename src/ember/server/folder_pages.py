@@ -25,10 +25,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import HTTPException
 from sqlalchemy import ColumnElement, and_, func, literal_column, or_, select
 from sqlalchemy.orm import Session
 
+from ember.server.domain_errors import Invalid
 from ember.server.models import Artifact, Folder, Run
 
 MAX_LIMIT = 1000
@@ -70,7 +70,7 @@ def folder_page(session: Session, folder: Folder, limit: int, token: str | None)
         token: the previous page's ``next_page_token``, or None.
 
     Raises:
-        HTTPException: 422 when ``token`` is not one this server gave for this folder.
+        Invalid: 422 when ``token`` is not one this server gave for this folder.
     """
     where = _parse(token, folder.id)
     folders, folders_at = _take(
@@ -164,17 +164,17 @@ def _parse(token: str | None, folder_id: int) -> dict[str, Any]:
     try:
         position = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise HTTPException(422, _BAD) from None
+        raise Invalid(_BAD) from None
     shapes = {"d": (str,), "r": (str, int), "a": (str, int)}
     if not isinstance(position, dict) or set(position) != {"f", *shapes} or type(position["f"]) is not int:
-        raise HTTPException(422, _BAD)
+        raise Invalid(_BAD)
     if position["f"] != folder_id:
-        raise HTTPException(422, _BAD)
+        raise Invalid(_BAD)
     for name, types in shapes.items():
         value = position[name]
         if value is None or value == _END:
             continue
         fits = isinstance(value, list) and len(value) == len(types)
         if not fits or not all(type(v) is t for v, t in zip(value, types, strict=True)):
-            raise HTTPException(422, _BAD)
+            raise Invalid(_BAD)
     return position

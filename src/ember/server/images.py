@@ -1,4 +1,4 @@
-"""Images a run logged: ``POST /runs/{id}/images`` (upload, idempotent), the list and each PNG.
+"""Images a run logged: store a batch (idempotent), list them, read one PNG (routes: ``routes_images``).
 
 The client sends complete lines of the run's ``images.jsonl`` from its cursor, each with its
 PNG (base64). Rows go in with ``ON CONFLICT DO NOTHING`` on (run, name, step) and the cursor
@@ -15,22 +15,16 @@ import binascii
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path
-from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember.server import ingest
-from ember.server.auth import CurrentUser, DbSession
+from ember.server.domain_errors import Invalid, NotFound, TooLarge
 from ember.server.models import Run, RunImage
-from ember.server.perms import Level
-from ember.server.routes_runs import get_run
 from ember.server.schemas import Count, Number
-from ember.server.wire import CheckedRoute
 from ember.track.images import MAX_PNG_BYTES, NAME
 
-router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
 STREAM = "images.jsonl"
 _PNG = b"\x89PNG\r\n\x1a\n"
 ImageName = Annotated[str, Field(min_length=1, max_length=200, pattern=NAME.pattern)]
@@ -62,11 +56,11 @@ def image_rows(run_pk: int, images: list[ImageIn]) -> list[dict[str, Any]]:
         try:
             data = base64.b64decode(image.png, validate=True)
         except (binascii.Error, ValueError):
-            raise HTTPException(422, f"image {image.name!r} at step {image.step}: png is not base64") from None
+            raise Invalid(f"image {image.name!r} at step {image.step}: png is not base64") from None
         if len(data) > MAX_PNG_BYTES:
-            raise HTTPException(413, f"image {image.name!r} at step {image.step}: over {MAX_PNG_BYTES} bytes")
+            raise TooLarge(f"image {image.name!r} at step {image.step}: over {MAX_PNG_BYTES} bytes")
         if len(data) < 24 or data[:8] != _PNG or data[12:16] != b"IHDR":
-            raise HTTPException(422, f"image {image.name!r} at step {image.step}: not a PNG file")
+            raise Invalid(f"image {image.name!r} at step {image.step}: not a PNG file")
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
         rows.append(
             {
@@ -98,42 +92,18 @@ def list_images(session: Session, run_pk: int) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
-def png_response(session: Session, run_pk: int, name: str, step: int) -> Response:
-    """One image's PNG: ``image/png``, ``nosniff``, cacheable (an image never changes)."""
+def png_bytes(session: Session, run_pk: int, name: str, step: int) -> bytes:
+    """One image's PNG (404 when the run has no image ``name`` at ``step``)."""
     data = session.scalar(
         select(RunImage.png).where(RunImage.run_pk == run_pk, RunImage.name == name, RunImage.step == step)
     )
     if data is None:
-        raise HTTPException(404, f"no image {name!r} at step {step}")
-    return Response(
-        bytes(data),
-        media_type="image/png",
-        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=86400"},
-    )
+        raise NotFound(f"no image {name!r} at step {step}")
+    return bytes(data)
 
 
 def checked_name(name: str) -> str:
     """A name from a URL path (422 when it is not an image name)."""
     if not re.fullmatch(NAME.pattern, name):
-        raise HTTPException(422, f"{name!r} is not an image name")
+        raise Invalid(f"{name!r} is not an image name")
     return name
-
-
-@router.post("/{run_id}/images", summary="Append complete lines of the run's images.jsonl with their PNGs (idempotent)")
-def post_images(run_id: str, batch: ImagesBatch, user: CurrentUser, session: DbSession):
-    run = get_run(session, user, run_id, Level.EDIT)
-    return {"cursor": store_images(session, run, batch)}
-
-
-@router.get("/{run_id}/images", summary="The images a run logged (name, step, time, width, height, size)")
-def read_images(run_id: str, user: CurrentUser, session: DbSession):
-    run = get_run(session, user, run_id)
-    return {"images": list_images(session, run.pk)}
-
-
-@router.get("/{run_id}/images/{step}/{name:path}", summary="One image as PNG")
-def read_png(
-    run_id: str, step: Annotated[int, Path(ge=0)], name: str, user: CurrentUser, session: DbSession
-) -> Response:
-    run = get_run(session, user, run_id)
-    return png_response(session, run.pk, checked_name(name), step)

@@ -17,11 +17,11 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fastapi import HTTPException
 from sqlalchemy import Table, case, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from ember.server import naming
+from ember.server.domain_errors import Conflict, Invalid, TooLarge
 from ember.server.models import BLOCK, Artifact, Cursor, Edge, LogChunk, MetricBlock, MetricPoint, Run, User
 from ember.server.perms import Level, level
 from ember.server.schemas import Columns, EdgeIn, MetricBatch
@@ -68,11 +68,11 @@ def lock_cursor(session: Session, node_id: str, stream: str) -> None:
 def check_start(session: Session, node_id: str, stream: str, start: int, end: int) -> int:
     """The stream's cursor; 409 when ``start`` lies past it (the client skipped a range)."""
     if end < start:
-        raise HTTPException(422, f"{stream}: end {end} is before start {start}")
+        raise Invalid(f"{stream}: end {end} is before start {start}")
     current = cursors(session, node_id).get(stream, 0)
     if start > current:
-        raise HTTPException(
-            409, f"{stream}: the server has bytes up to {current}, this range starts at {start}; resend from {current}"
+        raise Conflict(
+            f"{stream}: the server has bytes up to {current}, this range starts at {start}; resend from {current}"
         )
     return current
 
@@ -115,12 +115,11 @@ def metric_rows(run_pk: int, type_: str, cols: Columns, max_points: int) -> list
     """The ``metric_points`` rows of a batch's columns (``_POINT_COLUMNS`` order; NaN as NULL, missing values left out).
 
     Raises:
-        HTTPException: 413 when the batch holds more than ``max_points`` cells (lines times metrics).
+        TooLarge: 413 when the batch holds more than ``max_points`` cells (lines times metrics).
     """
     cells = len(cols.step) * len(cols.metrics)
     if cells > max_points:
-        raise HTTPException(
-            413,
+        raise TooLarge(
             f"{len(cols.step)} lines x {len(cols.metrics)} metrics in one request; the server takes at most "
             f"{max_points} values: send fewer lines per batch",
         )
@@ -229,8 +228,8 @@ def store_log(session: Session, run_pk: int, run_id: str, start: int, end: int, 
     if end <= current or not text:
         return current
     if start < current:
-        raise HTTPException(
-            409, f"stdout.log: the server has bytes up to {current}; send the text from byte {current}, not {start}"
+        raise Conflict(
+            f"stdout.log: the server has bytes up to {current}; send the text from byte {current}, not {start}"
         )
     insert_ignore(
         session, LogChunk, [{"run_pk": run_pk, "start": start, "end": end, "text": text}], ["run_pk", "start"]
@@ -260,7 +259,7 @@ def edge_rows(node_id: str, edges: list[EdgeIn]) -> list[dict[str, Any]]:
         naming.node_id(edge.source.id, "lineage source id")
         naming.node_id(edge.target.id, "lineage target id")
         if node_id not in (edge.source.id, edge.target.id):
-            raise HTTPException(422, f"a lineage edge sent for {node_id} must have it as its source or target")
+            raise Invalid(f"a lineage edge sent for {node_id} must have it as its source or target")
         rows.append(
             {
                 "source_kind": edge.source.kind,

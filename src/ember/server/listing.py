@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from fastapi import HTTPException
 from sqlalchemy import JSON, ColumnElement, ScalarSelect, Text, case, cast, false, func, null, or_, select, type_coerce
 from sqlalchemy.orm import Session
 
 from ember.server.columns import RunPage, metric_summary, page_of
+from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
 from ember.track._report import flatten
@@ -88,14 +88,13 @@ def parse_filter(text: str) -> tuple[str, str, str, Any]:
     """``hp:lr>=0.01`` or ``m:val/acc>0.9`` -> (kind, key, op, value); 422 on anything else."""
     match = _FILTER.match(text.strip())
     if not match:
-        raise HTTPException(
-            422,
+        raise Invalid(
             f"filter {text[:80]!r} is not understood: write hp:NAME OP VALUE or m:TYPE/NAME OP VALUE, "
             "with OP one of = != < <= > >= ~ (contains), e.g. hp:lr>=0.01 or m:val/acc>0.9",
         )
     kind, key, op, raw = match.groups()
     if kind == "m" and "/" not in key:
-        raise HTTPException(422, f"metric filter {text[:80]!r}: name the metric as TYPE/NAME, e.g. m:train/loss<0.5")
+        raise Invalid(f"metric filter {text[:80]!r}: name the metric as TYPE/NAME, e.g. m:train/loss<0.5")
     return kind, key.strip(), op, _number(raw.strip())
 
 
@@ -239,7 +238,7 @@ def list_runs(
     parsed = [parse_filter(f) for f in filters or [] if f.strip()]
     descending, sort_key = sort.startswith("-"), sort.lstrip("-") or "start"
     if not (sort_key in SORT_KEYS or sort_key.startswith(("hp:", "m:"))):
-        raise HTTPException(422, f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
+        raise Invalid(f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
     hp_keys = sorted(
         {k for kind, k, _, _ in parsed if kind == "hp"} | ({sort_key[3:]} if sort_key.startswith("hp:") else set())
     )

@@ -3,17 +3,15 @@
 Nothing a client sends is ever joined to a path on disk: blobs live under their sha256 (checked
 here to be 64 hex digits) and everything else is a database value. These checks still refuse
 the path tricks of MLflow's CVE history (``../``, ``..\\``, encoded dots and slashes, absolute
-paths, drive letters, ``#``/``?``, NUL, over-long names) so a bad value is a clear 400/422, not
-a surprise later.
+paths, drive letters, ``#``/``?``, NUL, over-long names) so a bad value is a clear 422
+(:class:`~ember.server.domain_errors.Invalid`), not a surprise later.
 """
 
 from __future__ import annotations
 
 import re
 
-from fastapi import HTTPException
-
-from ember.server.wire import FieldError
+from ember.server.domain_errors import Invalid
 
 MAX_NAME = 100
 MAX_PATH = 1024
@@ -25,13 +23,11 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 _FORBIDDEN_IN_PATHS = set("\\#?%\0") | {chr(c) for c in range(32)} | {"\x7f"}
 
 
-def bad(what: str, value: object, rule: str) -> HTTPException:
+def bad(what: str, value: object, rule: str) -> Invalid:
     """A 422 naming the field, its (shortened) value and what is allowed."""
     shown = repr(value)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    error = FieldError(what, f"{shown} is not allowed: {rule}")
-    error.detail = f"{what} {shown} is not allowed: {rule}"
-    return error
+    return Invalid.field(what, f"{shown} is not allowed: {rule}", detail=f"{what} {shown} is not allowed: {rule}")
 
 
 def user_name(name: str) -> str:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from fastapi import HTTPException
 from sqlalchemy import delete, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ember.server import naming
 from ember.server.auth import now
+from ember.server.domain_errors import Forbidden, NotFound
 from ember.server.models import Artifact, Folder, Run, Share, User
 
 PUBLIC = "*"
@@ -78,9 +78,9 @@ def require(found: Level, needed: Level, what: str) -> None:
     if found >= needed:
         return
     if found == Level.NONE:
-        raise HTTPException(404, f"{what} does not exist or is not shared with you")
+        raise NotFound(f"{what} does not exist or is not shared with you")
     verb = {Level.EDIT: "change", Level.OWN: "share or delete"}.get(needed, "read")
-    raise HTTPException(403, f"you may view {what} but not {verb} it: ask its owner for {needed.name.lower()} access")
+    raise Forbidden(f"you may view {what} but not {verb} it: ask its owner for {needed.name.lower()} access")
 
 
 def get_folder(session: Session, user: User, path: str, needed: Level = Level.VIEW) -> Folder:
@@ -88,7 +88,7 @@ def get_folder(session: Session, user: User, path: str, needed: Level = Level.VI
     path = naming.folder_path(path, home=f"/{user.name}")
     folder = session.scalar(select(Folder).where(Folder.path == path))
     if folder is None:
-        raise HTTPException(404, f"folder {path!r} does not exist or is not shared with you")
+        raise NotFound(f"folder {path!r} does not exist or is not shared with you")
     require(level(session, user, folder), needed, f"folder {path!r}")
     return folder
 
@@ -110,12 +110,12 @@ def ensure_folder(session: Session, user: User, path: str, make: bool, parents: 
         return found[path]
     existing = next((p for p in chain if p in found), None)
     if existing is None:
-        raise HTTPException(404, f"folder {path!r}: there is no user {chain[-1][1:]!r} whose home could hold it")
+        raise NotFound(f"folder {path!r}: there is no user {chain[-1][1:]!r} whose home could hold it")
     if not make:
-        raise HTTPException(404, f"folder {path!r} does not exist; pass make_folder=true to create it")
+        raise NotFound(f"folder {path!r} does not exist; pass make_folder=true to create it")
     parent = found[existing]
     if not parents and existing != chain[1]:
-        raise HTTPException(404, f"folder {chain[1]!r} does not exist; pass parents=true to create it too")
+        raise NotFound(f"folder {chain[1]!r} does not exist; pass parents=true to create it too")
     require(level(session, user, parent), Level.EDIT, f"folder {existing!r}")
     owner = found[chain[-1]].owner_id if chain[-1] in found else parent.owner_id
     for missing in reversed(chain[: chain.index(existing)]):

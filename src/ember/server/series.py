@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest, wire
+from ember.server import codec, ingest
 from ember.server.models import BLOCK, MetricBlock, MetricPoint
 
 # One block: [first step, last step, min epoch, max epoch, min value, max value, count].
@@ -123,7 +123,7 @@ class SeriesReader:
         rest of a repeated request.
         """
         body = self._kept(session, run_pk, type_, buckets, start, end)[1]
-        return wire.encode(head)[:-1] + b"," + body[1:] if head else body
+        return codec.encode(head)[:-1] + b"," + body[1:] if head else body
 
     def _kept(
         self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None
@@ -142,7 +142,7 @@ class SeriesReader:
                 self._answers.move_to_end(key)
                 return kept[1], kept[2]
         answer = self._read(session, run_pk, type_, buckets, start, end)
-        body = wire.encode(answer)
+        body = codec.encode(answer)
         with self._lock:
             self._answers[key] = (version, answer, body)
             while len(self._answers) > self._keep:

@@ -1,27 +1,14 @@
-"""What crosses the wire: JSON bodies checked as they are decoded, JSON answers that always encode.
+"""The HTTP side of what crosses the wire: the API's route class and JSON answers that always encode.
 
-What the server accepts it must be able to give back. Python's JSON decoder accepts ``NaN``,
-``Infinity`` and ``1e999`` (an infinite float), ``"\\ud800"`` (a lone surrogate, which no UTF-8
-encoder can write) and ``"\\u0000"`` (NUL, which PostgreSQL text cannot hold). Such values used
-to be stored and then made every answer that included them fail. :class:`CheckedRoute` decodes
-request bodies with :func:`loads`, which refuses them with a 422 naming the field
-(``run.hparams.lr``); an infinite number from ``1e999`` is refused by the typed fields
-(``schemas.Number``) and, in free-form JSON, by :func:`check`. Answers go through
-:class:`SafeJSONResponse`, which encodes rows stored before these checks too: a non-finite
-number as the strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (the API's spelling of them), a
-lone surrogate as U+FFFD.
-
-Example:
-    >>> loads(b'{"run": {"hparams": {"lr": NaN}}}')
-    Traceback (most recent call last):
-    ember.server.wire.FieldError: 422: run.hparams.lr: NaN is not a JSON number; ...
+:class:`CheckedRoute` decodes request bodies with :func:`ember.server.codec.loads`, which
+refuses what the server could not store or give back (NaN, infinities, NUL, lone surrogates)
+with a 422 naming the field (``run.hparams.lr``). Answers go through :class:`SafeJSONResponse`,
+which encodes with :func:`ember.server.codec.encode`: rows stored before these checks come back
+too. :func:`content_disposition` names a downloaded file.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import quote
@@ -30,115 +17,31 @@ from fastapi import HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-# Escapes that may decode to NUL or to a surrogate: only a body holding one of these (or a
-# non-finite number) is walked value by value. Raw NUL and raw surrogates cannot reach the
-# decoder: JSON forbids control characters in strings, and the body is decoded as strict UTF-8.
-_SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_NON_FINITE = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
+from ember.server.codec import encode, loads, safe
+from ember.server.domain_errors import Invalid
 
 
 class FieldError(HTTPException):
-    """A 422 naming the offending field; the JSON error lists it under ``errors``.
+    """A body :func:`~ember.server.codec.loads` refused, as FastAPI's body parsing lets it pass: a 422
+    whose JSON lists the offending field under ``errors``."""
 
-    Example:
-        >>> raise FieldError("run.name", "holds a lone surrogate (\\\\ud800)")
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(422, f"{field}: {message}")
-        self.errors = [{"field": field, "message": message}]
-
-
-class _NonFinite:
-    """What the decoder makes of ``NaN``/``Infinity``/``-Infinity`` literals: a marker to report."""
-
-    __slots__ = ("token",)
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-
-def _path(parent: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{parent}[{key}]"
-    shown = key if key.isidentifier() else json.dumps(key)
-    return f"{parent}.{shown}" if parent else shown
-
-
-def _walk(value: Any, where: str) -> None:
-    """Raise :class:`FieldError` at the first value the server could not store or give back."""
-    if isinstance(value, str):
-        _check_text(value, where or "body")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key, f"{_path(where, key)} (the key)")
-            _walk(item, _path(where, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            _walk(item, _path(where, i))
-    elif isinstance(value, _NonFinite) or (isinstance(value, float) and not math.isfinite(value)):
-        token = value.token if isinstance(value, _NonFinite) else repr(value)
-        raise FieldError(
-            where or "body",
-            f"{token} is not a JSON number; a metric value sends NaN and infinities as the strings "
-            '"NaN", "Infinity" and "-Infinity", and nothing else may be non-finite',
-        )
-
-
-def _check_text(text: str, where: str) -> None:
-    if "\x00" in text:
-        raise FieldError(where, "holds a NUL character (\\u0000), which the server cannot store")
-    if _SURROGATE.search(text):
-        raise FieldError(where, "holds a lone surrogate (\\ud800-\\udfff), which is not text: send valid UTF-16 pairs")
-
-
-def loads(body: bytes) -> Any:
-    """Decode a request body, refusing what could not be stored or read back (see the module).
-
-    Raises:
-        FieldError: 422 naming the field of a NaN/Infinity literal, an infinite number, a NUL or
-            a lone surrogate, or the body itself when it is not UTF-8.
-        json.JSONDecodeError: the body is not JSON (FastAPI answers 422).
-    """
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FieldError("body", f"is not UTF-8 (byte {e.start})") from None
-    flagged = False
-
-    def constant(token: str) -> _NonFinite:
-        nonlocal flagged
-        flagged = True
-        return _NonFinite(token)
-
-    value = json.loads(text, parse_constant=constant)
-    if flagged or ("\\u" in text and _SUSPECT.search(text)):
-        _walk(value, "")
-    return value
-
-
-def check(value: Any, field: str) -> None:
-    """Walk a free-form JSON value (a run's ``run.json``) for what :func:`loads` lets through cheaply.
-
-    ``1e999`` decodes to an infinite float: typed fields refuse it (``schemas.Number``); free-form
-    ones are walked here, which costs little for a run's metadata.
-
-    Raises:
-        FieldError: 422 naming the field of the first non-finite number, NUL or lone surrogate.
-    """
-    _walk(value, field)
+    def __init__(self, refused: Invalid) -> None:
+        super().__init__(422, refused.detail)
+        self.errors = refused.errors
 
 
 class _CheckedRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = loads(await self.body())
+            try:
+                self._json = loads(await self.body())
+            except Invalid as e:  # FastAPI's body parsing turns any other exception into a 400
+                raise FieldError(e) from None
         return self._json
 
 
 class CheckedRoute(APIRoute):
-    """The API's route class: bodies are decoded with :func:`loads`."""
+    """The API's route class: bodies are decoded with :func:`ember.server.codec.loads`."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -147,34 +50,6 @@ class CheckedRoute(APIRoute):
             return await handler(_CheckedRequest(request.scope, request.receive))
 
         return route
-
-
-def safe(value: Any) -> Any:
-    """``value`` with every non-finite float spelt as a string and lone surrogates as U+FFFD."""
-    if isinstance(value, float):
-        if math.isfinite(value):
-            return value
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {safe(k) if isinstance(k, str) else k: safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [safe(v) for v in value]
-    return value
-
-
-def dumps(value: Any) -> str:
-    """JSON text of ``value``; values stored before the checks are encoded by :func:`safe`."""
-    return encode(value).decode("utf-8")
-
-
-def encode(value: Any) -> bytes:
-    """UTF-8 JSON of ``value``; values stored before the checks are encoded by :func:`safe`."""
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
-    except (ValueError, UnicodeEncodeError):
-        return json.dumps(safe(value), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
 
 
 class SafeJSONResponse(JSONResponse):

@@ -30,8 +30,8 @@ from ember.server.console import lineage
 from ember.server.console.pages import crumbs
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
+from ember.server.lookup import get_artifact, get_artifact_file
 from ember.server.models import ArtifactFile, Folder
-from ember.server.routes_artifacts import get_artifact, get_artifact_file
 from ember.server.wire import content_disposition
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)

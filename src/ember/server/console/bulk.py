@@ -5,9 +5,9 @@ statements, most of them re-reading cursors a new run does not have yet: 10,000 
 For runs the database does not hold yet, :class:`Recorder` stands in for the HTTP client under
 :func:`ember.track.client.upload_run` (so the run is read exactly as ``ember upload`` reads it)
 and answers as the server answers for a new run: every cursor at 0, each range accepted. It keeps
-each request, decoded by the wire (:func:`ember.server.wire.loads`) and checked by the route's
+each request, decoded as the wire decodes it (:func:`ember.server.codec.loads`) and checked by the route's
 model. :func:`write` then applies a batch of recorded runs with the routes' own checks and row
-builders (``routes_runs.checked_meta``/``apply_meta``, ``ingest.metric_rows``/``edge_rows``,
+builders (``runs.checked_meta``/``apply_meta``, ``ingest.metric_rows``/``edge_rows``,
 ``ingest.summarize``): one insert for the batch's runs, one for their cursors, log chunks and
 lineage edges, and per metric type of a run one insert of points and one of block summaries.
 
@@ -21,15 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import HTTPException
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from ember.server import images, ingest, naming
+from ember.server import codec, images, ingest, naming
 from ember.server.console.direct import as_sent, validation_text
+from ember.server.domain_errors import DomainError
+from ember.server.errors import status_of
 from ember.server.models import Cursor, Edge, Folder, LogChunk, Run, RunImage, User
 from ember.server.perms import ensure_folder
-from ember.server.routes_runs import apply_meta, checked_meta
+from ember.server.runs import apply_meta, checked_meta
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
 from ember.track.client import UploadError
 
@@ -74,14 +75,12 @@ class Recorder:
             UploadError: the body is refused as the route would refuse it, or the request is not
                 a run's (artifacts are uploaded over HTTP).
         """
-        from ember.server import wire
-
         parts = path.strip("/").split("/")
         try:
-            body = wire.loads(as_sent(json))
+            body = codec.loads(as_sent(json))
             return self._record(method, parts, body)
-        except HTTPException as e:
-            raise UploadError(f"{method} {path} -> {e.status_code}: {e.detail}") from None
+        except DomainError as e:
+            raise UploadError(f"{method} {path} -> {status_of(e)}: {e.detail}") from None
         except ValidationError as e:
             raise UploadError(f"{method} {path} -> 422: {validation_text(e)}") from None
 
@@ -127,7 +126,7 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
         came before the refused request is written; a run refused at its ``PUT`` is not).
     """
     outcome: dict[str, str | None] = {}
-    folders: dict[str, Folder | HTTPException] = {}
+    folders: dict[str, Folder | DomainError] = {}
     runs: list[tuple[Recorded, Run]] = []
     for rec in batch:
         outcome[rec.name] = rec.error
@@ -138,13 +137,13 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
                 try:
                     with session.begin_nested():
                         folders[rec.run.folder] = ensure_folder(session, user, rec.run.folder, rec.run.make_folder)
-                except HTTPException as e:
+                except DomainError as e:
                     folders[rec.run.folder] = e
             place = folders[rec.run.folder]
-            if isinstance(place, HTTPException):
+            if isinstance(place, DomainError):
                 raise place
-        except HTTPException as e:
-            outcome[rec.name] = f"PUT /runs/{rec.run_id} -> {e.status_code}: {e.detail}"
+        except DomainError as e:
+            outcome[rec.name] = f"PUT /runs/{rec.run_id} -> {status_of(e)}: {e.detail}"
             continue
         run = Run(id=rec.run_id, folder_id=place.id, owner_id=place.owner_id, platform={})
         apply_meta(run, meta, rec.run.platform)
@@ -161,8 +160,8 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
         for route, stream, request in rec.requests:
             try:
                 moved = _rows(run, request, max_points, points, chunks, edges, pictures)
-            except HTTPException as e:
-                outcome[rec.name] = f"POST /runs/{run.id}/{route} -> {e.status_code}: {e.detail}"
+            except DomainError as e:
+                outcome[rec.name] = f"POST /runs/{run.id}/{route} -> {status_of(e)}: {e.detail}"
                 break
             if moved:
                 ends[stream] = request.end

@@ -20,8 +20,8 @@ from ember.server.auth import DbSession
 from ember.server.columns import metric_order, metric_summary
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
+from ember.server.lookup import get_run
 from ember.server.models import Run
-from ember.server.routes_runs import get_run
 from ember.track._report import flatten
 from ember.track.best import metric_mode
 

@@ -12,9 +12,8 @@ from ember.server import listing
 from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
-from ember.server.routes_artifacts import file_response, get_artifact_file
-from ember.server.routes_runs import download as points_download
-from ember.server.routes_runs import get_run
+from ember.server.lookup import get_artifact_file, get_run
+from ember.server.responses import file_response, metrics_download
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -55,14 +54,14 @@ def series(
 def metrics_csv(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    return points_download(request, run, type, "csv", f"{run.name}-{type}.csv")
+    return metrics_download(request, run, type, "csv", f"{run.name}-{type}.csv")
 
 
 @router.get("/runs/{run_id}/metrics.json")
 def metrics_json(run_id: str, type: MetricType, request: Request, session: DbSession) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    return points_download(request, run, type, "json", f"{run.name}-{type}.json")
+    return metrics_download(request, run, type, "json", f"{run.name}-{type}.json")
 
 
 @router.get("/artifacts/{artifact_id}/files/{path:path}")

@@ -3,7 +3,7 @@
 :class:`DirectClient` stands in for :class:`ember.track.client.Client` under
 :func:`ember.track.client.upload_run`: the run is read exactly as ``ember upload`` reads it, and
 each request it would send is answered by the server's own code in this process. The body goes
-through the wire decoder (:func:`ember.server.wire.loads`), the route's pydantic model and the
+through the wire's decoder (:func:`ember.server.codec.loads`), the route's pydantic model and the
 route's checks, as over HTTP; only the sockets, the JSON text of the answer and the key check
 are left out, so indexing a run costs a few SQL statements instead of several HTTP round trips.
 Each request is a savepoint of the caller's transaction: a refused one changes nothing.
@@ -19,13 +19,15 @@ import json
 import logging
 from typing import Any
 
-from fastapi import HTTPException
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ember.server import images, ingest, naming, routes_runs
+from ember.server import codec, images, ingest, naming, runs
 from ember.server.auth import now
+from ember.server.domain_errors import DomainError
+from ember.server.errors import status_of
+from ember.server.lookup import get_run
 from ember.server.models import Folder, Run, User
 from ember.server.perms import Level, ensure_folder
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
@@ -53,15 +55,13 @@ class DirectClient:
             UploadError: the server's code refused the request (its status and message), or it is
                 not a run request (artifacts go over HTTP: their bytes are streamed to the blob store).
         """
-        from ember.server import wire
-
         parts = path.strip("/").split("/")
         try:
-            body = wire.loads(as_sent(json)) if json is not None else None
+            body = codec.loads(as_sent(json)) if json is not None else None
             with self.session.begin_nested():
                 return self._answer(method, parts, body)
-        except HTTPException as e:
-            raise UploadError(f"{method} {path} -> {e.status_code}: {e.detail}") from None
+        except DomainError as e:
+            raise UploadError(f"{method} {path} -> {status_of(e)}: {e.detail}") from None
         except ValidationError as e:
             raise UploadError(f"{method} {path} -> 422: {validation_text(e)}") from None
 
@@ -71,10 +71,10 @@ class DirectClient:
             raise UploadError(f"{method} /{'/'.join(parts)}: ember ui sends only a run's requests in process")
         run_id, rest = parts[1], parts[2:]
         if method == "PUT" and not rest:
-            return routes_runs.put_run(run_id, RunIn.model_validate(body), user, session)
+            return runs.put_run(session, user, run_id, RunIn.model_validate(body))
         if method == "DELETE" and not rest:
-            return routes_runs.delete_run(run_id, user, session)
-        run = routes_runs.get_run(session, user, run_id, Level.EDIT)
+            return runs.delete_run(session, user, run_id)
+        run = get_run(session, user, run_id, Level.EDIT)
         if method == "POST" and rest == ["metrics"]:
             batch = MetricBatch.model_validate(body)
             return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, self.max_points)}
@@ -150,7 +150,7 @@ def _folder(session: Session, user: User, wanted: Any) -> Folder:
     try:
         with session.begin_nested():
             return ensure_folder(session, user, wanted, make=True)
-    except HTTPException:
+    except DomainError:
         return ensure_folder(session, user, fallback, make=True)
 
 
@@ -160,7 +160,7 @@ def _name(wanted: Any, folder_name: str) -> str:
         return folder_name[:100]
     try:
         return naming.display_name(wanted, "run.name")
-    except HTTPException:  # a name the server refuses: the run is shown under its folder's name
+    except DomainError:  # a name the server refuses: the run is shown under its folder's name
         return folder_name[:100]
 
 

@@ -11,7 +11,8 @@ from ember.server import images
 from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
-from ember.server.routes_runs import get_run
+from ember.server.lookup import get_run
+from ember.server.responses import png_response
 from ember.server.wire import SafeJSONResponse
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
@@ -33,6 +34,6 @@ def run_image(
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    response = images.png_response(session, run.pk, images.checked_name(name), step)
+    response = png_response(images.png_bytes(session, run.pk, images.checked_name(name), step))
     response.headers["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response

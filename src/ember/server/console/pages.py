@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, HTTPException, Query, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import func, select
 
-from ember.server import listing, naming
+from ember.server import folders, listing, naming
 from ember.server.auth import DbSession
 from ember.server.console.session import (
     PREFIX,
@@ -21,10 +21,9 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, Run
 from ember.server.perms import get_folder
-from ember.server.routes_folders import read_folder, share
-from ember.server.schemas import ShareIn
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted", "Preempted", "Damaged")
@@ -87,7 +86,7 @@ def folder_page(
     user = require_viewer(request, session)
     if not path or path == "/":
         return _roots(request, session, user)
-    found = read_folder(path, user, session, limit=per_page, page_token=page_token)
+    found = folders.folder_view(session, user, path, per_page, page_token)
     folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
     total = session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id)) or 0
     runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
@@ -132,7 +131,7 @@ def share_form(
     check_csrf(request, csrf)
     user = require_viewer(request, session)
     folder = get_folder(session, user, path)
-    share(ShareIn(kind="folder", target=folder.path, grantee=grantee.strip(), level=access), user, session)  # type: ignore[arg-type]
+    folders.share(session, user, "folder", folder.path, grantee.strip(), access)
     return RedirectResponse(f"{PREFIX}/folders?path={folder.path}", status_code=303)
 
 
@@ -166,10 +165,8 @@ def runs_page(
             page=page,
             per_page=per_page,
         )
-    except HTTPException as e:  # a filter or sort not understood: said beside the field, the form kept
-        if e.status_code != 422:
-            raise
-        errors.append(str(e.detail))
+    except Invalid as e:  # a filter or sort not understood: said beside the field, the form kept
+        errors.append(e.detail)
         found = listing.RunPage(0, 1, per_page, [], [], [], [], [], {})
     if filters and not errors and found.total == 0:
         errors += listing.why_no_runs(session, user, path, filters)

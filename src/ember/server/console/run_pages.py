@@ -17,9 +17,9 @@ from ember.server.console.pages import crumbs
 from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.lookup import get_run
 from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
 from ember.server.perms import Level, level
-from ember.server.routes_runs import get_run
 from ember.server.series import metric_counts
 from ember.server.wire import SafeJSONResponse
 

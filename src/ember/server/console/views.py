@@ -17,6 +17,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
+from ember.server.domain_errors import DomainError
+from ember.server.errors import status_of
 
 _HERE = __import__("pathlib").Path(__file__).parent
 env = Environment(
@@ -136,9 +138,12 @@ class ConsoleRoute(APIRoute):
                     return JSONResponse({"detail": "log in first"}, status_code=401)
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(f"{PREFIX}/login?{urlencode({'next': target})}", status_code=303)
-            except (StarletteHTTPException, RequestValidationError) as e:
-                code = e.status_code if isinstance(e, StarletteHTTPException) else 422
-                detail = str(e.detail) if isinstance(e, StarletteHTTPException) else _validation(e)
+            except (StarletteHTTPException, DomainError, RequestValidationError) as e:
+                if isinstance(e, RequestValidationError):
+                    code, detail = 422, _validation(e)
+                else:
+                    code = status_of(e) if isinstance(e, DomainError) else e.status_code
+                    detail = str(e.detail)
                 if json_errors:
                     return JSONResponse({"detail": detail}, status_code=code)
                 title = _TITLES.get(code, "Something went wrong")

@@ -1,0 +1,58 @@
+"""Users and API keys: list, create and revoke keys; create a user with a home and a first key.
+
+The service behind ``/api/v1/keys`` and ``/api/v1/users`` (:mod:`ember.server.routes_folders`).
+A key is shown once, in the answer that creates it; only its id and label are kept readable.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ember.server import naming
+from ember.server.auth import new_key, now
+from ember.server.domain_errors import Conflict, Forbidden, NotFound
+from ember.server.models import ApiKey, User
+from ember.server.perms import forget_grantee, make_home
+
+
+def list_keys(session: Session, user: User) -> list[dict[str, Any]]:
+    """The caller's keys: ids, labels and dates, never the keys."""
+    rows = session.scalars(select(ApiKey).where(ApiKey.user_id == user.id).order_by(ApiKey.id)).all()
+    return [
+        {"key_id": k.key_id, "label": k.label, "created": k.created, "expires": k.expires, "revoked": k.revoked}
+        for k in rows
+    ]
+
+
+def create_key(session: Session, user: User, label: str, expires_days: float | None) -> dict[str, Any]:
+    """A new key for the caller (``expires_days``: None or 0 for none); the key is in this answer only."""
+    expires = now() + timedelta(days=expires_days) if expires_days else None
+    return {"key": new_key(session, user, label, expires), "expires": expires}
+
+
+def revoke_key(session: Session, user: User, key_id: str) -> dict[str, Any]:
+    """Revoke one of the caller's keys; an admin may revoke any (404 for a key that is not theirs)."""
+    row = session.scalar(select(ApiKey).where(ApiKey.key_id == key_id))
+    if row is None or (row.user_id != user.id and not user.is_admin):
+        raise NotFound(f"no key {key_id!r} of yours")
+    row.revoked = row.revoked or now()
+    return {"key_id": key_id, "revoked": True}
+
+
+def create_user(session: Session, user: User, name: str, admin: bool) -> dict[str, Any]:
+    """Create a user, their home folder and first key (admins only: 403 otherwise; 409 for a name taken)."""
+    if not user.is_admin:
+        raise Forbidden("only an admin may create users")
+    name = naming.user_name(name)
+    if session.scalar(select(User).where(User.name == name)) is not None:
+        raise Conflict(f"user {name!r} exists already")
+    created = User(name=name, is_admin=admin, created=now())
+    session.add(created)
+    session.flush()
+    forget_grantee(session, name)
+    make_home(session, created)
+    return {"name": name, "key": new_key(session, created, "first key")}

@@ -1,0 +1,55 @@
+"""The runs and artifacts a caller may reach: the one lookup every route and console page uses.
+
+Each function answers a node only when the caller holds the ``needed`` level on it
+(:func:`ember.server.perms.level`); a node the caller may not view is answered exactly as one
+that does not exist (:class:`~ember.server.domain_errors.NotFound`), one they may view but not
+change with :class:`~ember.server.domain_errors.Forbidden`. Folders: :func:`ember.server.perms.get_folder`.
+
+Example:
+    >>> run = get_run(session, user, run_id, Level.EDIT)
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ember.server import naming
+from ember.server.domain_errors import NotFound
+from ember.server.models import Artifact, ArtifactFile, Run, User
+from ember.server.perms import Level, level, require
+
+_Node = TypeVar("_Node", Run, Artifact)
+
+
+def _get(session: Session, user: User, model: type[_Node], node_id: str, what: str, needed: Level) -> _Node:
+    node = session.scalar(select(model).where(model.id == naming.node_id(node_id, f"{what} id")))
+    if node is None:
+        raise NotFound(f"{what} {node_id} does not exist or is not shared with you")
+    require(level(session, user, node), needed, f"{what} {node_id}")
+    return node
+
+
+def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIEW) -> Run:
+    """The run with this id if the caller has ``needed`` on it (404/403 otherwise)."""
+    return _get(session, user, Run, run_id, "run", needed)
+
+
+def get_artifact(session: Session, user: User, artifact_id: str, needed: Level = Level.VIEW) -> Artifact:
+    """The artifact with this id if the caller has ``needed`` on it (404/403 otherwise)."""
+    return _get(session, user, Artifact, artifact_id, "artifact", needed)
+
+
+def get_artifact_file(session: Session, user: User, artifact_id: str, path: str) -> ArtifactFile:
+    """The file ``path`` of an artifact the caller may view (404 for a missing artifact or file)."""
+    artifact = get_artifact(session, user, artifact_id)
+    row = session.scalar(
+        select(ArtifactFile).where(
+            ArtifactFile.artifact_pk == artifact.pk, ArtifactFile.path == naming.rel_path(path, "file path")
+        )
+    )
+    if row is None:
+        raise NotFound(f"artifact {artifact_id} has no file {path!r}")
+    return row
