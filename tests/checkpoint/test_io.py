@@ -137,14 +137,18 @@ def test_a_checkpoint_saved_by_default_passes_a_zip_crc_test(tmp_path: Path) -> 
         assert z.testzip() is None  # every CRC-32 right: unzip -t passes
 
 
-def test_a_save_that_waits_for_a_skipping_one_keeps_its_crcs(tmp_path: Path) -> None:
+def _save_during_a_skipping_window(save: Any, path: Path) -> None:
+    """Run ``save(path)`` in a thread while CRCs are off as in a skip_zip_crc save before its first write.
+
+    The save must wait for the window to close; its file must then pass the zip CRC test.
+    """
     import time
     import zipfile
 
-    ckpt_io._CRC32_LOCK.acquire()  # as a skip_zip_crc save between switching CRCs off and its first write
+    ckpt_io._CRC32_LOCK.acquire()
     torch.serialization.set_crc32_options(False)
     try:
-        thread = threading.Thread(target=save_file, args=(_state(), tmp_path / "a.ckpt"), daemon=True)
+        thread = threading.Thread(target=save, args=(path,), daemon=True)
         thread.start()
         time.sleep(0.2)
         assert thread.is_alive()  # waiting for the window to close
@@ -152,8 +156,12 @@ def test_a_save_that_waits_for_a_skipping_one_keeps_its_crcs(tmp_path: Path) -> 
         torch.serialization.set_crc32_options(True)
         ckpt_io._CRC32_LOCK.release()
     thread.join(timeout=60)
-    with zipfile.ZipFile(tmp_path / "a.ckpt") as z:
+    with zipfile.ZipFile(path) as z:
         assert z.testzip() is None
+
+
+def test_a_save_that_waits_for_a_skipping_one_keeps_its_crcs(tmp_path: Path) -> None:
+    _save_during_a_skipping_window(lambda path: save_file(_state(), path), tmp_path / "a.ckpt")
 
 
 def test_checkpoints_skip_zip_crcs_on_request_and_shared_weights_keep_them(tmp_path: Path) -> None:
@@ -175,25 +183,10 @@ def test_checkpoints_skip_zip_crcs_on_request_and_shared_weights_keep_them(tmp_p
 
 
 def test_weights_for_sharing_wait_until_no_checkpoint_has_the_crcs_switched_off(tmp_path: Path) -> None:
-    import time
-    import zipfile
-
     import ember
     from ember import checkpoint
     from tests.models import tiny_mlp
 
     model = tiny_mlp(0)
     engine = ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1))[0]
-    ckpt_io._CRC32_LOCK.acquire()  # as a checkpoint save between switching CRCs off and its first write
-    torch.serialization.set_crc32_options(False)
-    try:
-        thread = threading.Thread(target=checkpoint.save_model, args=(tmp_path / "w.pt", engine), daemon=True)
-        thread.start()
-        time.sleep(0.2)
-        assert thread.is_alive()  # waiting for the window to close
-    finally:
-        torch.serialization.set_crc32_options(True)
-        ckpt_io._CRC32_LOCK.release()
-    thread.join(timeout=60)
-    with zipfile.ZipFile(tmp_path / "w.pt") as z:
-        assert z.testzip() is None
+    _save_during_a_skipping_window(lambda path: checkpoint.save_model(path, engine), tmp_path / "w.pt")
