@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ember.batch import batch_size, split_batch, to_device
 from ember.config import Config
 from ember.errors import EngineError
 from ember.parallel.pipeline import PipelineOnly, StageModule, iter_stage_tensors, stage_optimizer, stage_plan
@@ -115,16 +116,14 @@ class PipelineSchedule:
 
     # -- helpers ------------------------------------------------------------------------------
     def _inputs(self, engine: Any, batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any, int]:
-        from ember.trainer import _batch  # the Trainer's batch conventions, shared with its default schedule
-
-        batch = _batch.to_device(batch, engine.device)
-        args, kwargs, label = _batch.split_batch(batch)
+        batch = to_device(batch, engine.device)
+        args, kwargs, label = split_batch(batch)  # the Trainer's conventions (ember.batch)
         if label is None:
             raise EngineError(
                 "pipeline parallelism computes the loss on the last stage from the batch's label: batches must "
                 "be (inputs..., label) tuples or dicts with a 'label'/'target' key"
             )
-        return args, kwargs, label, _batch.batch_size(batch)
+        return args, kwargs, label, batch_size(batch)
 
     def _runner(
         self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, micro: int, training: bool

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember import batch as _batch
 from ember.checkpoint.state import set_rng_state
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
-from ember.trainer import _batch
 from ember.trainer._control import Control
 from ember.trainer._preempt import preemption_signals
 from ember.trainer._resume import check_resume, checkpointers, raise_if_preempted, resume_checkpoint
@@ -396,26 +396,9 @@ class Trainer(TrainerState):
         self.cur_epoch, self.epoch_iter, self._closing_epoch = self.cur_epoch + 1, 0, False
 
     def _forward_backward(self) -> Callable[[Any, bool], dict[str, Any]]:
-        """``schedule.forward_backward`` for this epoch, bound; the default schedule with this
-        class's own ``train_step`` runs as :meth:`_default_forward_backward` (fewer calls per batch)."""
+        """``schedule.forward_backward`` for this epoch, bound to this trainer."""
         self._criterion_loss = self.engine.has_criterion and not _overridden(self, "compute_loss")
-        if type(self.schedule) is DefaultSchedule and not _overridden(self, "train_step"):
-            return self._default_forward_backward
         return functools.partial(self.schedule.forward_backward, self)
-
-    def _default_forward_backward(self, batch: Any, last: bool) -> dict[str, Any]:
-        """:meth:`DefaultSchedule.forward_backward` when ``train_step`` is :meth:`_forward`, whose
-        result needs no check."""
-        engine = self.engine
-        engine.zero_grad()
-        if last:
-            engine.expect_boundary()  # so DDP all-reduces inside this backward
-            result = self._forward(batch)
-            engine.backward(result["loss"], boundary=True)
-        else:
-            result = self._forward(batch)
-            engine.backward(result["loss"])
-        return result
 
     def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
         ctl, engine = self._control, self.engine
@@ -459,18 +442,10 @@ class Trainer(TrainerState):
 
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
-        engine = self.engine
-        if self._batches_to_device:  # labels too: hooks compare them with the outputs
-            batch = _batch.to_device(batch, engine.device)
-        if type(batch) is tuple and len(batch) == 2 and type(batch[0]) is torch.Tensor and batch[0].dim() > 0:
-            inputs, label = batch  # the common (inputs, label) pair, without split_batch's checks
-            output, size = engine(inputs), inputs.shape[0]
-        else:
-            args, kwargs, label = _batch.split_batch(batch)
-            output = engine(*args, **kwargs) if kwargs else engine(*args)
-            size = _batch.batch_size(batch)
-        if label is not None and self._criterion_loss:
-            loss = engine.criterion(output, label)
+        """:meth:`train_step` and :meth:`eval_step`: the forward pass and the loss."""
+        output, label, size = _batch.forward(self.engine, batch, move=self._batches_to_device)
+        if label is not None and self._criterion_loss:  # compute_loss is the Engine's criterion: call it directly
+            loss = self.engine.criterion(output, label)
         else:
             loss = self.compute_loss(output, label)
         return {"loss": loss, "output": output, "label": label, "batch_size": size}

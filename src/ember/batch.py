@@ -1,4 +1,9 @@
-"""Batches as the Trainer sees them: tensors, tuples, lists or dicts of them."""
+"""Batches as ember's loops see them: tensors, tuples, lists or dicts of them.
+
+One set of conventions for the Trainer, its default schedule and the pipeline schedule: how a
+batch splits into the model's inputs and its label (:func:`split_batch`), how many samples it
+holds (:func:`batch_size`), and one forward pass over it (:func:`forward`).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from ember.errors import TrainerError
 
 T = TypeVar("T")
 
-__all__ = ["LABEL_KEYS", "split_batch", "to_device"]
+__all__ = ["LABEL_KEYS", "batch_size", "forward", "predict", "split_batch", "to_device", "trim"]
 
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")
 """Keys taken as the label of a dict batch, first match wins."""
@@ -48,6 +53,25 @@ def split_batch(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
         f"cannot split a batch of type {type(batch).__name__} into inputs and label: batches must be "
         "tensors, tuples, lists or dicts, or override Trainer.train_step/eval_step"
     )
+
+
+def forward(engine: Any, batch: Any, move: bool = False) -> tuple[Any, Any, int]:
+    """Run ``engine``'s forward pass on ``batch``: ``(output, label, batch size)``.
+
+    Args:
+        engine: the :class:`~ember.engine.Engine` (or anything callable with the inputs).
+        batch: split by :func:`split_batch` into positional or keyword inputs and the label.
+        move: move the whole batch, label included, to ``engine.device`` first (so that hooks
+            compare labels with outputs on one device).
+
+    Example:
+        >>> output, label, n = forward(engine, (x, y))
+    """
+    if move:
+        batch = to_device(batch, engine.device)
+    args, kwargs, label = split_batch(batch)
+    output = engine(*args, **kwargs) if kwargs else engine(*args)
+    return output, label, batch_size(batch)
 
 
 @torch.no_grad()
