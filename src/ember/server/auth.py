@@ -67,13 +67,13 @@ def verify(session: Session, key: str) -> User | None:
         return None
     if row.revoked is not None:
         return None
-    if row.expires is not None and _aware(row.expires) <= now():
+    if row.expires is not None and aware(row.expires) <= now():
         return None
     return session.get(User, row.user_id)
 
 
-def _aware(when: datetime) -> datetime:
-    # SQLite gives back naive datetimes; they were written in UTC.
+def aware(when: datetime) -> datetime:
+    """A datetime read from the database, in UTC: SQLite gives back naive ones, written in UTC."""
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 

@@ -22,7 +22,7 @@ from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
-from ember.track._report import flatten
+from ember.track.hparams import flatten
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,

@@ -10,6 +10,7 @@ from typing import Any
 
 from ember.track._fs import parse_iso
 from ember.track._values import Point
+from ember.track.hparams import flatten as flatten  # moved to hparams.py; kept here for track/cli.py (rp.flatten)
 from ember.track.store import metric_types, read_metrics
 
 
@@ -73,18 +74,6 @@ def fmt_bytes(size: int) -> str:
 def shorten(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters with an ellipsis."""
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as dotted keys: {'opt': {'lr': 1}} -> {'opt.lr': 1}."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def summarize(points: list[Point]) -> dict[str, dict[str, Any]]:

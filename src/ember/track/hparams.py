@@ -11,6 +11,22 @@ from typing import Any
 from ember.errors import TrackingError, describe, short_repr
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys: {'opt': {'lr': 1}} -> {'opt.lr': 1}.
+
+    How hparams are shown and compared: ``ember runs show``/``compare``, the server's runs table,
+    filters (``hp:opt.lr<0.1``) and the console's compare page.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
 def to_jsonable(value: Any, where: str) -> Any:
     """Return ``value`` as plain JSON data, or raise TrackingError naming ``where``.
 

@@ -22,8 +22,8 @@ from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.lookup import get_run
 from ember.server.models import Run
-from ember.track._report import flatten
 from ember.track.best import metric_mode
+from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 MAX_RUNS = 500

@@ -37,8 +37,8 @@ from ember.server.console.bulk import Recorded, Recorder
 from ember.server.console.direct import DirectClient, damaged_id, forget_artifact, forget_run, mark_damaged
 from ember.server.console.scan import HOT_S, Entry, Folders, signature
 from ember.server.models import Run, User
-from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR
 from ember.track.client import Client, Credentials, UploadError, upload_artifact, upload_run
+from ember.track.layout import ARTIFACTS_DIR, RUNS_DIR
 from ember.track.store import DAMAGED, STALE_AFTER_S, run_info
 
 if TYPE_CHECKING:

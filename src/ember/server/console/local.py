@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR
+from ember.track.layout import ARTIFACTS_DIR, RUNS_DIR
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -54,8 +54,8 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
     from ember.server.console import mount
     from ember.server.console.index import StoreIndex
     from ember.server.settings import LOOPBACK_HOSTS, ServerError, Settings
-    from ember.track._fs import resolve_home
     from ember.track.client import Credentials
+    from ember.track.layout import resolve_home
 
     root = resolve_home(store)
     if not (root / RUNS_DIR).is_dir() and not (root / ARTIFACTS_DIR).is_dir():

@@ -34,7 +34,7 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server.auth import _aware, digest, key_id_of, now, verify
+from ember.server.auth import aware, digest, key_id_of, now, verify
 from ember.server.models import ApiKey, ConsoleSession, User
 
 SESSION_COOKIE = "ember_session"
@@ -154,10 +154,10 @@ def viewer(request: Request, session: Session) -> User | None:
         return None
     # Looked up by the digest of a 256-bit random token: nothing to learn from timing.
     row = session.get(ConsoleSession, digest(token))
-    if row is None or _aware(row.expires) <= now():
+    if row is None or aware(row.expires) <= now():
         return None
     key = session.scalar(select(ApiKey).where(ApiKey.key_id == row.key_id))
-    if key is None or key.revoked is not None or (key.expires is not None and _aware(key.expires) <= now()):
+    if key is None or key.revoked is not None or (key.expires is not None and aware(key.expires) <= now()):
         return None
     return session.get(User, row.user_id)
 
