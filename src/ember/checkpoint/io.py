@@ -1,9 +1,10 @@
 """Checkpoint files on disk: atomic writes, the ``last_checkpoint`` pointer, listing, reading.
 
 A checkpoint is written to a temporary name in the same directory, flushed and fsynced, then
-renamed over its final name with :func:`os.replace`; the pointer file is updated the same way
-afterwards. A crash at any instant therefore leaves either the old or the new file, never a
-half-written one under a name that :func:`find_checkpoints` returns.
+renamed over its final name with :func:`os.replace` (:mod:`ember._atomic`, the one atomic
+write of ember); the pointer file is updated the same way afterwards. A crash at any instant
+therefore leaves either the old or the new file, never a half-written one under a name that
+:func:`find_checkpoints` returns.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import IO, Any, cast
 
 import torch
 
+from ember import _atomic
+from ember._atomic import TEMPORARY_GLOB, atomic_write
+from ember._atomic import fsync_dir as _fsync_dir  # noqa: F401 - checkpoint/sharded.py imports it from here
 from ember.errors import CheckpointError
 
 POINTER = "last_checkpoint"
@@ -40,39 +44,14 @@ def checkpoint_name(epoch: int, step: int, prefix: str = "ckpt") -> str:
     return f"{prefix}-e{epoch:04d}-s{step:09d}{SUFFIX}"
 
 
-def _fsync_dir(directory: Path) -> None:
-    # Make the rename itself durable (POSIX); directories cannot be opened on Windows.
-    if os.name == "posix":
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary path next to ``path`` to write; on success it becomes ``path`` atomically.
-
-    The temporary name starts with a dot (``.NAME.tmp-PID-THREAD``) so that listings ignore it.
-    When the block ends the file is fsynced, renamed over ``path`` with :func:`os.replace`, and
-    the directory is fsynced so that the rename survives a power loss. If the block raises, the
-    temporary file is removed and ``path`` is untouched.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    """:func:`ember._atomic.atomic_path` (temporary file next to ``path``, fsync, rename, folder
+    fsync), with a failed write raised as the CheckpointError that names the folder and the fix."""
     try:
-        yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        with _atomic.atomic_path(path) as tmp:
+            yield tmp
     except BaseException as exc:
-        with contextlib.suppress(OSError):  # a read-only folder may not let it be removed either
-            tmp.unlink(missing_ok=True)
         cause = _os_error(exc)
         if cause is not None:
             raise write_error(path, cause) from exc
@@ -107,12 +86,6 @@ def write_error(path: str | os.PathLike[str], cause: OSError) -> CheckpointError
     reason = cause.strerror or str(cause)
     why = _WHY.get(cause.errno or 0, "see the reason")
     return CheckpointError(f"cannot write checkpoint {str(path)!r} in folder {str(folder)!r}: {reason} ({why})")
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | memoryview) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        f.write(data)
 
 
 def save_file(obj: Any, path: str | os.PathLike[str], skip_zip_crc: bool = False) -> None:
@@ -325,7 +298,11 @@ def first_line(exc: BaseException) -> str:
 
 def write_pointer(directory: str | os.PathLike[str], name: str, pointer: str = POINTER) -> None:
     """Point ``directory/<pointer>`` (``last_checkpoint``) at the checkpoint file ``name``, atomically."""
-    atomic_write_bytes(Path(directory) / pointer, (name + "\n").encode())
+    path = Path(directory) / pointer
+    try:
+        atomic_write(path, name + "\n")
+    except OSError as exc:
+        raise write_error(path, exc) from None
 
 
 def read_pointer(directory: str | os.PathLike[str], pointer: str = POINTER) -> str | None:
@@ -366,7 +343,7 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> None:
     """Delete temporary files (and sharded checkpoints' directories) left by writes that a crash interrupted."""
     directory = Path(directory)
     if directory.is_dir():
-        for entry in directory.glob(".*.tmp-*"):
+        for entry in directory.glob(TEMPORARY_GLOB):
             remove_checkpoint(entry)
 
 

@@ -11,11 +11,11 @@ import socket
 import stat
 import string
 import sys
-import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ember._atomic import atomic_write
 from ember._exit import leave_process_group_at_exit
 from ember.errors import TrackingError, describe, short_repr
 
@@ -166,12 +166,8 @@ def parse_iso(text: object) -> float | None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to a temporary file and rename it over ``path``."""
-    text = json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Replace ``path`` with ``data`` as indented JSON, atomically and durably (:func:`ember._atomic.atomic_write`)."""
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
 MAX_JSON_BYTES = 64 << 20

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ember._atomic import atomic_open
 from ember.errors import TrackingError
 from ember.track import lineage
 from ember.track._fs import (
@@ -36,17 +37,15 @@ FORMAT = "ember.artifact/1"
 
 
 def _copy_hashed(src: Path, dest: Path) -> tuple[int, str]:
-    """Copy ``src`` to ``dest`` through a temporary name; return (size, sha256 hex)."""
+    """Copy ``src`` to ``dest`` atomically (:func:`ember._atomic.atomic_open`); return (size, sha256 hex)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
     size = 0
-    with open(src, "rb") as fin, open(tmp, "wb") as fout:
+    with open(src, "rb") as fin, atomic_open(dest, "wb") as fout:
         while chunk := fin.read(1 << 20):
             digest.update(chunk)
             fout.write(chunk)
             size += len(chunk)
-    os.replace(tmp, dest)
     return size, digest.hexdigest()
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ember._atomic import atomic_open
 from ember._subcommands import output_file, run_commands
 from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
@@ -241,7 +242,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if out is None:
         write(path, sys.stdout)
     else:
-        with export.replacing(out) as f:
+        with atomic_open(out, "w", encoding="utf-8", newline="") as f:  # a failed export leaves the old file
             write(path, f)
         print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -8,13 +8,10 @@ byte so that a run still being written exports consistently), JSON once.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any
 
 from ember.track import lineage
 from ember.track._fs import read_json
@@ -22,7 +19,7 @@ from ember.track._values import json_metrics
 from ember.track.store import PLATFORM_FILE, RUN_FILE, metric_batches, metric_types
 
 
-def write_csv(run_path: Path, out: TextIO) -> None:
+def write_csv(run_path: Path, out: IO[str]) -> None:
     """``type,step,epoch,time,<metric>...``: one row per point, types in :func:`metric_types` order."""
     types = metric_types(run_path)
     names: set[str] = set()
@@ -53,7 +50,7 @@ def _nested(value: Any, level: int) -> str:
 _JSON_POINTS = 500
 
 
-def write_json(run_path: Path, out: TextIO) -> None:
+def write_json(run_path: Path, out: IO[str]) -> None:
     """``{"run", "platform", "metrics": {type: [points]}, "lineage"}``, exactly as ``json.dumps(..., indent=2)``
     lays it out, with NaN and infinities as the store's strings (strict JSON)."""
     platform_path = run_path / PLATFORM_FILE
@@ -76,16 +73,3 @@ def write_json(run_path: Path, out: TextIO) -> None:
         out.write("]" if first else "\n    ]")
     out.write(("\n  }" if types else "}") + ',\n  "lineage": ' + _nested(lineage.read_edges(run_path), 1))
     out.write("\n}\n")
-
-
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[TextIO]:
-    """A text file to write that becomes ``path`` when the block ends; on an error ``path`` is left as it was."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
