@@ -11,6 +11,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+from ember._format import format_bytes
 from ember._subcommands import output_file
 from ember.errors import CheckpointError
 
@@ -27,14 +28,6 @@ def _resolve(path: str) -> Path:
             raise CheckpointError(f"no checkpoint in {path!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
         return found
     return p
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def _when(time: Any) -> str:
@@ -75,7 +68,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     active = meta.get("fit_active")
     fit = "?" if active is None else "in progress (resume continues it)" if active else "finished"
     rows = [
-        ("file", f"{path} ({_size(size)}{', sharded: torch.distributed.checkpoint' if sharded else ''})"),
+        ("file", f"{path} ({format_bytes(size)}{', sharded: torch.distributed.checkpoint' if sharded else ''})"),
         ("saved", f"{when} ({shown['reason']})"),
         ("epoch", f"{meta['epoch']} ({where})"),
         ("step", f"{meta['step']} optimizer updates, {shown['micro_step']} batches, {shown['samples_seen']} samples"),
@@ -87,7 +80,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for name, value in sorted(meta.get("metrics", {}).items()):
         rows.append((name, f"{value:.6g}"))
     for section, section_size in meta.get("sizes", {}).items():
-        rows.append((f"size of {section}", _size(section_size) if isinstance(section_size, int) else "?"))
+        rows.append((f"size of {section}", format_bytes(section_size) if isinstance(section_size, int) else "?"))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
     return 0
@@ -102,7 +95,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = output_file(args.out, "checkpoint export OUT", CheckpointError)  # before reading: fail fast
     path = _resolve(args.path)
     out = write_weights(model_state(path), out)
-    print(f"wrote the model weights of {path} to {out} ({_size(out.stat().st_size)})")
+    print(f"wrote the model weights of {path} to {out} ({format_bytes(out.stat().st_size)})")
     return 0
 
 

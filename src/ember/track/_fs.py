@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 from ember._atomic import atomic_write
 from ember._exit import leave_process_group_at_exit
+from ember._format import format_bytes
 from ember.errors import TrackingError, describe, short_repr
 
 RUNS_DIR = "runs"
@@ -219,7 +220,7 @@ def read_json(path: Path, *, follow_links: bool = True) -> Any:
     try:
         with open(path, "rb") if follow_links else open_regular(path) as f:
             if os.fstat(f.fileno()).st_size > MAX_JSON_BYTES:
-                raise TrackingError(f"{path} is over {MAX_JSON_BYTES >> 20} MB: it was not written by ember")
+                raise TrackingError(f"{path} is over {format_bytes(MAX_JSON_BYTES)}: it was not written by ember")
             data = f.read()
     except FileNotFoundError:
         raise TrackingError(f"{path} does not exist") from None

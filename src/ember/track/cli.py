@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ember._atomic import atomic_open
+from ember._format import format_bytes, format_duration
 from ember._subcommands import output_file, run_commands
 from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
@@ -61,7 +62,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         damaged += damage is not None
         status = DAMAGED if damage is not None else info.status
         start = rp.fmt_time(info.meta.get("start_time"))
-        rows.append([info.folder, status, start, rp.fmt_duration(info.duration()), rp.shorten(last, 60)])
+        rows.append([info.folder, status, start, format_duration(info.duration()), rp.shorten(last, 60)])
     print(rp.table(["NAME", "STATUS", "STARTED", "DURATION", "LAST METRICS"], rows))
     if damaged:
         print(f"{damaged} damaged run(s): `ember runs show NAME` says why", file=sys.stderr)
@@ -82,7 +83,7 @@ def _platform_lines(platform: dict[str, Any]) -> list[list[str]]:
         ["python", str((plat.get("python") or {}).get("version", "-"))],
         ["torch", f"{torch.get('version', '-')} (CUDA {torch.get('cuda')}, GPUs: {gpus})"],
         ["cpus", str(plat.get("cpu_count", "-"))],
-        ["memory", rp.fmt_bytes(plat["memory_bytes"]) if plat.get("memory_bytes") else "-"],
+        ["memory", format_bytes(plat["memory_bytes"]) if plat.get("memory_bytes") else "-"],
         ["git", git_text],
         ["command", " ".join(command.get("argv", [])) or "-"],
     ]
@@ -94,7 +95,7 @@ def _node_text(ref: dict[str, Any], home: Path) -> str:
     if ref.get("kind") == "artifact" and (folder / "artifact.json").is_file():
         try:
             files = read_json(folder / "artifact.json", follow_links=False).get("files", [])
-            extra = f", {len(files)} file(s), {rp.fmt_bytes(sum(int(f['size']) for f in files))}"
+            extra = f", {len(files)} file(s), {format_bytes(sum(int(f['size']) for f in files))}"
         except (TrackingError, AttributeError, KeyError, TypeError, ValueError) as e:
             extra = f", damaged: {e}"
     elif not folder.exists():
@@ -132,7 +133,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
         ["ended", rp.fmt_time(meta.get("end_time"))],
-        ["duration", rp.fmt_duration(info.duration())],
+        ["duration", format_duration(info.duration())],
         ["labels", ", ".join(meta.get("labels", [])) or "-"],
         ["description", meta.get("description") or "-"],
         ["host", f"{meta.get('hostname')} (pid {meta.get('pid')})"],

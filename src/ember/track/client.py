@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ember._format import format_duration
 from ember.errors import TrackingError
 from ember.track import images, lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
@@ -73,7 +74,7 @@ class ServerUnavailable(UploadError):
     def __str__(self) -> str:
         text = (
             f"cannot reach the tracking server {self.host}: {self.request} failed {self.attempts} time(s) in "
-            f"{self.elapsed:.1f} s, the last with {self.reason}"
+            f"{format_duration(self.elapsed)}, the last with {self.reason}"
         )
         if self.kept:
             text += (

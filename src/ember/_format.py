@@ -1,0 +1,54 @@
+"""Durations and byte counts for people: one convention for the command line, the logs and the console.
+
+Byte counts are binary and say so: 1 KiB = 1024 B, shown as ``B``, ``KiB``, ``MiB``, ``GiB``,
+``TiB`` (the IEC names, so that no size is labelled MB while counted in 1024s; ``1.5 GiB`` is
+1.5 × 2**30 bytes). Durations: ``4.2s`` under a minute, then ``4m05s``, ``1h02m03s``, and from a
+day on ``2d03h04m``. What is unknown (None) is ``-``.
+
+A low-level utility: it imports nothing of ember's.
+"""
+
+from __future__ import annotations
+
+__all__ = ["format_bytes", "format_duration"]
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(size: float | None) -> str:
+    """A byte count in binary units: ``512 B``, ``1.5 KiB``, ``20.0 MiB``; ``-`` when None.
+
+    Example:
+        >>> format_bytes(3 * 2**20 // 2)
+        '1.5 MiB'
+    """
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds as ``4.2s``, ``4m05s``, ``1h02m03s`` or ``2d03h04m``; ``-`` when None (a negative time is 0).
+
+    Example:
+        >>> format_duration(3723)
+        '1h02m03s'
+    """
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d{hours:02d}h{minutes:02d}m"
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s"

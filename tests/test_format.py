@@ -1,0 +1,43 @@
+"""ember._format: one convention for durations and byte counts, and the commands that print them use it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ember._format import format_bytes, format_duration
+
+
+@pytest.mark.parametrize(
+    ("size", "text"),
+    [(None, "-"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (20 * 2**20, "20.0 MiB"),
+     (3 * 2**29, "1.5 GiB"), (2**40, "1.0 TiB"), (2**50, "1024.0 TiB")],
+)  # fmt: skip
+def test_byte_counts_are_binary_and_labelled_so(size: int | None, text: str) -> None:
+    assert format_bytes(size) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (-1.0, "0.0s"), (4.25, "4.2s"), (59.9, "59.9s"), (60, "1m00s"), (245, "4m05s"),
+     (3723, "1h02m03s"), (86400 + 3 * 3600 + 4 * 60 + 5, "1d03h04m"), (math.pi * 1e6, "36d08h39m")],
+)  # fmt: skip
+def test_durations_read_from_seconds_to_days(seconds: float | None, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+def test_checkpoint_inspect_prints_sizes_in_binary_units(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ember.checkpoint import cli
+    from ember.cli import main
+
+    path = tmp_path / "ckpt-e0000-s000000001.ckpt"
+    path.write_bytes(b"x" * 3 * 2**19)
+    meta = {"epoch": 0, "epoch_iter": 0, "step": 1, "world_size": 1, "sizes": {"model": 1536}}
+    monkeypatch.setattr(cli, "_read_meta", lambda path: meta)  # the sizes, not the checkpoint's format
+    assert main(["checkpoint", "inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "(1.5 MiB)" in out and "1.5 KiB" in out, out
