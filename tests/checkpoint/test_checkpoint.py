@@ -357,9 +357,9 @@ def test_async_save_finishes_its_background_copy_before_the_step_or_a_hook_chang
     common.run(tmp_path / "sync", **kwargs)
     _slow_background_copies(monkeypatch)
     if case == "step":  # the optimizer's pre-step hook alone must hold the step back
-        from ember.trainer._control import Control
+        from ember.trainer._bus import HookBus
 
-        monkeypatch.setattr(Control, "hold_until", lambda self, ready: None)
+        monkeypatch.setattr(HookBus, "hold_until", lambda self, ready: None)
     kwargs = {**kwargs, "extra": [_Negate()]} if case == "hook" else kwargs
     trainer = common.run(tmp_path / "async", async_save=True, background_copy=background_copy, **kwargs)
     _same_checkpoints(tmp_path / "sync", tmp_path / "async")  # weights and momentum buffers

@@ -242,7 +242,7 @@ def test_per_batch_calls_a_hooks_settings_make_no_ops_are_skipped() -> None:
     assert "after_train_iter" in loss_hook.events() and "after_train_epoch" not in loss_hook.events()
     trainer = Trainer(engine)
     trainer.fit(loader(8, 8), epochs=2, test_dataloader=loader(8, 8), hooks=[by_epoch, test_only, loss_hook])
-    assert [h.name for h, _ in trainer._control._calls["after_train_iter"]] == [loss_hook.name]
+    assert [h.name for h, _ in trainer._bus._calls["after_train_iter"]] == [loss_hook.name]
     assert sched.last_epoch == 2  # stepped at each epoch's end, not per batch
     assert len(trainer.history.values("test/accuracy")) == 2 and "train/loss" not in trainer.history
     assert trainer.storage.latest_step("train/loss") == trainer.cur_step

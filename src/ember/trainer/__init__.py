@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ember.trainer import hooks
 from ember.trainer._preempt import PREEMPTED_EXIT_CODE, Preempted
+from ember.trainer._state import State
 from ember.trainer.hooks.base import StopTraining
 from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.placeholders import Placeholders
@@ -27,6 +28,7 @@ __all__ = [
     "Placeholders",
     "Preempted",
     "Schedule",
+    "State",
     "StepStorage",
     "StopTraining",
     "Trainer",

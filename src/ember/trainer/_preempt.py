@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ember.logging import DistributedLogger
-    from ember.trainer._control import Control
+    from ember.trainer._control import Agreement
 
 __all__ = ["PREEMPTED_EXIT_CODE", "REPEAT_WINDOW_S", "Preempted", "preemption_signals"]
 
@@ -66,7 +66,7 @@ class Preempted(SystemExit):
 
 
 class _Handler:
-    def __init__(self, control: Control) -> None:
+    def __init__(self, control: Agreement) -> None:
         self.control = control
         self.received: int | None = None
         self.first_at = 0.0
@@ -85,7 +85,7 @@ class _Handler:
 
 
 @contextlib.contextmanager
-def preemption_signals(control: Control, logger: DistributedLogger, enabled: bool) -> Iterator[None]:
+def preemption_signals(control: Agreement, logger: DistributedLogger, enabled: bool) -> Iterator[None]:
     """Handle SIGTERM/SIGINT as preemption inside the block (main thread only; else a no-op)."""
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield

@@ -25,8 +25,11 @@ _REQUIRED = frozenset(REQUIRED_KEYS)
 
 
 @dataclass
-class Run:
-    """One ``fit`` call: its dataloaders, limits and where it started (epoch and step)."""
+class FitPlan:
+    """One ``fit`` call: its dataloaders, limits and where it started (epoch and step).
+
+    (Not a tracked run, :class:`ember.track.Run`.)
+    """
 
     train_dataloader: Any
     test_dataloader: Any

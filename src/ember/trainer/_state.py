@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -16,8 +17,9 @@ from ember.trainer.storage import History, Mode, Scalar, StepStorage, to_floats
 
 if TYPE_CHECKING:
     from ember.engine import Engine
-    from ember.trainer._control import Control
-    from ember.trainer._setup import Run
+    from ember.trainer._bus import HookBus
+    from ember.trainer._control import Agreement
+    from ember.trainer._setup import FitPlan
     from ember.trainer.hooks.base import BaseHook
 
 _STATE_KEYS = ("cur_epoch", "epoch_iter", "cur_step", "micro_step", "samples_seen", "history")
@@ -36,21 +38,51 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+@dataclass(slots=True)
+class State:
+    """The training loop's counters in one plain object, as ignite's ``State``: ``trainer.state``.
+
+    Hooks usually read them through the trainer (``trainer.cur_step``...); the loop alone
+    changes them.
+
+    Attributes:
+        epoch: 0-based index of the epoch in progress (= epochs completed between epochs);
+            ``trainer.cur_epoch``.
+        epoch_iter: training batches processed in the current epoch.
+        step: optimizer updates applied (skipped fp16 steps and accumulation micro-steps do
+            not count); ``trainer.cur_step``.
+        batches_seen: training batches processed, every micro-step counted (not the Engine's
+            ``micro_step``, the position in the open accumulation cycle).
+        samples_seen: training samples processed by all ranks together (padding included).
+
+    Example:
+        >>> trainer.state
+        State(epoch=2, epoch_iter=0, step=40, batches_seen=160, samples_seen=5120)
+    """
+
+    epoch: int = 0
+    epoch_iter: int = 0
+    step: int = 0
+    batches_seen: int = 0
+    samples_seen: int = 0
+
+    def reset(self) -> None:
+        """Back to the start of a run (``fit(reset_run_history=True)``)."""
+        self.epoch = self.epoch_iter = self.step = self.batches_seen = self.samples_seen = 0
+
+
 class TrainerState:
     """Counters, history and run bookkeeping of a :class:`~ember.trainer.Trainer` (its base class)."""
 
-    cur_epoch: int
-    cur_step: int
-    micro_step: int
-    epoch_iter: int
-    samples_seen: int
+    state: State
     fitting: bool
     history_reset: bool
     history: History
     storage: StepStorage
     placeholder_values: dict[Placeholders, int]
-    _control: Control
-    _run: Run | None
+    _agreement: Agreement
+    _bus: HookBus
+    _plan: FitPlan | None
     _resume: tuple[int, int] | None
     _finished: bool
     _closing_epoch: bool
@@ -63,13 +95,45 @@ class TrainerState:
     logger: Any
     engine: Engine
 
+    # -- the counters, read from :attr:`state` --------------------------------------------------
+    @property
+    def cur_epoch(self) -> int:
+        """0-based index of the epoch in progress (= epochs completed between epochs)."""
+        return self.state.epoch
+
+    @property
+    def cur_step(self) -> int:
+        """Optimizer updates applied (skipped fp16 steps and accumulation micro-steps do not count)."""
+        return self.state.step
+
+    @property
+    def epoch_iter(self) -> int:
+        """Training batches processed in the current epoch."""
+        return self.state.epoch_iter
+
+    @property
+    def batches_seen(self) -> int:
+        """Training batches processed, every micro-step counted."""
+        return self.state.batches_seen
+
+    @property
+    def micro_step(self) -> int:
+        """:attr:`batches_seen` under its earlier name (programs and tests use it; not the Engine's
+        ``micro_step``, the position in the open accumulation cycle)."""
+        return self.state.batches_seen
+
+    @property
+    def samples_seen(self) -> int:
+        """Training samples processed by all ranks together (padding included)."""
+        return self.state.samples_seen
+
     def stop(self, reason: str = "") -> None:
         """End training cleanly at the next safe point (after the current optimizer update).
 
         Every rank stops together even if only one calls this; ``after_train_epoch`` and
         ``after_train`` still run. Hooks may raise :class:`~ember.trainer.StopTraining` instead.
         """
-        self._control.request_stop(reason or "trainer.stop() was called")
+        self._agreement.request_stop(reason or "trainer.stop() was called")
 
     @property
     def fit_outcome(self) -> FitOutcome:
@@ -88,11 +152,11 @@ class TrainerState:
         exc = sys.exc_info()[1]  # after_train runs in fit's `finally`: the exception ending it
         if exc is not None:
             return FitOutcome(*ending_status(exc))
-        control = self._control
-        if control.ending_error is not None:
-            return FitOutcome("Failed", f"after_train raised {_text(control.ending_error)}")
-        if control.preempted:
-            return FitOutcome("Preempted", control.stop_reason)
+        if self._bus.ending_error is not None:
+            return FitOutcome("Failed", f"after_train raised {_text(self._bus.ending_error)}")
+        agreement = self._agreement
+        if agreement.preempted:
+            return FitOutcome("Preempted", agreement.stop_reason)
         return FitOutcome("Complete", None)
 
     @property
@@ -103,7 +167,7 @@ class TrainerState:
         saves) and ``after_train`` see it, and ``fit`` then raises
         :class:`~ember.trainer.Preempted`.
         """
-        return self._control.preempted
+        return self._agreement.preempted
 
     def run_before_next_hook(self, ready: Callable[[], None]) -> None:
         """Call ``ready()`` once, before the next hook method runs (in this event or a later one).
@@ -111,12 +175,13 @@ class TrainerState:
         For work that must end before a hook could change what it reads: the CheckpointHook's
         background copy of an ``async_save`` checkpoint (a hook may change the parameters in place).
         """
-        self._control.hold_until(ready)
+        self._bus.hold_until(ready)
 
     @property
     def stop_reason(self) -> str | None:
         """Why training stopped early, or None."""
-        return self._control.stop_reason if self._control.stopping or self._control.stop_requested else None
+        agreement = self._agreement
+        return agreement.stop_reason if agreement.stopping or agreement.stop_requested else None
 
     def record_metric(self, name: str, value: Scalar, mode: Mode | None = None) -> None:
         """Record an epoch-level metric (metric hooks call this at ``after_*_epoch``).
@@ -128,27 +193,27 @@ class TrainerState:
         if self._testing:
             self._test_metrics[name] = number
         if self.fitting:
-            self.history.record(name, number, self.cur_epoch, mode)
+            self.history.record(name, number, self.state.epoch, mode)
 
     @property
     def max_epochs(self) -> int | None:
         """The epoch count at which the current (or last) ``fit`` ends, if it has ``epochs``."""
-        run = self._run
+        run = self._plan
         return None if run is None or run.epochs is None else run.start_epoch + run.epochs
 
     @property
     def max_steps(self) -> int | None:
         """The ``cur_step`` at which the current (or last) ``fit`` ends, if it has ``max_steps``."""
-        run = self._run
+        run = self._plan
         return None if run is None or run.max_steps is None else run.start_step + run.max_steps
 
     @property
     def steps_left(self) -> int | None:
         """Optimizer updates left in the current ``fit`` when its length is known, else None."""
         total = self.placeholder_values.get(Placeholders.TOTAL_UPDATE_STEPS)
-        if total is None or self._run is None:
+        if total is None or self._plan is None:
             return None
-        return max(0, self._run.start_step + total - self.cur_step)
+        return max(0, self._plan.start_step + total - self.state.step)
 
     @property
     def test_metrics(self) -> dict[str, float]:
@@ -158,14 +223,14 @@ class TrainerState:
     @property
     def hooks(self) -> tuple[BaseHook, ...]:
         """The registered hooks in the order they run."""
-        return tuple(self._control.hooks)
+        return tuple(self._bus.hooks)
 
     def get_hook(self, name: str) -> BaseHook:
         """The registered hook called ``name``."""
-        for hook in self._control.hooks:
+        for hook in self._bus.hooks:
             if hook.name == name:
                 return hook
-        raise TrainerError(f"no hook named {name!r} (registered: {[h.name for h in self._control.hooks]})")
+        raise TrainerError(f"no hook named {name!r} (registered: {[h.name for h in self._bus.hooks]})")
 
     @property
     def world_size(self) -> int:
@@ -186,8 +251,8 @@ class TrainerState:
         """``(epoch, batches into it)`` as saved: an epoch that is closing (``after_train_epoch``)
         counts as done, so a resume does not repeat the epoch's end."""
         if self._closing_epoch:
-            return self.cur_epoch + 1, 0
-        return self.cur_epoch, self.epoch_iter
+            return self.state.epoch + 1, 0
+        return self.state.epoch, self.state.epoch_iter
 
     def state_dict(self) -> dict[str, Any]:
         """Counters, the run in progress, and the history (not the Engine's or the hooks' state).
@@ -196,13 +261,13 @@ class TrainerState:
         start, so a resume does not repeat the epoch's end.
         """
         epoch, epoch_iter = self._position()
-        origin = (self._run.start_epoch, self._run.start_step) if self._run is not None else (0, 0)
+        origin = (self._plan.start_epoch, self._plan.start_step) if self._plan is not None else (0, 0)
         return {
             "cur_epoch": epoch,
             "epoch_iter": epoch_iter,
-            "cur_step": self.cur_step,
-            "micro_step": self.micro_step,
-            "samples_seen": self.samples_seen,
+            "cur_step": self.state.step,
+            "micro_step": self.state.batches_seen,  # its name on disk
+            "samples_seen": self.state.samples_seen,
             "fit": {"active": self.fitting and not self._finished, "start_epoch": origin[0], "start_step": origin[1]},
             "history": self.history.state_dict(),
         }
@@ -212,15 +277,16 @@ class TrainerState:
         missing = [k for k in _STATE_KEYS if k not in state]
         if missing:
             raise TrainerError(f"trainer state is missing {missing}: pass what Trainer.state_dict() returned")
-        self.cur_epoch, self.epoch_iter = int(state["cur_epoch"]), int(state["epoch_iter"])
-        self.cur_step, self.micro_step = int(state["cur_step"]), int(state["micro_step"])
-        self.samples_seen = int(state["samples_seen"])
-        self.storage.step = self.cur_step
+        counters = self.state
+        counters.epoch, counters.epoch_iter = int(state["cur_epoch"]), int(state["epoch_iter"])
+        counters.step, counters.batches_seen = int(state["cur_step"]), int(state["micro_step"])
+        counters.samples_seen = int(state["samples_seen"])
+        self.storage.step = counters.step
         self.history.load_state_dict(state["history"])
         fit = state.get("fit", {})
         origin = (int(fit.get("start_epoch", 0)), int(fit.get("start_step", 0))) if fit.get("active") else None
-        if self.fitting and self._run is not None and origin is not None:
-            self._run.start_epoch, self._run.start_step = origin
+        if self.fitting and self._plan is not None and origin is not None:
+            self._plan.start_epoch, self._plan.start_step = origin
         else:
             self._resume = origin
 
@@ -244,11 +310,11 @@ class TrainerState:
         if not batch_size:
             self.logger.warning("cannot tell this loader's batch size: the epoch resumes at the saved batch")
             return
-        self.epoch_iter = samples // (batch_size * self.engine.data_parallel_size)
+        self.state.epoch_iter = samples // (batch_size * self.engine.data_parallel_size)
 
     def hook_states(self) -> dict[str, dict[str, Any]]:
         """``{hook name: state}`` for every registered hook that keeps state."""
-        return {h.name: s for h in self._control.hooks if (s := h.state_dict())}
+        return {h.name: s for h in self._bus.hooks if (s := h.state_dict())}
 
     def load_hook_states(self, states: Mapping[str, Mapping[str, Any]], strict: bool = True) -> None:
         """Give each hook its state from :meth:`hook_states`, by name.
@@ -261,14 +327,14 @@ class TrainerState:
                 when hooks are registered, else when ``fit`` registers them).
         """
         self._pending_hook_states, self._pending_strict = dict(states), strict
-        if self._control.hooks:
+        if self._bus.hooks:
             self._apply_pending_hook_states()
 
     def _apply_pending_hook_states(self) -> None:
         states, self._pending_hook_states = self._pending_hook_states, {}
         if not states:
             return
-        known = {h.name: h for h in self._control.hooks}
+        known = {h.name: h for h in self._bus.hooks}
         unknown = sorted(set(states) - set(known))
         if unknown and self._pending_strict:
             raise TrainerError(
@@ -282,13 +348,13 @@ class TrainerState:
         if self._resume is not None:
             origin, self._resume = self._resume, None
             return origin
-        self.epoch_iter = 0  # an epoch cut short by an exception is not resumed by a new fit
-        return self.cur_epoch, self.cur_step
+        self.state.epoch_iter = 0  # an epoch cut short by an exception is not resumed by a new fit
+        return self.state.epoch, self.state.step
 
     def _reset_run(self) -> None:
         self.history.reset()
         self.storage.clear()
-        self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
+        self.state.reset()
         self.storage.step, self._resume, self._resume_samples = 0, None, None
 
 

@@ -19,11 +19,12 @@ from ember import batch as _batch
 from ember.checkpoint.state import set_rng_state
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
-from ember.trainer._control import Control
+from ember.trainer._bus import HookBus
+from ember.trainer._control import Agreement
 from ember.trainer._preempt import preemption_signals
 from ember.trainer._resume import check_resume, checkpointers, raise_if_preempted, resume_checkpoint
 from ember.trainer._setup import (
-    Run,
+    FitPlan,
     batches_per_epoch,
     check_limits,
     check_test_loader,
@@ -32,7 +33,7 @@ from ember.trainer._setup import (
     real_num_samples,
     warn_if_unsharded,
 )
-from ember.trainer._state import TrainerState
+from ember.trainer._state import State, TrainerState
 from ember.trainer.hooks.base import BaseHook
 from ember.trainer.placeholders import Placeholders, placeholder_values
 from ember.trainer.schedule import DefaultSchedule, Schedule
@@ -70,11 +71,9 @@ class Trainer(TrainerState):
             effect after update N+1) at the cost of one all-reduce per update.
 
     Attributes:
-        cur_epoch: 0-based index of the epoch in progress (= epochs completed between epochs).
-        cur_step: optimizer updates applied (skipped fp16 steps and micro-steps do not count).
-        micro_step: training batches processed.
-        epoch_iter: training batches processed in the current epoch.
-        samples_seen: training samples processed by all ranks together (padding included).
+        state: the loop's counters (:class:`~ember.trainer.State`), also readable as
+            ``cur_epoch`` (0-based epoch in progress), ``cur_step`` (optimizer updates applied),
+            ``epoch_iter``, ``batches_seen`` (``micro_step``, its earlier name) and ``samples_seen``.
         history: per-epoch metrics (:class:`~ember.trainer.storage.History`).
         storage: recent per-step scalars (:class:`~ember.trainer.storage.StepStorage`).
         step_applied: whether the last training batch's ``engine.step()`` updated parameters
@@ -129,7 +128,7 @@ class Trainer(TrainerState):
             schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
         )
         self.history, self.storage = History(), StepStorage()
-        self.cur_epoch = self.cur_step = self.micro_step = self.epoch_iter = self.samples_seen = 0
+        self.state = State()
         self.fitting, self.step_applied, self.history_reset = False, False, False
         self.step_result: dict[str, Any] = {}
         self.placeholder_values: dict[Placeholders, int] = {}
@@ -140,10 +139,11 @@ class Trainer(TrainerState):
             raise TrainerError(f"stop_check_every_s must be a number of seconds, got {stop_check_every_s!r}")
         if not stop_check_every_s >= 0:
             raise TrainerError(f"stop_check_every_s must be >= 0, got {stop_check_every_s!r}")
-        self._control = Control(self.logger, float(stop_check_every_s))
+        self._agreement = Agreement(self.logger, float(stop_check_every_s))
+        self._bus = HookBus(self.logger, self._agreement)
         self._user_hooks: list[BaseHook] = []
         self._progress: BaseHook | None = None
-        self._run: Run | None = None
+        self._plan: FitPlan | None = None
         self._resume: tuple[int, int] | None = None
         self._finished = self._closing_epoch = self._testing = False
         self._test_metrics: dict[str, float] = {}
@@ -230,14 +230,15 @@ class Trainer(TrainerState):
         )
         self.train_dataloader, self.test_dataloader = train_dl, test_dl
         self._apply_resume_samples()  # a position loaded before fit, in this loader's batches
-        self._run = Run(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
+        self._plan = FitPlan(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
                         return_output_label, resume, self.engine.data_parallel_size)  # fmt: skip
-        self.logger.info(self._control.describe(), ranks=[0])
-        self._control.reset()
+        self.logger.info(self._bus.describe(), ranks=[0])
+        self._agreement.reset()
+        self._bus.reset()
         self.fitting, self._finished = True, False
-        with preemption_signals(self._control, self.logger, enabled=bool(checkpointers(self))):
+        with preemption_signals(self._agreement, self.logger, enabled=bool(checkpointers(self))):
             try:
-                self._loop(self._run)
+                self._loop(self._plan)
             finally:
                 self.fitting = False
         raise_if_preempted(self)
@@ -261,16 +262,17 @@ class Trainer(TrainerState):
         check_test_loader(test_dataloader, self.engine.data_parallel_size, self.logger)
         if self.fitting and (hooks is not None or display_progress):
             raise TrainerError("evaluate(hooks=...) cannot change the hooks while fit is running")
-        saved = self._control.snapshot()
+        saved = self._bus.snapshot()
         if hooks is not None or display_progress:
             self._register(hooks, display_progress, keep=False)
         try:
             metrics = self._test_epoch(test_dataloader)
-            self._control.agree()
+            self._agreement.agree()
         finally:
-            self._control.restore(saved)
+            self._bus.restore(saved)
             if not self.fitting:
-                self._control.reset()
+                self._agreement.reset()
+                self._bus.reset()
         return metrics
 
     @torch.no_grad()
@@ -341,59 +343,63 @@ class Trainer(TrainerState):
         return loss
 
     # -- the loop -----------------------------------------------------------------------------
-    def _loop(self, run: Run) -> None:
-        ctl, completed = self._control, False
+    def _loop(self, run: FitPlan) -> None:
+        bus, agreement, completed = self._bus, self._agreement, False
         rng = resume_checkpoint(self, run.resume)  # before before_train: hooks see their state there
         try:
-            ctl.call("before_train")
+            bus.call("before_train")
             if rng is not None:  # as late as possible: nothing may draw from it before the first batch
                 set_rng_state(rng)
-            while not ctl.preempted and not ctl.agree() and not run.done(self):
+            while not agreement.preempted and not agreement.agree() and not run.done(self):
                 self._train_epoch(run)
-            self._finished = not ctl.preempted
-            ctl.call("after_train_loop")  # a preemption's checkpoint, or save_last's, before after_train
+            self._finished = not agreement.preempted
+            bus.call("after_train_loop")  # a preemption's checkpoint, or save_last's, before after_train
             completed = True
         finally:
             self._after_train(completed)
 
-    def _train_epoch(self, run: Run) -> None:
-        ctl, engine = self._control, self.engine
-        start, total = self.epoch_iter, batches_per_epoch(run.train_dataloader)
-        batches = epoch_batches(run.train_dataloader, self.cur_epoch, start, self.logger)
+    def _train_epoch(self, run: FitPlan) -> None:
+        bus, agreement, engine = self._bus, self._agreement, self.engine
+        state = self.state
+        start, total = state.epoch_iter, batches_per_epoch(run.train_dataloader)
+        batches = epoch_batches(run.train_dataloader, state.epoch, start, self.logger)
         if start == 0:  # a resumed epoch already had its start
-            ctl.call("before_train_epoch")
+            bus.call("before_train_epoch")
         engine.train()
         # Everything that cannot change within the epoch is looked up once, here: this loop runs
         # per batch, and on a tiny model each Python call in it is ~0.1% of the step time.
         forward_backward = self._forward_backward()
         update = engine.step if not _overridden(self, "update") else self.update
-        before, after = ctl.handles("before_train_iter"), ctl.handles("after_train_iter")
-        after_update = ctl.handles("after_update")
+        before, after = bus.handles("before_train_iter"), bus.handles("after_train_iter")
+        after_update = bus.handles("after_update")
         keep_outputs, replicas = run.return_output_label, run.replicas
         last_step = run.start_step + run.max_steps if run.max_steps is not None else math.inf
         for batch, last in _batch.mark_last(batches, total, start):
             if before:
-                ctl.call("before_train_iter")
+                bus.call("before_train_iter")
             result = forward_backward(batch, last)
             self.step_applied = applied = bool(update())
-            self.micro_step, self.epoch_iter = self.micro_step + 1, self.epoch_iter + 1
-            self.samples_seen += int(result["batch_size"]) * replicas
-            self.cur_step += applied
-            self.storage.step, self.step_result = self.cur_step, result
+            state.batches_seen += 1
+            state.epoch_iter += 1
+            state.samples_seen += int(result["batch_size"]) * replicas
+            state.step += applied
+            self.storage.step, self.step_result = state.step, result
             if after or (applied and after_update):
                 if keep_outputs:
-                    ctl.call_batch_end(applied, result["output"], result["label"], result["loss"])
+                    bus.call_batch_end(applied, result["output"], result["label"], result["loss"])
                 else:
-                    ctl.call_batch_end(applied, None, None, result["loss"])
-            if engine.sync_gradients and ((ctl.must_agree and ctl.agree(lagged=True)) or self.cur_step >= last_step):
+                    bus.call_batch_end(applied, None, None, result["loss"])
+            if engine.sync_gradients and (
+                (agreement.must_agree and agreement.agree(lagged=True)) or state.step >= last_step
+            ):
                 break
-        if ctl.preempted:  # the epoch stays open: the checkpoint resumes inside it
+        if agreement.preempted:  # the epoch stays open: the checkpoint resumes inside it
             return
-        if not ctl.stopping and run.test_due(self):
+        if not agreement.stopping and run.test_due(self):
             self._test_epoch(run.test_dataloader)
         self._closing_epoch = True
-        ctl.call("after_train_epoch")
-        self.cur_epoch, self.epoch_iter, self._closing_epoch = self.cur_epoch + 1, 0, False
+        bus.call("after_train_epoch")
+        state.epoch, state.epoch_iter, self._closing_epoch = state.epoch + 1, 0, False
 
     def _forward_backward(self) -> Callable[[Any, bool], dict[str, Any]]:
         """``schedule.forward_backward`` for this epoch, bound to this trainer."""
@@ -401,16 +407,16 @@ class Trainer(TrainerState):
         return functools.partial(self.schedule.forward_backward, self)
 
     def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
-        ctl, engine = self._control, self.engine
+        bus, engine = self._bus, self.engine
         was_training, self._testing, self._test_metrics = engine.training, True, {}
         self.eval_dataloader = loader
         remaining = real_num_samples(loader)  # this rank's samples that are not padding repeats
-        keep_outputs = self._run.return_output_label if self._run is not None else True
+        keep_outputs = self._plan.return_output_label if self._plan is not None else True
         self._criterion_loss = engine.has_criterion and not _overridden(self, "compute_loss")
         try:
-            ctl.call("before_test")
+            bus.call("before_test")
             engine.eval()
-            ctl.call("before_test_epoch")
+            bus.call("before_test_epoch")
             with torch.no_grad():
                 for batch in loader:
                     size = _batch.batch_size(batch)
@@ -419,26 +425,26 @@ class Trainer(TrainerState):
                     if keep == 0:  # only padding: run it (collectives stay in step), show no hook
                         self.schedule.forward(self, batch)
                         continue
-                    ctl.call("before_test_iter")
+                    bus.call("before_test_iter")
                     result = self.schedule.forward(self, batch if keep == size else _batch.trim(batch, keep, size))
                     self.step_result = result
-                    ctl.call("after_test_iter", *_batch.hook_args(result, keep_outputs))
-            ctl.call("after_test_epoch")
-            ctl.call("after_test")
+                    bus.call("after_test_iter", *_batch.hook_args(result, keep_outputs))
+            bus.call("after_test_epoch")
+            bus.call("after_test")
         finally:
             engine.train(was_training)
             self._testing = False
         return dict(self._test_metrics)
 
     def _after_train(self, completed: bool) -> None:
-        error = self._control.call_all("after_train")
+        error = self._bus.call_all("after_train")
         if not completed:  # an exception is propagating: it is the one to see
             if error is not None:
                 self.logger.error(f"after_train also raised {error!r} while training was failing")
             return
         if error is not None:
-            self._control.fail(error, "after_train")
-        self._control.agree()
+            self._agreement.fail(error, "after_train")
+        self._agreement.agree()
 
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
@@ -457,7 +463,7 @@ class Trainer(TrainerState):
         given = list(chosen)
         if display_progress:
             chosen = self._with_progress(chosen)
-        self._control.register(chosen, self)
+        self._bus.register(chosen, self)
         if keep:
             self._user_hooks = given
         self._apply_pending_hook_states()
