@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ember.errors import TrainerError
-from ember.trainer.storage import History, StepStorage, UnknownScalarError
+from ember.trainer.storage import Cursor, History, StepStorage, UnknownScalarError
 
 
 def test_put_scalar_keeps_tensors_without_reading_them() -> None:
@@ -31,6 +31,26 @@ def test_storage_reads_latest_means_and_windows() -> None:
         storage.put_scalar("bad", torch.ones(2))
     with pytest.raises(TrainerError, match="known: loss"):
         storage.latest("nope")
+
+
+def test_a_cursor_reads_each_value_once_by_when_it_was_put_not_by_its_step_tag() -> None:
+    storage, cursor = StepStorage(window=4), Cursor()
+    storage.step = 1
+    storage.put_scalars(loss=torch.tensor(1.0), lr=0.1)
+    storage.put_scalar("loss", torch.tensor(3.0))  # a second micro-batch, same step tag
+    assert storage.read_new(cursor, "mean") == {"loss": 2.0, "lr": 0.1}
+    assert storage.read_new(cursor) == {}  # nothing new since
+    storage.put_scalar("loss", 5.0, step=0)  # an older tag still counts as new
+    assert storage.read_new(cursor, "mean") == {"loss": 5.0}
+    for v in range(10, 16):  # more puts than the window keeps: the kept four are new
+        storage.put_scalar("loss", float(v))
+    assert storage.read_new(cursor, "mean") == {"loss": 13.5}
+    storage.put_scalar("loss", 20.0)
+    storage.put_scalar("loss", 30.0)
+    assert storage.read_new(Cursor()) == {"loss": 30.0, "lr": 0.1}  # a fresh cursor reads everything, newest
+    assert storage.read_new(cursor, "latest") == {"loss": 30.0}
+    with pytest.raises(TrainerError, match="'latest' or 'mean'"):
+        storage.read_new(cursor, "median")  # type: ignore[arg-type]
 
 
 def test_totals_give_the_mean_of_every_value_the_window_dropped_too() -> None:
