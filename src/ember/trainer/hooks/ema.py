@@ -65,10 +65,8 @@ class EMAHook(BaseHook):
             self._load_shadow(self._pending)
             self._pending = None
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+    def after_update(self) -> None:
         """Fold the new weights into the average after an applied update."""
-        if not self.trainer.step_applied:
-            return
         n = self.num_updates
         decay = min(self.decay, (1 + n) / (10 + n)) if self.warmup else self.decay
         weight = 1.0 - decay
