@@ -162,3 +162,39 @@ def test_two_processes_write_two_runs_while_a_reader_lists_them(store: Path) -> 
         counts = seen_counts[path]
         assert counts == sorted(counts)  # the reader never saw points disappear
         assert any(0 < c < 3000 for c in counts)  # it did read while the writer was writing
+
+
+def test_a_run_open_in_another_process_cannot_be_resumed_until_that_process_dies(store: Path) -> None:
+    from ember.errors import TrackingError
+
+    worker = Worker("killnow", 10, store)
+    path = worker.path
+    # As if the writer had been seen finished (run.json read between two writes, or edited):
+    # only the lock tells that the writer is alive.
+    meta = json.loads((path / "run.json").read_text())
+    (path / "run.json").write_text(json.dumps({**meta, "status": "Failed"}))
+    pattern = rf"run {path.name} .* is open for writing in another process \(pid {worker.proc.pid} on "
+    with pytest.raises(TrackingError, match=pattern):
+        track.load_run(path, resume=True)
+    worker.proc.kill()  # kill -9: the lock goes with the process, never stale
+    worker.proc.wait()
+    resumed = track.load_run(path, resume=True)
+    resumed.log("train", {"loss": 0.0, "step_sq": 0}, step=10)
+    resumed.finish()
+    steps = _steps(path)  # what the killed worker had flushed, then the resumed step
+    assert steps == [*range(len(steps) - 1), 10]
+
+
+def test_a_resumed_run_is_locked_against_a_second_resume_in_another_process(store: Path) -> None:
+    run = track.create_run(name="twice")
+    run.finish("Failed")
+    code = (
+        "import sys; from ember import track; from ember.errors import TrackingError\n"
+        "try:\n    track.load_run(sys.argv[1], resume=True)\nexcept TrackingError as e:\n    print(e)\n"
+    )
+    resumed = track.load_run(run.path, resume=True)  # type: ignore[arg-type]
+    out = subprocess.run([sys.executable, "-c", code, str(run.path)], capture_output=True, text=True, timeout=120)
+    assert f"open for writing in another process (pid {os.getpid()} on " in out.stdout, out.stderr
+    resumed.finish()  # releases it
+    out = subprocess.run([sys.executable, "-c", code, str(run.path)], capture_output=True, text=True, timeout=120)
+    assert out.stdout == "" and out.returncode == 0, out.stderr

@@ -1,4 +1,4 @@
-"""Paths, names, atomic JSON files and the rank test shared by the tracking modules."""
+"""Paths, names, atomic JSON files, the run folder lock and the rank test shared by the tracking modules."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import socket
 import stat
 import string
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -169,6 +170,51 @@ def parse_iso(text: object) -> float | None:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Replace ``path`` with ``data`` as indented JSON, atomically and durably (:func:`ember._atomic.atomic_write`)."""
     atomic_write(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+_HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
+
+
+def lock_folder(folder: Path, what: str, holder: Callable[[], str]) -> int | None:
+    """Lock ``folder`` for this process's writing; returns the descriptor that holds the lock.
+
+    An exclusive ``flock`` on the folder itself (no lock file: the folder's inode lives as long
+    as the run), taken without waiting. :func:`unlock_folder` releases it, and so does the
+    operating system when the process ends however it ends (``kill -9`` included), so a lock
+    is never stale. None where there are no ``flock`` locks (Windows, or a file system that
+    refuses them): the folder is then written unlocked, as before locks existed.
+
+    Raises:
+        TrackingError: another process holds the lock; the message names ``what`` and
+            ``holder()`` (who the folder's metadata says writes it).
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return None
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in _HELD:
+            return None  # no locks on this file system (some network mounts)
+        raise TrackingError(
+            f"{what} is open for writing in another process ({holder()}), which holds its lock: finish it "
+            "there or wait for that process to end; two processes writing one run would interleave its files"
+        ) from None
+    return fd
+
+
+def unlock_folder(fd: int | None, release: bool = True) -> None:
+    """Close a descriptor from :func:`lock_folder`; ``release=False`` in a forked child: the parent keeps the lock."""
+    if fd is None:
+        return
+    if release:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 MAX_JSON_BYTES = 64 << 20

@@ -19,9 +19,12 @@ from ember.track._fs import (
     drop_torn_tail,
     get_rank,
     hostname,
+    lock_folder,
     make_unique_dir,
     now_iso,
+    read_json,
     resolve_home,
+    unlock_folder,
     write_json_atomic,
 )
 from ember.track.environment import collect_all
@@ -29,6 +32,7 @@ from ember.track.hparams import HParams
 from ember.track.run import NoOpRun, Run
 from ember.track.store import (
     PLATFORM_FILE,
+    RUN_FILE,
     effective_status,
     metric_types,
     read_metrics,
@@ -157,11 +161,13 @@ def create_run(
             raise TrackingError(f"conflict_strategy {conflict_strategy!r}: use one of {', '.join(CONFLICTS)}")
         credentials()  # not logged in: say so now, not from the background thread
     path = make_unique_dir(resolve_home(home) / RUNS_DIR, name)
+    folder_lock = lock_folder(path, f"run {path.name}", lambda: "")  # a new folder: nobody else holds it
     (path / "metrics").mkdir()
     (path / "stdout.log").touch()
     meta["id"] = uuid.uuid4().hex
-    write_json_atomic(path / PLATFORM_FILE, collect_all())
     run = Run(path, meta, writable=True)
+    run._folder_lock = folder_lock
+    write_json_atomic(path / PLATFORM_FILE, collect_all())
     run._save()
     run._open()
     if auto_upload:
@@ -189,7 +195,9 @@ def load_run(
         The :class:`Run` (read-only unless ``resume``).
 
     Raises:
-        TrackingError: no such run, an ambiguous prefix, or (resume) a process still owns it.
+        TrackingError: no such run, an ambiguous prefix, or (resume) a process still owns it: it
+            holds the run's lock (held from create_run or a resume until ``finish``, released by
+            the OS when that process dies), or run.json says Running in a live process.
 
     Example:
         >>> run = track.load_run(".ember/runs/mnist_240520_101500_a1b2c3", resume=True)
@@ -198,27 +206,27 @@ def load_run(
     if resume and get_rank() != 0:
         return NoOpRun(_new_meta("default", "default", [], "", {}))
     folder = resolve(path, resolve_home(home))
-    info = run_info(folder)
-    if info.error is not None:
-        raise TrackingError(f"run {folder} is damaged: {info.error}; move the folder out of the store or repair it")
-    meta = info.meta
-    if not resume:
-        return Run(folder, meta, writable=False)
-    if _live.is_open(folder):
-        raise TrackingError(f"run {folder} is already open in this process; use that Run")
-    if effective_status(meta) == "Running":
-        raise TrackingError(
-            f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
-            "finish it there first (a dead process shows as Crashed and can be resumed)"
-        )
-    (folder / "metrics").mkdir(exist_ok=True)
-    last_steps: dict[str, int] = {}
-    for type_ in metric_types(folder):
-        drop_torn_tail(folder / "metrics" / f"{type_}.jsonl")
-        steps = [int(p["step"]) for p in read_metrics(folder, type_)]
-        if steps:
-            last_steps[type_] = max(steps)
-    drop_torn_tail(folder / lineage.LINEAGE_FILE)
+    folder_lock = None
+    if resume:
+        if _live.is_open(folder):
+            raise TrackingError(f"run {folder} is already open in this process; use that Run")
+        folder_lock = lock_folder(folder, f"run {folder.name} ({folder})", lambda: _writer_of(folder))
+    try:  # under the lock: what is read now no other process changes until finish()
+        info = run_info(folder)
+        if info.error is not None:
+            raise TrackingError(f"run {folder} is damaged: {info.error}; move the folder out of the store or repair it")
+        meta = info.meta
+        if not resume:
+            return Run(folder, meta, writable=False)
+        if effective_status(meta) == "Running":
+            raise TrackingError(
+                f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
+                "finish it there first (a dead process shows as Crashed and can be resumed)"
+            )
+        last_steps = _repair_for_appending(folder)
+    except BaseException:
+        unlock_folder(folder_lock)
+        raise
     meta.update(
         status="Running",
         reason=None,
@@ -231,7 +239,30 @@ def load_run(
         {"time": meta["heartbeat"], "pid": os.getpid(), "hostname": hostname(), "argv": sys.argv}
     )
     run = Run(folder, meta, writable=True)
+    run._folder_lock = folder_lock
     run._edges = {(e["source"]["id"], e["target"]["id"]) for e in lineage.read_edges(folder)}
     run._save()
     run._open(last_steps)
     return run
+
+
+def _writer_of(folder: Path) -> str:
+    """Who run.json says writes the run: 'pid N on HOST'."""
+    try:
+        meta = read_json(folder / RUN_FILE, follow_links=False)
+    except TrackingError:
+        return "run.json unreadable"
+    return f"pid {meta.get('pid')} on {meta.get('hostname')}"
+
+
+def _repair_for_appending(folder: Path) -> dict[str, int]:
+    """Cut the lines a crash tore off the run's append-only files; return each metric type's last step."""
+    (folder / "metrics").mkdir(exist_ok=True)
+    last_steps: dict[str, int] = {}
+    for type_ in metric_types(folder):
+        drop_torn_tail(folder / "metrics" / f"{type_}.jsonl")
+        steps = [int(p["step"]) for p in read_metrics(folder, type_)]
+        if steps:
+            last_steps[type_] = max(steps)
+    drop_torn_tail(folder / lineage.LINEAGE_FILE)
+    return last_steps

@@ -12,7 +12,7 @@ from typing import Any
 
 from ember.errors import TrackingError, describe, short_repr
 from ember.track import _live, lineage
-from ember.track._fs import check_description, check_labels, now_iso, read_json, write_json_atomic
+from ember.track._fs import check_description, check_labels, now_iso, read_json, unlock_folder, write_json_atomic
 from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type
 from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
@@ -64,6 +64,7 @@ class Run:
         self._edges: set[tuple[str, str]] = set()
         self._last_beat = 0.0
         self._uploader: Any = None  # an ember.track.client.AutoUploader with auto_upload=True
+        self._folder_lock: int | None = None  # _fs.lock_folder's descriptor while open for writing
 
     def __repr__(self) -> str:
         return f"Run(name={self.name!r}, status={self.status!r}, path={str(self._path)!r})"
@@ -364,14 +365,18 @@ class Run:
             tee.remove()
         writer, self._writer = self._writer, None
         self._state = "finished"
-        if writer is not None:
-            writer.close()  # outside the lock: the writer thread takes it for the heartbeat
-        with self._lock:
-            self._meta["status"] = status
-            self._meta["reason"] = None if reason is None else reason[:_REASON_CHARS]
-            self._meta["end_time"] = now_iso()
-            self._meta["heartbeat"] = self._meta["end_time"]
-            self._save()
+        try:
+            if writer is not None:
+                writer.close()  # outside the lock: the writer thread takes it for the heartbeat
+            with self._lock:
+                self._meta["status"] = status
+                self._meta["reason"] = None if reason is None else reason[:_REASON_CHARS]
+                self._meta["end_time"] = now_iso()
+                self._meta["heartbeat"] = self._meta["end_time"]
+                self._save()
+        finally:  # finished even when the last write failed: another process may resume it
+            unlock_folder(self._folder_lock)
+            self._folder_lock = None
         uploader, self._uploader = self._uploader, None
         if uploader is not None:
             uploader.close()  # one last upload; a failure is logged, the local copy stays whole
@@ -420,6 +425,8 @@ class Run:
         if self._writer is not None:
             self._writer.forget_after_fork()
         self._writer = None
+        unlock_folder(self._folder_lock, release=False)  # the parent still writes the run
+        self._folder_lock = None
         self._state = "forked"
 
     def __enter__(self) -> Run:
