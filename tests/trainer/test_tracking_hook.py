@@ -90,7 +90,7 @@ def test_train_points_carry_samples_per_second_of_every_micro_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = iter(0.5 * i for i in range(1000))  # each perf_counter() call: 0.5 s later
-    monkeypatch.setattr("ember.trainer.hooks.tracking.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("ember.trainer.hooks.timing.perf_counter", lambda: next(clock))
     tracking = hooks.TrackingHook(log_every_n_steps=2, system_interval_s=None, home=str(tmp_path))
     Trainer(make_engine(accumulation=2)).fit(loader(64, 8), epochs=1, hooks=[tracking])
     points = track.load_run(tracking.run.path, home=tmp_path).metrics("train")

@@ -11,22 +11,18 @@ from ember import distributed
 from ember.errors import HookError
 from ember.trainer.hooks._util import current_lr, fmt
 from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks.writer import StepWriter
+from ember.trainer.storage import Reduce
 
 __all__ = ["LogMetricByEpochHook", "LogMetricByStepHook"]
 
 
-class _LoggingHook(BaseHook):
-    def __init__(self, logger: Any, ranks: Iterable[int] | None, priority: int | str, name: str | None) -> None:
-        super().__init__(priority, name)
-        self._logger = logger
-        self.ranks = None if ranks is None else list(ranks)
-
-    def _log(self, message: str) -> None:
-        logger = self._logger if self._logger is not None else self.trainer.logger
-        logger.info(message, ranks=self.ranks)
+def _log(hook: BaseHook, logger: Any, ranks: list[int] | None, message: str) -> None:
+    """Log ``message`` with ``logger``, or the Trainer's when it is None."""
+    (logger if logger is not None else hook.trainer.logger).info(message, ranks=ranks)
 
 
-class LogMetricByEpochHook(_LoggingHook):
+class LogMetricByEpochHook(BaseHook):
     """Logs every metric of the epoch (train and test) and the learning rate, once per epoch.
 
     Also logs the metrics of a standalone ``trainer.evaluate(...)``.
@@ -51,7 +47,8 @@ class LogMetricByEpochHook(_LoggingHook):
         priority: int | str = Priority.BELOW_NORMAL,
         name: str | None = None,
     ) -> None:
-        super().__init__(logger, ranks, priority, name)
+        super().__init__(priority, name)
+        self._logger, self.ranks = logger, None if ranks is None else list(ranks)
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise HookError(f"LogMetricByEpochHook(interval=...) must be a positive int, got {interval!r}")
         self.interval = interval
@@ -70,22 +67,24 @@ class LogMetricByEpochHook(_LoggingHook):
         lr = current_lr(trainer)
         if lr is not None:
             parts.append(f"lr {lr:.4g}")
-        self._log(" | ".join(parts))
+        _log(self, self._logger, self.ranks, " | ".join(parts))
 
     def after_test(self) -> None:
         """Log the result of a standalone ``evaluate``."""
         trainer = self.trainer
         if not trainer.fitting:
             metrics = trainer.test_metrics
-            self._log("evaluation | " + (" | ".join(f"{k} {fmt(v)}" for k, v in metrics.items()) or "no metrics"))
+            line = " | ".join(f"{k} {fmt(v)}" for k, v in metrics.items()) or "no metrics"
+            _log(self, self._logger, self.ranks, f"evaluation | {line}")
 
 
-class LogMetricByStepHook(_LoggingHook):
+class LogMetricByStepHook(StepWriter):
     """Logs the per-step scalars of ``trainer.storage`` every ``every_n`` optimizer updates.
 
-    Each scalar is averaged over the values put since the last log line and, with ``sync``,
-    over ranks (one all-reduce per log line, not per step); the learning rate is the one the
-    last update used. Reading the values is the only host-device synchronisation.
+    A :class:`~ember.trainer.hooks.writer.StepWriter`: each scalar is averaged over the values
+    put since the last log line (every micro-batch's, with gradient accumulation) and, with
+    ``sync``, over ranks (one all-reduce per log line, not per step); the learning rate is the
+    one the last update used. Reading the values is the only host-device synchronisation.
 
     Args:
         every_n: optimizer updates between log lines.
@@ -100,6 +99,8 @@ class LogMetricByStepHook(_LoggingHook):
         # step 500 | epoch 2 | train/loss 0.3112 | lr 0.1
     """
 
+    reduce: Reduce = "mean"
+
     def __init__(
         self,
         every_n: int = 50,
@@ -109,31 +110,19 @@ class LogMetricByStepHook(_LoggingHook):
         priority: int | str = Priority.BELOW_NORMAL,
         name: str | None = None,
     ) -> None:
-        super().__init__(logger, ranks, priority, name)
-        if isinstance(every_n, bool) or not isinstance(every_n, int) or every_n < 1:
-            raise HookError(f"LogMetricByStepHook(every_n=...) must be a positive int, got {every_n!r}")
-        self.every_n, self.sync = every_n, sync
-        self._last_step = -1
+        super().__init__(every_n, priority, name)
+        self._logger, self.ranks, self.sync = logger, None if ranks is None else list(ranks), sync
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        """Log a line on every ``every_n``-th update."""
-        trainer = self.trainer
-        if not trainer.step_applied or trainer.cur_step % self.every_n:
-            return
-        storage = trainer.storage
-        names, means = [], []
-        for name in storage.names():
-            recent = [v for s, v in storage.values(name) if s > self._last_step]
-            if recent:
-                names.append(name)
-                means.append(sum(recent) / len(recent))
-        self._last_step = trainer.cur_step
-        if self.sync and names and distributed.is_active():
-            t = torch.tensor(means, dtype=torch.float64, device=distributed.collective_device())
-            means = (distributed.all_reduce(t) / distributed.world_size()).tolist()
-        parts = [f"step {trainer.cur_step}", f"epoch {trainer.cur_epoch + 1}"]
-        parts += [f"{n} {fmt(v)}" for n, v in zip(names, means, strict=True)]
-        lr = current_lr(trainer)
-        if lr is not None:
-            parts.append(f"lr {lr:.4g}")
-        self._log(" | ".join(parts))
+    def new_scalars(self) -> dict[str, float]:
+        """The means since the last line, averaged over ranks too with ``sync`` (every rank calls this)."""
+        scalars = super().new_scalars()
+        if self.sync and scalars and distributed.is_active():
+            t = torch.tensor(list(scalars.values()), dtype=torch.float64, device=distributed.collective_device())
+            scalars = dict(zip(scalars, (distributed.all_reduce(t) / distributed.world_size()).tolist(), strict=True))
+        return scalars
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        """Log ``step | epoch | name value | ...``."""
+        parts = [f"step {step}", f"epoch {self.trainer.cur_epoch + 1}"]
+        parts += [f"{n} {fmt(v)}" for n, v in scalars.items()]
+        _log(self, self._logger, self.ranks, " | ".join(parts))

@@ -7,8 +7,8 @@ from typing import Any
 
 from ember import distributed
 from ember.errors import HookError
-from ember.trainer.hooks._util import current_lr
-from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks.base import Priority
+from ember.trainer.hooks.writer import StepWriter
 
 __all__ = ["TensorboardHook"]
 
@@ -23,11 +23,13 @@ def _summary_writer_class() -> Any:
     return SummaryWriter
 
 
-class TensorboardHook(BaseHook):
+class TensorboardHook(StepWriter):
     """Writes ``trainer.storage`` scalars every ``every_n`` updates and the history each epoch.
 
-    Only rank 0 writes. Per-step tags are the storage names plus ``lr``; per-epoch tags are
-    ``epoch/<metric>`` (``epoch/test/accuracy``) at step = epoch number.
+    A :class:`~ember.trainer.hooks.writer.StepWriter`: per-step tags are the storage names
+    plus ``lr``, each scalar's newest value put since the last write, at the optimizer step.
+    Per-epoch tags are ``epoch/<metric>`` (``epoch/test/accuracy``) at step = epoch number.
+    Only rank 0 writes.
 
     Args:
         log_dir: the event files' directory.
@@ -46,32 +48,24 @@ class TensorboardHook(BaseHook):
         self, log_dir: str | os.PathLike[str], every_n: int = 10, priority: int | str = Priority.BELOW_NORMAL,
         name: str | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(priority, name)
-        if isinstance(every_n, bool) or not isinstance(every_n, int) or every_n < 1:
-            raise HookError(f"TensorboardHook(every_n=...) must be a positive int, got {every_n!r}")
+        super().__init__(every_n, priority, name)
         self._writer_cls = _summary_writer_class()
-        self.log_dir, self.every_n = os.fspath(log_dir), every_n
+        self.log_dir = os.fspath(log_dir)
         self.writer: Any = None
-        self._last_step = -1
 
     def before_train(self) -> None:
         """Open the writer on rank 0."""
         if distributed.rank() == 0 and self.writer is None:
             self.writer = self._writer_cls(log_dir=self.log_dir)
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        """Write the newest value of each storage scalar every ``every_n`` updates."""
-        trainer = self.trainer
-        if self.writer is None or not trainer.step_applied or trainer.cur_step % self.every_n:
-            return
-        storage = trainer.storage
-        fresh = [n for n in storage.names() if storage.latest_step(n) > self._last_step]
-        for name, value in storage.latest_all(fresh).items():
-            self.writer.add_scalar(name, value, trainer.cur_step)
-        lr = current_lr(trainer)
-        if lr is not None:
-            self.writer.add_scalar("lr", lr, trainer.cur_step)
-        self._last_step = trainer.cur_step
+    def writes_at(self, step: int) -> bool:
+        """Rank 0 only: the others read nothing."""
+        return self.writer is not None
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        """Add each scalar at ``step``."""
+        for name, value in scalars.items():
+            self.writer.add_scalar(name, value, step)
 
     def after_train_epoch(self) -> None:
         """Write the epoch's metrics."""

@@ -2,40 +2,68 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from ember import distributed
-from ember.errors import HookError
 from ember.trainer._setup import batches_per_epoch
-from ember.trainer.hooks._util import current_lr
-from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks.base import Priority
 from ember.trainer.hooks.memory import memory_usage
+from ember.trainer.hooks.timing import ThroughputHook, ThroughputMeter
+from ember.trainer.hooks.writer import StepWriter
 
 if TYPE_CHECKING:
     from ember.track import Artifact, Run
 
 
-class TrackingHook(BaseHook):
+EPOCH_POINT_TYPES: dict[str, str] = {"train": "train_epoch", "test": "val"}
+"""The tracking point type of each ``trainer.history`` phase, recorded at each epoch's end.
+
+The Trainer's test pass during ``fit`` is a validation: the tracking store calls it ``val``,
+as MLflow's and T9k's ``log(type="val")`` and detectron2's evaluation during training do,
+while the history keeps ember's (and Colossal-AI's) ``test/<metric>`` names, which
+``save_best="test/loss"`` and ``monitor=`` refer to. This table is the one place the two meet.
+"""
+
+_POINT_NAMES: dict[str, str] = {"throughput/samples_per_s": "samples_per_s"}
+"""Storage names whose ``train`` point name is not the storage name less ``train/``."""
+
+
+@functools.cache  # called for every value of every point: a few names, each looked up once
+def point_name(storage_name: str) -> str:
+    """The name a step-storage scalar has in a ``train`` point: ``train/loss`` is ``loss``,
+    ``throughput/samples_per_s`` is ``samples_per_s``, any other ``train/<x>`` is ``<x>``,
+    and every other name stays as put (``time/step_s``, ``lr``)."""
+    named = _POINT_NAMES.get(storage_name)
+    if named is not None:
+        return named
+    return storage_name[len("train/") :] if storage_name.startswith("train/") else storage_name
+
+
+class TrackingHook(StepWriter):
     """Log the run to ``ember.track`` (one run per job: only rank 0 writes).
 
     What is recorded:
 
     - hparams: the ember config's settings, the optimizer's class and defaults, per-rank batch
       size, world size, accumulation, epochs / max_steps, plus ``hparams`` you pass;
-    - type ``train``, every ``log_every_n_steps`` optimizer updates: ``loss`` (read from the
-      step's loss, the one device sync), ``lr``, ``samples_per_s`` (samples of all ranks since
-      the previous ``train`` point, over the wall time since then; a test pass in between is
-      left out);
+    - type ``train``, every ``log_every_n_steps`` optimizer updates: what ``trainer.storage``
+      got since the previous ``train`` point, each scalar's newest value (this hook is a
+      :class:`~ember.trainer.hooks.writer.StepWriter`, like the step logger and TensorBoard),
+      named by :func:`point_name`: ``loss`` (a ``LossHook``'s ``train/loss``: the loss of the
+      batch that made the update), ``samples_per_s``, ``time/step_s`` and ``time/eta_s``, your
+      hooks' scalars; and ``lr``. Throughput is measured once: by the ``ThroughputHook`` when
+      one is registered (its ``every_n`` window), otherwise by this hook's own
+      :class:`~ember.trainer.hooks.timing.ThroughputMeter` over the ``log_every_n_steps``
+      window (samples of all ranks over wall time, test passes left out);
     - type ``train_epoch``, each epoch: the epoch's averaged train metrics (``loss``, ``accuracy``...);
-    - type ``val``, after each test pass during ``fit``: the test metrics;
+    - type ``val``, after each test pass during ``fit``: the test metrics (the history's
+      ``test/<metric>``; see :data:`EPOCH_POINT_TYPES` for why the two names differ);
     - type ``system``, every ``system_interval_s`` seconds: process memory (and CUDA memory),
       ``cpu_percent`` (this process's CPU time over the interval's wall time; 100 is one busy
       core) and ``load_1m`` (the 1-minute load average, where the OS has one);
@@ -76,14 +104,11 @@ class TrackingHook(BaseHook):
         home: str | None = None,
         priority: int | str = Priority.LOWEST,
     ) -> None:
-        super().__init__(priority, None)
-        if isinstance(log_every_n_steps, bool) or not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
-            raise HookError(f"TrackingHook(log_every_n_steps={log_every_n_steps!r}): use a positive int")
+        super().__init__(log_every_n_steps, priority, None, every_n_arg="log_every_n_steps")
         self.run_name = name or "train"
         self.extra_hparams = dict(hparams or {})
         self.run = run
         self._owns_run = run is None
-        self.log_every_n_steps = log_every_n_steps
         self.system_interval_s = system_interval_s
         self.labels = labels
         self.folder = folder
@@ -93,8 +118,12 @@ class TrackingHook(BaseHook):
         self._skip_train = -1  # _skip_until["train"], read at every step
         self._last_system = 0.0
         self._last_cpu = 0.0  # process CPU seconds at the last system point
-        self._mark_time = 0.0  # perf_counter() and samples_seen at the last train point
-        self._mark_samples = 0
+        self._meter: ThroughputMeter | None = None  # ours, when no ThroughputHook measures
+
+    @property
+    def log_every_n_steps(self) -> int:
+        """Optimizer updates between ``train`` points (the writer's ``every_n``)."""
+        return self.every_n
 
     # -- lifecycle ----------------------------------------------------------------------------
     def before_train(self) -> None:
@@ -103,44 +132,48 @@ class TrackingHook(BaseHook):
         if self.run is None:
             if self._resume_path is not None and distributed.rank() == 0:
                 self.run = track.load_run(self._resume_path, resume=True, home=self.home)
-                self._skip_until = {t: s for t in ("train", "train_epoch", "val", "system")
+                self._skip_until = {t: s for t in ("train", *EPOCH_POINT_TYPES.values(), "system")
                                     if (s := self.run.last_step(t)) is not None}  # fmt: skip
                 self._skip_train = self._skip_until.get("train", -1)
             else:
                 self.run = track.create_run(name=self.run_name, labels=self.labels, folder=self.folder, home=self.home)
         self.run.hparams.update(self._hparams(), override=True)
         self._last_system, self._last_cpu = time.monotonic(), time.process_time()
-        self._mark_throughput()
+        trainer = self.trainer
+        measured = any(isinstance(h, ThroughputHook) for h in trainer.hooks)
+        self._meter = None if measured else ThroughputMeter(self.every_n)
+        if self._meter is not None:
+            self._meter.before_train(trainer)
+
+    def before_train_epoch(self) -> None:
+        if self._meter is not None:
+            self._meter.before_train_epoch(self.trainer)
+
+    def before_test(self) -> None:
+        if self._meter is not None:
+            self._meter.before_test(self.trainer)
 
     def after_test(self) -> None:
-        # A test pass is not training: restart the throughput window after it.
-        self._mark_throughput()
+        if self._meter is not None:
+            self._meter.after_test(self.trainer)
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        # Runs at every step: kept to a few attribute reads and one Run.log of plain floats.
-        trainer = self.trainer
-        if not trainer.step_applied:
-            return
-        step = trainer.cur_step
-        if step % self.log_every_n_steps or step <= self._skip_train:
-            return
-        metrics: dict[str, Any] = {}
-        if loss is not None:
-            # Read here (the one device sync) so that Run.log gets a float; anything else,
-            # a tensor of many elements say, goes to Run.log as it is and is refused there.
-            metrics["loss"] = loss.item() if isinstance(loss, torch.Tensor) and loss.numel() == 1 else loss
-        lr = current_lr(trainer)
-        if lr is not None:
-            metrics["lr"] = lr
-        now, seen = perf_counter(), trainer.samples_seen
-        elapsed = now - self._mark_time
-        if elapsed > 0:
-            metrics["samples_per_s"] = (seen - self._mark_samples) / elapsed
-        self._mark_time, self._mark_samples = now, seen
+    def after_update(self) -> None:
+        # Runs at every update: kept to a few attribute reads, and per point one storage read
+        # (the one device sync) and one Run.log of plain floats.
+        if self._meter is not None:
+            self._meter.after_update(self.trainer)
+        super().after_update()
+
+    def writes_at(self, step: int) -> bool:
+        """Not the steps a resumed run has already."""
+        return step > self._skip_train
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        """A ``train`` point of ``scalars``, and a ``system`` point when one is due."""
         run = self.run
         assert run is not None
-        if metrics:
-            run.log("train", metrics, step=step, epoch=self._epoch())
+        if scalars:
+            run.log("train", {point_name(n): v for n, v in scalars.items()}, step=step, epoch=self._epoch())
         interval = self.system_interval_s
         if interval is not None:
             wall = time.monotonic()
@@ -149,12 +182,11 @@ class TrackingHook(BaseHook):
 
     def after_train_epoch(self) -> None:
         trainer = self.trainer
-        epoch = trainer.cur_epoch
-        values = trainer.history.at(epoch)
-        self._log("train_epoch", _strip(values, "train/"))
-        val = _strip(values, "test/")
-        if val:
-            self._log("val", val)
+        if self._meter is not None:
+            self._meter.after_train_epoch(trainer)
+        values = trainer.history.at(trainer.cur_epoch)
+        for phase, type_ in EPOCH_POINT_TYPES.items():
+            self._log(type_, _strip(values, f"{phase}/"))
 
     def after_train(self) -> None:
         run = self.run
@@ -179,9 +211,6 @@ class TrackingHook(BaseHook):
         self._resume_path = state.get("run_path")
 
     # -- helpers ------------------------------------------------------------------------------
-    def _mark_throughput(self) -> None:
-        self._mark_time, self._mark_samples = perf_counter(), self.trainer.samples_seen
-
     def _system_metrics(self, wall: float) -> dict[str, float]:
         """Memory, CPU use since the last system point, and the load average; restarts the interval."""
         metrics = memory_usage(self.trainer.engine.device)
