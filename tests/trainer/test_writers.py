@@ -93,3 +93,13 @@ def test_tracking_names_and_phase_types() -> None:
         "loss", "samples_per_s", "time/step_s", "lr", "grad_scale"
     ]  # fmt: skip
     assert EPOCH_POINT_TYPES == {"train": "train_epoch", "test": "val"}
+
+
+def test_tracking_refuses_two_scalars_that_would_share_a_point_name(tmp_path: Path) -> None:
+    class PutLoss(hooks.BaseHook):
+        def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+            self.trainer.storage.put_scalar("loss", 1.0)  # and the LossHook puts train/loss
+
+    tracking = hooks.TrackingHook(system_interval_s=None, home=str(tmp_path))
+    with pytest.raises(HookError, match=r"\['train/loss', 'loss'\] -> 'loss'"):
+        Trainer(make_engine()).fit(loader(8, 8), epochs=1, hooks=[hooks.LossHook(), PutLoss(), tracking])

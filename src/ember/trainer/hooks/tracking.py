@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember import distributed
+from ember.errors import HookError
 from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks.base import Priority
 from ember.trainer.hooks.memory import memory_usage
@@ -172,8 +173,11 @@ class TrackingHook(StepWriter):
         """A ``train`` point of ``scalars``, and a ``system`` point when one is due."""
         run = self.run
         assert run is not None
-        if scalars:
-            run.log("train", {point_name(n): v for n, v in scalars.items()}, step=step, epoch=self._epoch())
+        points = {point_name(n): v for n, v in scalars.items()}
+        if len(points) < len(scalars):
+            _name_clash(scalars)
+        if points:
+            run.log("train", points, step=step, epoch=self._epoch())
         interval = self.system_interval_s
         if interval is not None:
             wall = time.monotonic()
@@ -330,6 +334,17 @@ def _hold_exactly(artifact: Artifact, wanted: Mapping[str, Path]) -> None:
             artifact.add_dir(src, obj_path=obj)
         else:
             artifact.add_file(src, obj_path=obj)
+
+
+def _name_clash(scalars: Mapping[str, float]) -> None:
+    """Raise: two storage scalars would be one name in a ``train`` point."""
+    by_point: dict[str, list[str]] = {}
+    for name in scalars:
+        by_point.setdefault(point_name(name), []).append(name)
+    clashes = "; ".join(f"{names} -> {point!r}" for point, names in by_point.items() if len(names) > 1)
+    raise HookError(
+        f"TrackingHook: step-storage scalars would share a train point name ({clashes}): rename the one your hook puts"
+    )
 
 
 def _strip(values: Mapping[str, float], prefix: str) -> dict[str, float]:
