@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.auth import new_key, now
 from ember.server.domain_errors import Conflict, Forbidden, NotFound
-from ember.server.models import ApiKey, User
+from ember.server.keys import new_key
+from ember.server.models import ApiKey, User, now
 from ember.server.perms import forget_grantee, make_home
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from ember.server import naming
-from ember.server.auth import key_id_of, new_key, now
 from ember.server.db import check_database, make_engine, migrate, prepare, session_factory, transaction
 from ember.server.domain_errors import Invalid
-from ember.server.models import ApiKey, User
+from ember.server.keys import key_id_of, new_key
+from ember.server.models import ApiKey, User, now
 from ember.server.perms import forget_grantee, make_home
 from ember.server.settings import ServerError, Settings
 

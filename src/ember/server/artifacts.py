@@ -15,11 +15,10 @@ from sqlalchemy.orm import Session
 
 from ember.server import blobs as blob_rules
 from ember.server import ingest, naming
-from ember.server.auth import now
 from ember.server.blobs import BlobStore
 from ember.server.domain_errors import Conflict, Invalid
 from ember.server.lookup import get_artifact
-from ember.server.models import Artifact, ArtifactFile, Blob, Cursor, Folder, User
+from ember.server.models import Artifact, ArtifactFile, Blob, Cursor, Folder, User, now
 from ember.server.perms import Level, drop_shares, level, require, shares_of
 from ember.server.runs import place
 from ember.server.schemas import ArtifactIn

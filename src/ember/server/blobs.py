@@ -28,10 +28,9 @@ from sqlalchemy import delete, exists, func, select, text, union, update
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.auth import now
 from ember.server.domain_errors import Invalid, TooLarge
 from ember.server.ingest import insert_ignore
-from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, User
+from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, User, now
 from ember.server.perms import Level, level
 
 _FLUSH_BYTES = 1 << 20  # bytes gathered before one write+hash step in a worker thread

@@ -10,7 +10,7 @@ these classes must match them (a test compares the two).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import (
@@ -32,6 +32,16 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ID = String(32)  # uuid4 hex, as the local store writes it
+
+
+def now() -> datetime:
+    """The current time in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def aware(when: datetime) -> datetime:
+    """A datetime read from the database, in UTC: SQLite gives back naive ones, written in UTC."""
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
 class Base(DeclarativeBase):

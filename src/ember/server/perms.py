@@ -18,9 +18,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.auth import now
 from ember.server.domain_errors import Forbidden, NotFound
-from ember.server.models import Artifact, Folder, Run, Share, User
+from ember.server.models import Artifact, Folder, Run, Share, User, now
 
 PUBLIC = "*"
 

@@ -15,10 +15,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from ember.server import codec, ingest, naming, series
-from ember.server.auth import now
 from ember.server.domain_errors import Conflict, Invalid
 from ember.server.lookup import get_run
-from ember.server.models import Artifact, ArtifactFile, Cursor, Folder, Run, User
+from ember.server.models import Artifact, ArtifactFile, Cursor, Folder, Run, User, now
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
 from ember.server.schemas import Placement, RunIn
 

@@ -27,9 +27,8 @@ from ember.server import ingest
 from ember.server.auth import DbSession
 from ember.server.blobs import BlobStore
 from ember.server.console import lineage
-from ember.server.console.pages import crumbs
 from ember.server.console.session import PREFIX, require_viewer
-from ember.server.console.views import ConsoleRoute, render
+from ember.server.console.views import ConsoleRoute, crumbs, render
 from ember.server.lookup import get_artifact, get_artifact_file
 from ember.server.models import ArtifactFile, Folder
 from ember.server.wire import content_disposition

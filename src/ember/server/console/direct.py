@@ -24,11 +24,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember.server import codec, images, ingest, naming, runs
-from ember.server.auth import now
 from ember.server.domain_errors import DomainError
 from ember.server.errors import status_of
 from ember.server.lookup import get_run
-from ember.server.models import Folder, Run, User
+from ember.server.models import Folder, Run, User, now
 from ember.server.perms import Level, ensure_folder
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
 from ember.track.client import Client, UploadError

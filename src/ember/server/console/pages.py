@@ -20,19 +20,13 @@ from ember.server.console.session import (
     start_session,
     viewer,
 )
-from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.console.views import ConsoleRoute, crumbs, render, secure
 from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, Run
 from ember.server.perms import get_folder
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted", "Preempted", "Damaged")
-
-
-def crumbs(path: str) -> list[tuple[str, str]]:
-    """'/alice/a/b' -> [('alice', '/alice'), ('a', '/alice/a'), ('b', '/alice/a/b')]."""
-    parts = path.strip("/").split("/") if path.strip("/") else []
-    return [(p, "/" + "/".join(parts[: i + 1])) for i, p in enumerate(parts)]
 
 
 @router.get("/login")

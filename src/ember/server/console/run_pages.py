@@ -13,10 +13,9 @@ from ember.server import ingest, listing
 from ember.server.auth import DbSession
 from ember.server.console import lineage
 from ember.server.console.assets import VERSION
-from ember.server.console.pages import crumbs
 from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
-from ember.server.console.views import ConsoleRoute, render, secure
+from ember.server.console.views import ConsoleRoute, crumbs, render, secure
 from ember.server.lookup import get_run
 from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
 from ember.server.perms import Level, level

@@ -34,8 +34,8 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server.auth import aware, digest, key_id_of, now, verify
-from ember.server.models import ApiKey, ConsoleSession, User
+from ember.server.keys import digest, key_id_of, verify
+from ember.server.models import ApiKey, ConsoleSession, User, aware, now
 
 SESSION_COOKIE = "ember_session"
 CSRF_COOKIE = "ember_csrf"

@@ -114,6 +114,12 @@ _TITLES = {
 }
 
 
+def crumbs(path: str) -> list[tuple[str, str]]:
+    """'/alice/a/b' -> [('alice', '/alice'), ('a', '/alice/a'), ('b', '/alice/a/b')]."""
+    parts = path.strip("/").split("/") if path.strip("/") else []
+    return [(p, "/" + "/".join(parts[: i + 1])) for i, p in enumerate(parts)]
+
+
 class ConsoleRoute(APIRoute):
     """Page routes: errors become readable HTML pages, a missing login the login page.
 

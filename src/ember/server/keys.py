@@ -1,0 +1,64 @@
+"""API keys: made random, shown once, stored as a sha256 digest, compared in constant time.
+
+A key reads ``ember_<key id>_<secret>``: the key id (16 hex digits, not secret) finds the row,
+then the digest of the whole key is compared with :func:`hmac.compare_digest`. Keys carry 256
+bits of randomness, so a fast hash is enough (there is nothing to brute-force). Keys are never
+logged; error messages name the key id at most. Checking a request's key: :mod:`ember.server.auth`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ember.server.models import ApiKey, User, aware, now
+
+KEY_PREFIX = "ember_"
+_KEY = re.compile(r"^ember_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
+# Compared against when no key row matches, so both paths cost one compare_digest.
+_DUMMY_DIGEST = hashlib.sha256(b"no such key").hexdigest()
+
+
+def digest(key: str) -> str:
+    """The stored form of a key."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key(session: Session, user: User, label: str = "", expires: datetime | None = None) -> str:
+    """Create an API key for ``user`` and return it: the only time the full key exists.
+
+    Example:
+        >>> key = new_key(session, alice, label="laptop")   # print it once, store nothing else
+    """
+    key_id = secrets.token_hex(8)
+    key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+    session.add(
+        ApiKey(key_id=key_id, digest=digest(key), user_id=user.id, label=label[:100], created=now(), expires=expires)
+    )
+    return key
+
+
+def key_id_of(key: str) -> str | None:
+    """The public id part of a key, or None when it is not shaped like one."""
+    match = _KEY.match(key)
+    return match.group(1) if match else None
+
+
+def verify(session: Session, key: str) -> User | None:
+    """The user a key belongs to, or None when it is unknown, revoked, expired or malformed."""
+    match = _KEY.match(key)
+    row = session.scalar(select(ApiKey).where(ApiKey.key_id == match.group(1))) if match else None
+    stored = row.digest if row is not None else _DUMMY_DIGEST
+    if not hmac.compare_digest(stored, digest(key)) or row is None:
+        return None
+    if row.revoked is not None:
+        return None
+    if row.expires is not None and aware(row.expires) <= now():
+        return None
+    return session.get(User, row.user_id)
