@@ -311,3 +311,29 @@ def test_on_an_accelerator_the_flag_stays_on_the_device_and_is_read_one_update_l
     check.boundary(2)  # reads update 1's flag (finite), sends update 2's
     with pytest.raises(NonFiniteLossError, match="at step 2"):
         check.settle()  # before a checkpoint: waits for update 2's flag
+
+
+def test_an_engine_built_directly_takes_its_settings_as_arguments_and_matches_initialize() -> None:
+    loader = DataLoader(tiny_dataset(32), batch_size=8)
+    torch.manual_seed(0)
+    direct_model = tiny_mlp()
+    torch.manual_seed(0)
+    built_model = tiny_mlp()
+    direct = ember.engine.Engine(
+        direct_model, torch.optim.SGD(direct_model.parameters(), lr=0.1), nn.CrossEntropyLoss(), torch.device("cpu"),
+        gradient_accumulation=2, clip_grad_norm=0.5,
+    )  # fmt: skip
+    built = ember.initialize(
+        built_model, torch.optim.SGD(built_model.parameters(), lr=0.1), nn.CrossEntropyLoss(),
+        config={"gradient_accumulation": 2, "clip_grad_norm": 0.5},
+    )[0]  # fmt: skip
+    assert direct.config == {} and built.config["gradient_accumulation"] == 2
+    assert direct.schedule is None and built.schedule is None
+    for engine in (direct, built):
+        applied = []
+        for x, y in loader:
+            engine.zero_grad()
+            engine.backward(engine.criterion(engine(x), y))
+            applied.append(engine.step())
+        assert applied == [False, True, False, True]
+    assert all(torch.equal(a, b) for a, b in zip(params_of(direct_model), params_of(built_model), strict=True))

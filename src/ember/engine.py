@@ -18,15 +18,14 @@ FSDP2 and tensor parallelism (gradient sync, clipping over shards, gathering sta
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ember.amp import Precision, make_precision
-from ember.config import Config
+from ember.amp import Precision
 from ember.data import data_parallel_rank_and_size, to_device
 from ember.errors import EngineError
 from ember.logging import get_dist_logger
@@ -48,17 +47,24 @@ class Engine:
         optimizer: the optimizer that steps (under ZeRO/FSDP2/TP the one ``initialize`` built
             from the user's: see :attr:`optimizer`).
         criterion: the loss function, called as ``criterion(output, label)``.
-        config: the validated config (``amp``, ``gradient_accumulation``, ``clip_grad_norm``,
-            ``clip_grad_value``, ``gradient_handler``, ``grad_scaler``, ``nonfinite_loss``).
         device: the device the model lives on.
+        gradient_accumulation: micro-batches per optimizer update (config
+            ``gradient_accumulation``).
+        clip_grad_norm: clip the gradients to this global norm before each update, or None.
+        clip_grad_value: clamp each gradient element to ``±value`` before each update, or None.
+        gradient_handlers: called as ``handler(parameters_with_grads)`` before clipping.
+        nonfinite_loss: ``"error"``, ``"warn"`` or ``"ignore"`` a NaN/inf loss (see
+            :mod:`ember.loss_check`).
         train_module: what the forward pass runs through while gradients are on (the DDP
             wrapper, a compiled module); defaults to ``model``.
         eval_module: what it runs through under ``torch.no_grad()``; defaults to ``model``.
-        precision: the AMP policy; by default the one for ``config.amp``.
+        precision: the AMP policy (:func:`ember.amp.make_precision`); default fp32.
         parallel: the parallel policy; by default DDP's when ``train_module`` is a DDP
             wrapper, else the single-process one.
-        schedule: the Trainer schedule this Engine must be run with (pipeline parallelism:
-            :class:`~ember.parallel.pipeline_schedule.PipelineSchedule`), or None.
+        data_parallel: ``(rank, size)`` among the data-parallel replicas; default: the
+            launched layout's.
+        config: the config it was built from, kept as :attr:`config` for records (the
+            tracking hook logs it); the Engine reads no setting from it.
 
     Example:
         >>> engine, train_dl, _, _ = ember.initialize(model, optimizer, nn.CrossEntropyLoss(), train_dl)
@@ -72,31 +78,37 @@ class Engine:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         criterion: Criterion | None,
-        config: Config,
         device: torch.device,
+        *,
+        gradient_accumulation: int = 1,
+        clip_grad_norm: float | None = None,
+        clip_grad_value: float | None = None,
+        gradient_handlers: Sequence[Callable[[list[nn.Parameter]], None]] = (),
+        nonfinite_loss: Literal["error", "warn", "ignore"] = "error",
         train_module: nn.Module | None = None,
         eval_module: nn.Module | None = None,
         precision: Precision | None = None,
         parallel: ParallelPolicy | None = None,
-        schedule: Any = None,
         data_parallel: tuple[int, int] | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self._model = model
         self._train_module = train_module if train_module is not None else model
         self._eval_module = eval_module if eval_module is not None else model
         self._optimizer = optimizer
         self._criterion = criterion
-        self.config = config
+        self.config: Mapping[str, Any] = config if config is not None else {}
+        """The config this Engine was built from, a record (its settings are the arguments above); ``{}`` when none."""
         self.device = device
         # Inputs left on the CPU are moved to an accelerator for the user (accelerate's prepared
         # dataloaders do this, so `for x, y in loader: engine(x)` runs unchanged on a GPU). On the
         # CPU there is nothing to move and no per-call check.
         self._move_inputs = device.type != "cpu"
-        self.gradient_accumulation: int = config.gradient_accumulation
-        self.clip_grad_norm: float | None = config.clip_grad_norm
-        self.clip_grad_value: float | None = config.clip_grad_value
-        self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(config.gradient_handler)
-        self.precision = precision or make_precision(config.amp, device, dict(config.grad_scaler))
+        self.gradient_accumulation: int = gradient_accumulation
+        self.clip_grad_norm: float | None = clip_grad_norm
+        self.clip_grad_value: float | None = clip_grad_value
+        self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(gradient_handlers)
+        self.precision = precision or Precision(device)
         self._params: list[nn.Parameter] = [p for g in optimizer.param_groups for p in g["params"]]
         if parallel is None:
             ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
@@ -109,9 +121,6 @@ class Engine:
         """This process's index among the Engine's data-parallel replicas (what its data is sharded by)."""
         self.data_parallel_size: int = size
         """The Engine's data-parallel replicas: the launched layout's, or its own config's ``parallel``."""
-        self.schedule = schedule
-        """The Trainer schedule this Engine needs (``Trainer(engine, schedule=engine.schedule)``), or
-        None for the default forward-loss-backward. Set under pipeline parallelism."""
         self.micro_step = 0
         """Backward calls made in the open accumulation cycle."""
         self.sync_gradients = False
@@ -126,8 +135,7 @@ class Engine:
         """Boundary steps taken (applied or skipped) since the Engine was built or loaded."""
         self.skipped_updates = 0
         """Boundary steps skipped for an fp16 overflow since the Engine was built or loaded."""
-        mode = config.get("nonfinite_loss", "error")
-        self.loss_check: LossCheck | None = None if mode == "ignore" else LossCheck(mode, device)
+        self.loss_check: LossCheck | None = None if nonfinite_loss == "ignore" else LossCheck(nonfinite_loss, device)
         """The check of each loss for NaN/inf (config ``nonfinite_loss``; None when ``"ignore"``)."""
 
     # -- the user's objects --------------------------------------------------------------
@@ -154,6 +162,14 @@ class Engine:
         of its class over the sharded parameters (same defaults and param groups). The
         ``lr_scheduler`` given to :func:`ember.initialize` drives this one."""
         return self._optimizer
+
+    @property
+    def schedule(self) -> Any:
+        """How a training batch must run under this Engine's parallelism, for
+        ``Trainer(engine, schedule=engine.schedule)``: the pipeline's schedule
+        (:class:`~ember.parallel.pipeline_schedule.PipelineSchedule`), else None (the default
+        forward, loss, backward). The parallel policy's; the Trainer picks it up by itself."""
+        return self.parallel.batch_schedule
 
     @property
     def has_criterion(self) -> bool:

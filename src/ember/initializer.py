@@ -11,6 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ember import context as _context
+from ember.amp import make_precision
 from ember.config import Config, load_config, merge_configs
 from ember.data import is_kept_unsharded, make_resumable
 from ember.engine import Criterion, Engine
@@ -95,13 +96,18 @@ def initialize(
         built.model if built.model is not None else model,
         built.optimizer,
         criterion,
-        cfg,
         ctx.device,
+        gradient_accumulation=cfg.gradient_accumulation,
+        clip_grad_norm=cfg.clip_grad_norm,
+        clip_grad_value=cfg.clip_grad_value,
+        gradient_handlers=cfg.gradient_handler,
+        nonfinite_loss=cfg.get("nonfinite_loss", "error"),
+        precision=make_precision(cfg.amp, ctx.device, dict(cfg.grad_scaler)),
         train_module=built.train_module,
         eval_module=built.eval_module,
         parallel=built.policy,
-        schedule=built.schedule,
         data_parallel=(plan.layout.coords(ctx.rank)["data"], plan.layout.data),
+        config=cfg,
     )
     shard = (engine.data_parallel_rank, engine.data_parallel_size)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)

@@ -177,7 +177,7 @@ class PipelineSchedule:
 def build_pipeline(
     model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, ctx: Context, mesh: DeviceMesh,
     stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0,
-) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy, PipelineSchedule]:  # fmt: skip
+) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy]:  # fmt: skip
     """This rank's stage of ``model`` and what the Engine needs to train it.
 
     Args:
@@ -193,10 +193,11 @@ def build_pipeline(
         zero_stage: 1 for a ZeroRedundancyOptimizer over the ``"data"`` dim, else 0.
 
     Returns:
-        ``(stage, guard, optimizer, policy, schedule)``: the :class:`StageModule` (the Engine's
+        ``(stage, guard, optimizer, policy)``: the :class:`StageModule` (the Engine's
         ``model``), the module ``engine(x)`` runs through (it raises, pointing at the Trainer),
         the user's optimizer class over the stage's parameters (a ZeroRedundancyOptimizer of it
-        under ZeRO-1), the :class:`PipelinePolicy` and the :class:`PipelineSchedule`.
+        under ZeRO-1), and the :class:`PipelinePolicy`, whose ``batch_schedule`` is the
+        :class:`PipelineSchedule` (``engine.schedule``).
     """
     from ember.parallel.optim import parameter_names, rebuild_optimizer
     from ember.parallel.tensor import apply_tensor_parallel
@@ -238,5 +239,5 @@ def build_pipeline(
     policy = PipelinePolicy(group, positions, layout, data_group, zero=zero_stage == 1)
     policy.module = stage
     micro = pipe.microbatches or pipe.size
-    schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
-    return stage, PipelineOnly(stage), stepping, policy, schedule
+    policy.batch_schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
+    return stage, PipelineOnly(stage), stepping, policy

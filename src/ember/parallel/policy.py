@@ -43,6 +43,10 @@ class ParallelPolicy:
     """What was built, e.g. ``"ddp"`` or ``"tensor parallel ×2 + FSDP2 zero stage 3 ×2"``."""
     keeps_partial_grads = True
     """Whether ``engine.state_dict()`` can carry the gradients of an open accumulation cycle."""
+    batch_schedule: Any = None
+    """How a training batch runs under this parallelism when forward, loss and backward in turn
+    cannot: the pipeline's :class:`~ember.parallel.pipeline_schedule.PipelineSchedule` (a
+    Trainer schedule), else None. ``engine.schedule`` reads it."""
 
     @contextlib.contextmanager
     def gradient_sync(self, enabled: bool) -> Iterator[None]:

@@ -59,7 +59,6 @@ class Parallelized:
         policy: the Engine's parallel policy.
         model: the module the Engine owns when it is not the user's model (pipeline: this
             rank's stage), else None.
-        schedule: the Trainer schedule the Engine needs (pipeline parallelism), else None.
     """
 
     train_module: nn.Module
@@ -67,7 +66,6 @@ class Parallelized:
     optimizer: torch.optim.Optimizer
     policy: ParallelPolicy
     model: nn.Module | None = None
-    schedule: Any = None
 
 
 @dataclass(frozen=True)
@@ -194,11 +192,11 @@ def parallelize(
         from ember.parallel.pipeline_schedule import build_pipeline
 
         stages = [list(s) for s in plan.pipeline_stages]
-        stage, guard, stepping, policy, schedule = build_pipeline(
+        stage, guard, stepping, policy = build_pipeline(
             model, optimizer, cfg, ctx, mesh, stages, plan.tensor_plan, plan.zero_stage
         )
         _follow(optimizer, stepping, lr_scheduler)
-        return Parallelized(guard, guard, stepping, policy, model=stage, schedule=schedule)
+        return Parallelized(guard, guard, stepping, policy, model=stage)  # the policy holds the pipeline schedule
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager

@@ -58,8 +58,9 @@ class Trainer(TrainerState):
         engine: from :func:`ember.initialize`. Or leave it out and give ``model``,
             ``optimizer`` and ``criterion``: the Engine is then built from the active config.
         logger: where the Trainer and the logging hooks write (default ``get_dist_logger()``).
-        schedule: how one batch runs (see :mod:`ember.trainer.schedule`); default: forward,
-            loss, backward through :meth:`train_step`.
+        schedule: how one batch runs (see :mod:`ember.trainer.schedule`); default: the one the
+            Engine's parallelism needs (pipeline parallelism), else forward, loss, backward
+            through :meth:`train_step`.
         model: the model, when no ``engine`` is given.
         optimizer: the optimizer, when no ``engine`` is given.
         criterion: the loss, when no ``engine`` is given (optional if the model returns a loss).
@@ -125,7 +126,7 @@ class Trainer(TrainerState):
         self._batches_to_device = engine.device.type != "cpu"  # hooks compare labels with outputs there
         self.logger = logger if logger is not None else get_dist_logger()
         self.schedule: Schedule = (
-            schedule if schedule is not None else (getattr(engine, "schedule", None) or DefaultSchedule())
+            schedule if schedule is not None else (_parallel_schedule(engine) or DefaultSchedule())
         )
         self.history, self.storage = History(), StepStorage()
         self.state = State()
@@ -478,6 +479,11 @@ class Trainer(TrainerState):
         if not isinstance(self._progress, kind):
             self._progress = kind()
         return [*chosen, self._progress]
+
+
+def _parallel_schedule(engine: Any) -> Schedule | None:
+    """The schedule the Engine's parallelism needs (the pipeline's), or None."""
+    return getattr(getattr(engine, "parallel", None), "batch_schedule", None)
 
 
 def _overridden(trainer: Trainer, method: str) -> bool:

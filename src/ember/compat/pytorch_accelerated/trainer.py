@@ -503,7 +503,7 @@ class Trainer(EmberTrainer):
             is_local_process_zero=ctx.local_rank == 0,
             is_world_process_zero=distributed.rank() == 0,
             is_distributed=world > 1,
-            mixed_precision=self.engine.config.amp or "no",
+            mixed_precision=self.engine.precision.name or "no",
         )
 
     # -- checkpoints ---------------------------------------------------------------------------------
