@@ -25,13 +25,14 @@ from pathlib import Path
 
 import anyio.to_thread
 from sqlalchemy import delete, exists, func, select, text, union, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from ember.server import naming
 from ember.server.domain_errors import Invalid, TooLarge
 from ember.server.ingest import insert_ignore
 from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, User, now
 from ember.server.perms import Level, level
+from ember.server.settings import Settings
 
 _FLUSH_BYTES = 1 << 20  # bytes gathered before one write+hash step in a worker thread
 
@@ -180,6 +181,23 @@ def record_upload(session: Session, user: User, sha: str, size: int, grace_s: fl
     session.flush()
 
 
+def record(
+    sessions: sessionmaker[Session], store: BlobStore, settings: Settings, user: User, sha: str, tmp: Path
+) -> int:
+    """Record a received blob as the user's upload and move its file into place, in one transaction; its size.
+
+    Raises:
+        TooLarge: 413 when the upload takes the user past the quota (nothing is recorded).
+    """
+    size = tmp.stat().st_size
+    with sessions() as session, session.begin():
+        lock(session)
+        record_upload(session, user, sha, size, settings.blob_grace_s)
+        check_quota(session, user.id, user.name, settings.quota_bytes)
+        store.place(tmp, sha)
+    return size
+
+
 def claim(session: Session, user: User, shas: Iterable[str]) -> None:
     """The user's uploads of ``shas`` are now listed by an artifact: no longer pending."""
     wanted = list(shas)
@@ -205,6 +223,20 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     held = union(listed, pending).subquery()
     total = session.scalar(select(func.coalesce(func.sum(Blob.size), 0)).where(Blob.sha256.in_(select(held.c.sha256))))
     return int(total or 0)
+
+
+def usage_now(sessions: sessionmaker[Session], user: User) -> int:
+    """:func:`usage` in a read-only transaction of its own (a streaming upload holds no session)."""
+    with sessions() as session, session.begin():
+        return usage(session, user.id)
+
+
+def quota_text(user: User, quota: int) -> str:
+    """Why an upload that would take ``user`` past the quota is refused."""
+    return (
+        f"the file passes what is left of {user.name!r}'s storage quota of {quota} bytes: delete artifacts, "
+        "or ask an admin to raise `ember server --quota-mb`"
+    )
 
 
 def check_quota(session: Session, user_id: int, name: str, quota: int | None) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -13,7 +11,6 @@ from ember.server.auth import BriefUser, CurrentUser, DbSession
 from ember.server.blobs import BlobStore
 from ember.server.domain_errors import TooLarge
 from ember.server.lookup import get_artifact, get_artifact_file
-from ember.server.models import User
 from ember.server.perms import Level
 from ember.server.responses import file_response
 from ember.server.schemas import ArtifactIn, BlobQuery, LineageBatch
@@ -49,43 +46,21 @@ async def put_blob(sha256: str, request: Request, user: BriefUser):
     limit = settings.max_blob_bytes
     limit_text = f"the file passes the server's limit of {limit} bytes"
     if settings.quota_bytes is not None:
-        left = settings.quota_bytes - await run_in_threadpool(_usage, request, user)
+        left = settings.quota_bytes - await run_in_threadpool(
+            blob_rules.usage_now, request.app.state.read_sessions, user
+        )
         if left < limit:
-            limit, limit_text = max(0, left), _quota_text(user, settings.quota_bytes)
+            limit, limit_text = max(0, left), blob_rules.quota_text(user, settings.quota_bytes)
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise TooLarge(limit_text)
     store = _store(request)
     tmp = await store.receive(sha, request.stream(), limit, limit_text)
     try:
-        size = await run_in_threadpool(_record, request, user, sha, tmp)
+        size = await run_in_threadpool(blob_rules.record, request.app.state.sessions, store, settings, user, sha, tmp)
     finally:
         await run_in_threadpool(tmp.unlink, True)
     return {"sha256": sha, "size": size}
-
-
-def _quota_text(user: User, quota: int) -> str:
-    return (
-        f"the file passes what is left of {user.name!r}'s storage quota of {quota} bytes: delete artifacts, "
-        "or ask an admin to raise `ember server --quota-mb`"
-    )
-
-
-def _usage(request: Request, user: User) -> int:
-    with request.app.state.read_sessions() as session, session.begin():
-        return blob_rules.usage(session, user.id)
-
-
-def _record(request: Request, user: User, sha: str, tmp: Path) -> int:
-    """Record a received blob as the user's upload and move its file into place, in one transaction."""
-    settings: Settings = request.app.state.settings
-    size = tmp.stat().st_size
-    with request.app.state.sessions() as session, session.begin():
-        blob_rules.lock(session)
-        blob_rules.record_upload(session, user, sha, size, settings.blob_grace_s)
-        blob_rules.check_quota(session, user.id, user.name, settings.quota_bytes)
-        _store(request).place(tmp, sha)
-    return size
 
 
 @router.put("/{artifact_id}", summary="Create or update an artifact; every file's blob must be uploaded first")
