@@ -286,3 +286,11 @@ def test_the_point_queue_gives_back_each_point_once_and_drops_only_what_was_enco
     assert (sorted(texts), count) == (["train", "val"], 2)
     queue.advance(position)
     assert list(queue.points()) == [("train", 1)]
+
+
+def test_coerce_metrics_copies_unless_the_caller_is_done_with_the_dict_before_returning() -> None:
+    from ember.track._values import coerce_metrics
+
+    metrics = {"loss": 0.5, "n": 3}
+    assert coerce_metrics(metrics) == metrics and coerce_metrics(metrics) is not metrics
+    assert coerce_metrics(metrics, copy=False) is metrics  # Run.log: put() copies the values at once

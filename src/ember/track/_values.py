@@ -119,11 +119,12 @@ def _coerce_slow(name: str, value: Any, read_tensors: bool) -> int | float:
     raise _bad_value(name, value)
 
 
-def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int | float]:
+def coerce_metrics(metrics: object, read_tensors: bool = True, copy: bool = True) -> dict[str, int | float]:
     """Return a new dict of plain ints and floats, or raise TrackingError naming the bad entry.
 
     Tensors are read with ``.item()`` only when ``read_tensors`` (the no-op run checks their
-    shape and dtype without a device sync).
+    shape and dtype without a device sync). With ``copy=False`` a dict of plain values is
+    returned itself, for a caller that is done with it before returning (``Run.log``).
     """
     if type(metrics) is dict and metrics:
         # Fast path: plain str -> float/int, checked in one pass and copied at C speed.
@@ -136,7 +137,7 @@ def coerce_metrics(metrics: object, read_tensors: bool = True) -> dict[str, int 
             ):
                 break
         else:
-            return metrics.copy()
+            return metrics.copy() if copy else metrics
     if not isinstance(metrics, Mapping):
         raise TrackingError(
             f"metrics must be a dict of name -> number, got {type(metrics).__name__}, e.g. metrics={{'loss': 0.31}}"

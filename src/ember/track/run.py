@@ -223,9 +223,10 @@ class Run:
             >>> run.log("train", {"loss": loss, "lr": 1e-3}, step=500, epoch=1)
         """
         type_ = normalize_type(type)
-        metrics = coerce_metrics(metrics)
+        metrics = coerce_metrics(metrics, copy=False)  # put() copies the values into the queue at once
         step = check_step(step)
-        epoch = check_epoch(epoch)
+        if epoch is not None:
+            epoch = check_epoch(epoch)
         writer = self._writer
         if writer is None or writer.error is not None:
             self._check_open()
