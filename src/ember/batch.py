@@ -8,6 +8,7 @@ holds (:func:`batch_size`), and one forward pass over it (:func:`forward`).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
@@ -18,7 +19,7 @@ from ember.errors import TrainerError
 
 T = TypeVar("T")
 
-__all__ = ["LABEL_KEYS", "batch_size", "forward", "predict", "split_batch", "to_device", "trim"]
+__all__ = ["LABEL_KEYS", "batch_size", "batches_per_epoch", "forward", "predict", "split_batch", "to_device", "trim"]
 
 LABEL_KEYS = ("label", "labels", "target", "targets", "y")
 """Keys taken as the label of a dict batch, first match wins."""
@@ -140,6 +141,19 @@ def trim(batch: Any, n: int, size: int) -> Any:
         items = [trim(v, n, size) for v in batch]
         return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     return batch
+
+
+def batches_per_epoch(loader: Any) -> int | None:
+    """Batches in a full epoch on this rank (a pending mid-epoch start does not shorten it)."""
+    sampler = getattr(loader, "sampler", None)
+    bs = getattr(loader, "batch_size", None)
+    if getattr(loader, "batch_sampler", None) is not None and bs and hasattr(sampler, "num_samples"):
+        n = int(sampler.num_samples)  # type: ignore[union-attr]
+        return n // bs if loader.drop_last else math.ceil(n / bs)
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def mark_last(iterable: Iterable[T], total: int | None, start: int) -> Iterator[tuple[T, bool]]:

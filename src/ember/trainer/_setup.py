@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.batch import batches_per_epoch
 from ember.errors import TrainerError
 from ember.logging import get_dist_logger
 
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
     from ember.logging import DistributedLogger
     from ember.trainer.trainer import Trainer
+
+__all__ = ["FitPlan", "batches_per_epoch", "check_limits", "check_result", "check_test_loader", "epoch_batches",
+           "pick_loader", "real_num_samples", "warn_if_unsharded"]  # fmt: skip
 
 REQUIRED_KEYS = ("loss", "output", "label", "batch_size")
 _REQUIRED = frozenset(REQUIRED_KEYS)
@@ -92,19 +95,6 @@ def pick_loader(
     from ember.data import get_dataloader
 
     return get_dataloader(dataset, shuffle=shuffle, batch_size=batch_size, **dict(kwargs or {}))
-
-
-def batches_per_epoch(loader: Any) -> int | None:
-    """Batches in a full epoch on this rank (a pending mid-epoch start does not shorten it)."""
-    sampler = getattr(loader, "sampler", None)
-    bs = getattr(loader, "batch_size", None)
-    if getattr(loader, "batch_sampler", None) is not None and bs and hasattr(sampler, "num_samples"):
-        n = int(sampler.num_samples)  # type: ignore[union-attr]
-        return n // bs if loader.drop_last else math.ceil(n / bs)
-    try:
-        return len(loader)
-    except TypeError:
-        return None
 
 
 def real_num_samples(loader: Any) -> int | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import batch as _batch
+from ember.batch import batches_per_epoch
 from ember.checkpoint.state import set_rng_state
 from ember.errors import HookError, TrainerError
 from ember.logging import DistributedLogger, get_dist_logger
@@ -25,7 +26,6 @@ from ember.trainer._preempt import preemption_signals
 from ember.trainer._resume import check_resume, checkpointers, raise_if_preempted, resume_checkpoint
 from ember.trainer._setup import (
     FitPlan,
-    batches_per_epoch,
     check_limits,
     check_test_loader,
     epoch_batches,

@@ -14,13 +14,13 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from ember import distributed
+from ember.batch import batches_per_epoch
 from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
 from ember.checkpoint.sharded import is_sharded, obstacles, save_sharded
 from ember.checkpoint.snapshot import capture
 from ember.checkpoint.state import DeferredCopy, StagingBuffers
 from ember.errors import CheckpointError, HookError
-from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import epoch_value
 from ember.trainer.hooks.base import BaseHook, Priority
 

@@ -10,8 +10,8 @@ import torch
 from tqdm import tqdm
 
 from ember import distributed
+from ember.batch import batches_per_epoch
 from ember.errors import HookError
-from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks._util import current_lr
 from ember.trainer.hooks.base import BaseHook, Priority
 
