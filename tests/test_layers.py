@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +54,69 @@ def test_compat_uses_only_embers_public_names(path: Path) -> None:
         if any(part.startswith("_") for part in module.split(".")) or (name or "").startswith("_"):
             private.append(f"{module}:{name}" if name else module)
     assert not private, f"{path.relative_to(SRC)} reaches into ember's private names {private}"
+
+
+# The layers of docs/architecture.md, lowest first: a module imports its own package and the
+# layers below it, never one above. "" is the package root, ``ember/__init__.py``.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "_version", "_exit", "_atomic", "_format", "_subcommands", "_same_config", "_rendezvous"),
+    ("config",),
+    ("distributed", "logging", "context"),
+    ("data", "amp", "loss_check", "launcher", "batch", "track"),
+    ("parallel",),
+    ("engine",),
+    ("initializer",),
+    ("checkpoint",),
+    ("trainer",),
+    ("server",),
+    ("cli", "__main__", "_worker"),
+    ("",),
+    ("compat",),
+]
+RANK = {f"ember.{name}".rstrip("."): rank for rank, names in enumerate(LAYERS) for name in names}
+MODULES = frozenset(_module_name(p) for p in _sources(PACKAGE))
+# The Trainer's loop and its machinery: they reach hooks through events, never by name.
+LOOP = ("trainer", "_bus", "_control", "_state", "_resume", "_setup")
+
+
+def _unit(module: str) -> str:
+    """What a module's layer is read from: ``ember.trainer.hooks.base`` -> ``ember.trainer``."""
+    return ".".join(module.split(".")[:2])
+
+
+def _targets(path: Path) -> set[str]:
+    """The ember modules ``path`` imports: ``from ember import context`` is ``ember.context``."""
+    found = set()
+    for module, name in _imports(path):
+        full = f"{module}.{name}" if name else module
+        if module.split(".")[0] == "ember":
+            found.add(full if full in MODULES else module)
+    return found
+
+
+@pytest.mark.parametrize("path", _sources(PACKAGE), ids=str)
+def test_no_import_points_up_a_layer(path: Path) -> None:
+    here = _unit(_module_name(path))
+    assert here in RANK, f"{here} is on no layer: add it to LAYERS here and to docs/architecture.md"
+    up = sorted(t for t in _targets(path) if _unit(t) != here and RANK[_unit(t)] > RANK[here])
+    assert not up, f"{path.relative_to(SRC)} (layer {RANK[here]}) imports {up} from a higher layer"
+
+
+@pytest.mark.parametrize("name", LOOP)
+def test_the_loop_imports_no_concrete_hook(name: str) -> None:
+    path = PACKAGE / "trainer" / f"{name}.py"
+    hooks = sorted(t for t in _targets(path) if t.startswith("ember.trainer.hooks") and t != "ember.trainer.hooks.base")
+    assert not hooks, f"{path.relative_to(SRC)} imports {hooks}: the loop reaches hooks through events only"
+
+
+def test_the_layer_check_sees_a_lazy_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule covers imports inside functions and under TYPE_CHECKING, where cycles hide."""
+    probe = tmp_path / "ember" / "checkpoint" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ember.engine import Engine\n"
+        "def f():\n    from ember import trainer\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    here = RANK[_unit(_module_name(probe))]
+    assert sorted(t for t in _targets(probe) if RANK[_unit(t)] > here) == ["ember.trainer"]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ember.logging import get_dist_logger
     from ember.trainer import Trainer, hooks
 
-__version__ = "0.1.0"
+from ember._version import __version__
 
 _ATTRS = {
     "Config": "ember.config",

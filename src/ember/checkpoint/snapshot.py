@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from ember import distributed
+from ember._version import __version__
 from ember.checkpoint.state import StagingBuffers, only_scalars, rng_state, to_cpu
 from ember.checkpoint.validate import FORMAT, VERSION, check_format
 from ember.errors import CheckpointError
@@ -277,8 +278,6 @@ def _latest_saved_metrics(history_state: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _meta(engine: Engine, ts: Mapping[str, Any], engine_state: Mapping[str, Any], reason: str) -> dict[str, Any]:
-    import ember
-
     return {
         "time": time.time(),
         "reason": reason,
@@ -293,7 +292,7 @@ def _meta(engine: Engine, ts: Mapping[str, Any], engine_state: Mapping[str, Any]
         "world_size": distributed.world_size(),
         "data_parallel_size": engine.data_parallel_size,
         "parallel": getattr(engine.parallel, "name", "none"),
-        "ember_version": ember.__version__,
+        "ember_version": __version__,
         "torch_version": str(torch.__version__),  # a str subclass the safe loader refuses
     }
 

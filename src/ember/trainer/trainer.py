@@ -111,7 +111,7 @@ class Trainer(TrainerState):
         if engine is None:
             if model is None or optimizer is None:
                 raise TrainerError("Trainer needs engine=... (from ember.initialize) or model=... and optimizer=...")
-            from ember import initialize
+            from ember.initializer import initialize
 
             engine = initialize(model, optimizer, criterion, config=config)[0]
         elif any(x is not None for x in (model, optimizer, criterion, config)):
