@@ -22,6 +22,7 @@ from ember.track import _report as rp
 from ember.track import export, lineage
 from ember.track._fs import read_json, resolve_home
 from ember.track.best import metric_mode
+from ember.track.hparams import flatten
 from ember.track.store import (
     DAMAGED,
     PLATFORM_FILE,
@@ -142,7 +143,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if damage:
         rows.insert(5, ["damage", damage])
     out = [rp.kv(rows)]
-    hparams = rp.flatten(meta.get("hparams", {}))
+    hparams = flatten(meta.get("hparams", {}))
     out.append("\nhparams" + ("" if hparams else ": none"))
     if hparams:
         out.append(rp.kv([[k, json.dumps(v)] for k, v in hparams.items()], "  "))
@@ -198,7 +199,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         summary, damage = (None, info.error) if info.error is not None else _guarded(rp.run_summaries, info.path)
         summaries.append(summary or {})
         damages.append(damage)
-    flat = [rp.flatten(i.meta.get("hparams", {})) if d is None else {} for i, d in zip(infos, damages, strict=True)]
+    flat = [flatten(i.meta.get("hparams", {})) if d is None else {} for i, d in zip(infos, damages, strict=True)]
     keys = sorted({k for f in flat for k in f})
     differing = [k for k in keys if len({json.dumps(f.get(k, None), sort_keys=True) for f in flat}) > 1]
     statuses = [DAMAGED if d is not None else i.status for i, d in zip(infos, damages, strict=True)]
