@@ -38,7 +38,7 @@ SERVICES = {
 }
 HTTP = ("fastapi", "starlette")
 # Private modules of other packages still imported, each with the item that removes it.
-KNOWN_PRIVATE = {("cli", "ember._subcommands"), ("cli", "ember._cli")}  # issue 20 item 5: cli.py vs _cli.py
+KNOWN_PRIVATE = {("cli", "ember._subcommands")}  # the plumbing every `ember` subcommand family shares
 
 
 def _modules() -> dict[str, Path]:

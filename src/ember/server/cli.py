@@ -11,7 +11,7 @@ import getpass
 import os
 import sys
 
-from ember._cli import run_commands
+from ember._subcommands import run_commands
 from ember.errors import EmberError
 
 
