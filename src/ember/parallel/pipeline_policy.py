@@ -30,7 +30,7 @@ from torch import nn
 
 from ember import distributed
 from ember.errors import EngineError
-from ember.parallel.policy import ParallelPolicy, _containers, global_grad_norm, refuse_sharded
+from ember.parallel.policy import ParallelPolicy, _containers, global_grad_norm
 
 __all__ = ["PipelinePolicy"]
 
@@ -55,6 +55,7 @@ class PipelinePolicy(ParallelPolicy):
     """
 
     keeps_partial_grads = False
+    sharded_state = False
 
     def __init__(
         self, group: dist.ProcessGroup, positions: list[int], description: str,
@@ -122,16 +123,9 @@ class PipelinePolicy(ParallelPolicy):
             merged_model.update(stage_model)
         return merged_model, _merge_optimizer([opt for _, opt in gathered])
 
-    def sharded_state_dicts(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        raise refuse_sharded(self)
-
-    def load(
+    def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
-        if state.get("sharded"):
-            raise refuse_sharded(self)
         if distributed.any_true(not state["model"]):
             state = distributed.broadcast_object(state, src=0)
         own = model.state_dict()

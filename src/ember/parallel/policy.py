@@ -10,7 +10,8 @@ The Engine calls the same few things whatever runs underneath:
   takes the full state on every rank, or on rank 0 only with ``{}`` in its place elsewhere;
 * :meth:`ParallelPolicy.sharded_state_dicts` (``torch.distributed.checkpoint``'s format: each
   rank's own shards, for sharded checkpoints), which ``load`` takes back when the state says
-  ``"sharded": True``. Not under ZeRO-1 or pipeline parallelism.
+  ``"sharded": True``. Not under ZeRO-1 or pipeline parallelism (``sharded_state = False``).
+  A policy's own way of loading the full state is its :meth:`ParallelPolicy.load_full`.
 
 ===================  ============================  ===========================================
 policy               built for                     state_dict on rank 0 / on other ranks
@@ -47,6 +48,10 @@ class ParallelPolicy:
     """How a training batch runs under this parallelism when forward, loss and backward in turn
     cannot: the pipeline's :class:`~ember.parallel.pipeline_schedule.PipelineSchedule` (a
     Trainer schedule), else None. ``engine.schedule`` reads it."""
+    sharded_state = True
+    """Whether it saves and loads ``torch.distributed.checkpoint``'s sharded state (not under
+    ZeRO-1 or pipeline parallelism: :meth:`sharded_state_dicts` and a sharded :meth:`load`
+    raise :func:`refuse_sharded`'s error)."""
 
     @contextlib.contextmanager
     def gradient_sync(self, enabled: bool) -> Iterator[None]:
@@ -76,15 +81,25 @@ class ParallelPolicy:
     def load(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
-        """Load ``state["model"]`` and ``state["optimizer"]`` (full, as :meth:`state_dicts` gives them).
+        """Load ``state["model"]`` and ``state["optimizer"]``: full, as :meth:`state_dicts` gives
+        them (:meth:`load_full`), or sharded when ``state["sharded"]`` (refused without
+        :attr:`sharded_state`).
 
         Returns:
             The state whose other entries (scaler, counters) the Engine restores: ``state``
             itself, or rank 0's when the tensors came from rank 0.
         """
         if state.get("sharded"):
+            if not self.sharded_state:
+                raise refuse_sharded(self)
             _set_sharded(model, optimizer, state, strict)
             return state
+        return self.load_full(model, optimizer, state, strict)
+
+    def load_full(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
+    ) -> dict[str, Any]:
+        """:meth:`load` of the full (unsharded) state; returns what :meth:`load` returns."""
         model.load_state_dict(state["model"], strict=strict)
         optimizer.load_state_dict(state["optimizer"])
         return state
@@ -99,7 +114,10 @@ class ParallelPolicy:
         ``dcp.load`` fills it in place, resharding into this layout, and :meth:`load` with
         ``{"model": ..., "optimizer": ..., "sharded": True}`` applies it. A collective under
         FSDP2/TP; fresh optimizers get their state initialised so that there is a slot to load into.
+        Refused without :attr:`sharded_state`.
         """
+        if not self.sharded_state:
+            raise refuse_sharded(self)
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         return get_state_dict(model, optimizer)
@@ -163,21 +181,15 @@ class ZeroPolicy(DataParallelPolicy):
     """
 
     name = "zero1"
+    sharded_state = False
 
     def state_dicts(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
         optimizer.consolidate_state_dict(to=0)  # type: ignore[attr-defined]
         return model.state_dict(), optimizer.state_dict() if distributed.rank() == 0 else {}
 
-    def sharded_state_dicts(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        raise refuse_sharded(self)
-
-    def load(
+    def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
-        if state.get("sharded"):
-            raise refuse_sharded(self)
         if distributed.any_true(not state["optimizer"]):
             state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
         # ZeroRedundancyOptimizer.load_state_dict sets other ranks' entries to None in the dict
@@ -230,7 +242,7 @@ class ShardedPolicy(ParallelPolicy):
         model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
         return model_state, _indexed(optimizer_state) if optimizer_state else {}
 
-    def load(
+    def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import (
@@ -239,9 +251,6 @@ class ShardedPolicy(ParallelPolicy):
             set_optimizer_state_dict,
         )
 
-        if state.get("sharded"):
-            _set_sharded(model, optimizer, state, strict)
-            return state
         from_rank0 = distributed.any_true(not state["model"])
         if from_rank0:  # the small rest (scaler, counters) comes from rank 0 too
             rest = distributed.broadcast_object({k: v for k, v in state.items() if k not in ("model", "optimizer")})
