@@ -362,9 +362,13 @@ class AsyncWriter:
     The caller hands over a state already copied to CPU memory, so training may change its
     tensors while the file is being written; or a state whose last copies ``prepare`` makes
     first, in the same thread (see :meth:`submit`).
+
+    Args:
+        skip_zip_crc: write the files' zip records without CRC-32s (:func:`save_file`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, skip_zip_crc: bool = False) -> None:
+        self.skip_zip_crc = bool(skip_zip_crc)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -383,7 +387,7 @@ class AsyncWriter:
             try:
                 if prepare is not None:
                     prepare()
-                save_file(obj, path)
+                save_file(obj, path, skip_zip_crc=self.skip_zip_crc)
                 if then is not None:
                     then()
             except BaseException as exc:  # noqa: BLE001 - handed to the training thread by wait()

@@ -76,6 +76,7 @@ def save_sharded(
     reason: str = "manual",
     then: Callable[[], None] | None = None,
     extra: Mapping[str, Any] | None = None,
+    skip_zip_crc: bool = False,
 ) -> Path:
     """Write ``trainer``'s state as the sharded checkpoint directory ``path``; a collective.
 
@@ -91,6 +92,8 @@ def save_sharded(
         reason: why it is taken, kept in the metadata.
         then: called on rank 0 once the checkpoint is in place.
         extra: the caller's own entries, kept as ``meta["extra"]``.
+        skip_zip_crc: write the state file's zip records without CRC-32s (faster; it then fails
+            ``unzip -t`` but loads): :func:`ember.checkpoint.io.save_file`.
 
     Returns:
         ``path``, on every rank.
@@ -132,7 +135,7 @@ def save_sharded(
     if state is not None:
         try:
             state["meta"]["sizes"]["engine"] += tensor_bytes({"model": model_state, "optimizer": optimizer_state})
-            save_file(state, tmp / STATE_FILE)
+            save_file(state, tmp / STATE_FILE, skip_zip_crc=skip_zip_crc)
             _fsync_dir(tmp)
             _publish(tmp, final)
             if then is not None:
