@@ -30,7 +30,6 @@ import torch
 
 from ember import _atomic
 from ember._atomic import TEMPORARY_GLOB, atomic_write
-from ember._atomic import fsync_dir as _fsync_dir  # noqa: F401 - checkpoint/sharded.py imports it from here
 from ember.errors import CheckpointError
 
 POINTER = "last_checkpoint"

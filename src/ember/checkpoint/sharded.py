@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import distributed
-from ember.checkpoint.io import _fsync_dir, _os_error, load_file, remove_checkpoint, save_file, write_error
+from ember._atomic import fsync_dir
+from ember.checkpoint.io import _os_error, load_file, remove_checkpoint, save_file, write_error
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
 from ember.checkpoint.snapshot import TrainingState, capture, tensor_bytes
 from ember.checkpoint.validate import check_state
@@ -136,7 +137,7 @@ def save_sharded(
         try:
             state["meta"]["sizes"]["engine"] += tensor_bytes({"model": model_state, "optimizer": optimizer_state})
             save_file(state, tmp / STATE_FILE, skip_zip_crc=skip_zip_crc)
-            _fsync_dir(tmp)
+            fsync_dir(tmp)
             _publish(tmp, final)
             if then is not None:
                 then()
@@ -153,7 +154,7 @@ def _publish(tmp: Path, final: Path) -> None:
         remove_checkpoint(old)
         os.replace(final, old)
     os.replace(tmp, final)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
     remove_checkpoint(old)
 
 
