@@ -101,12 +101,12 @@ class LRSchedulerHook(BaseHook):
             self._pending = None
 
     def events(self) -> list[str]:
-        """The overridden lifecycle methods; without ``after_train_iter`` when stepping by epoch."""
-        return [e for e in super().events() if not (self.by_epoch and e == "after_train_iter")]
+        """The overridden lifecycle methods; without ``after_update`` when stepping by epoch."""
+        return [e for e in super().events() if not (self.by_epoch and e == "after_update")]
 
-    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
-        """Step after an applied optimizer update (``by_epoch=False``)."""
-        if not self.by_epoch and self.trainer.step_applied:
+    def after_update(self) -> None:
+        """Step after each optimizer update (``by_epoch=False``)."""
+        if not self.by_epoch:
             self.lr_scheduler.step()
 
     def after_train_epoch(self) -> None:
