@@ -31,6 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from ember._atomic import atomic_write
 from ember.errors import TrackingError
 
 IMAGES_FILE = "images.jsonl"
@@ -143,9 +144,7 @@ def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) ->
     if path.exists():
         raise TrackingError(f"image {name!r} is already logged at step {step}: log it at another step")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    atomic_write(path, data)  # fsynced before its line is appended: no line names a lost file
     line = {
         "name": name,
         "step": step,
