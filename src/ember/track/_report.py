@@ -10,7 +10,6 @@ from typing import Any
 
 from ember.track._fs import parse_iso
 from ember.track._values import Point
-from ember.track.hparams import flatten as flatten  # moved to hparams.py; kept here for track/cli.py (rp.flatten)
 from ember.track.store import metric_types, read_metrics
 
 
@@ -45,30 +44,6 @@ def fmt_time(iso: str | None) -> str:
     if seconds is None:
         return "-"
     return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def fmt_duration(seconds: float | None) -> str:
-    """'1h02m03s', '4m05s', '12s'; '-' when unknown."""
-    if seconds is None:
-        return "-"
-    total = int(seconds)
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def fmt_bytes(size: int) -> str:
-    """A byte count in B, KB, MB, GB."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def shorten(text: str, width: int) -> str:

@@ -10,11 +10,12 @@ from typing import Any
 
 import torch
 
+from ember._format import format_bytes
 from ember.trainer.hooks.base import BaseHook, Priority
 
 __all__ = ["LogMemoryByEpochHook", "memory_usage"]
 
-_MB = 1024 * 1024
+_MiB = 1024 * 1024
 
 
 def _rss_bytes() -> int | None:
@@ -26,7 +27,9 @@ def _rss_bytes() -> int | None:
 
 
 def memory_usage(device: torch.device | None = None) -> dict[str, float]:
-    """This process's memory in MB: ``rss``, ``rss_peak``, and ``cuda``/``cuda_peak`` on CUDA.
+    """This process's memory in MiB (2**20 bytes): ``rss``, ``rss_peak``, and ``cuda``/``cuda_peak`` on CUDA.
+
+    The numbers go into tracking as metrics of these names (``TrackingHook``), in MiB.
 
     Example:
         >>> memory_usage(torch.device("cuda", 0))
@@ -34,13 +37,13 @@ def memory_usage(device: torch.device | None = None) -> dict[str, float]:
     """
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     peak_bytes = peak if sys.platform == "darwin" else peak * 1024
-    out: dict[str, float] = {"rss_peak": peak_bytes / _MB}
+    out: dict[str, float] = {"rss_peak": peak_bytes / _MiB}
     rss = _rss_bytes()
     if rss is not None:
-        out["rss"] = rss / _MB
+        out["rss"] = rss / _MiB
     if device is not None and device.type == "cuda" and torch.cuda.is_available():
-        out["cuda"] = torch.cuda.memory_allocated(device) / _MB
-        out["cuda_peak"] = torch.cuda.max_memory_allocated(device) / _MB
+        out["cuda"] = torch.cuda.memory_allocated(device) / _MiB
+        out["cuda_peak"] = torch.cuda.max_memory_allocated(device) / _MiB
     return out
 
 
@@ -56,11 +59,11 @@ class LogMemoryByEpochHook(BaseHook):
         name: hook name.
 
     Attributes:
-        last: the numbers logged last (MB).
+        last: the numbers logged last (:func:`memory_usage`: MiB).
 
     Example:
         >>> hooks.LogMemoryByEpochHook()
-        # epoch 1 memory | rss 512 MB (peak 540 MB)
+        # epoch 1 memory | rss 512.0 MiB (peak 540.0 MiB)
     """
 
     def __init__(
@@ -81,9 +84,14 @@ class LogMemoryByEpochHook(BaseHook):
         """Log the epoch's memory."""
         self.last = usage = memory_usage(self.trainer.engine.device)
         parts = [f"epoch {self.trainer.cur_epoch + 1} memory"]
-        rss = f"rss {usage['rss']:.0f} MB " if "rss" in usage else "rss "
-        parts.append(f"{rss}(peak {usage['rss_peak']:.0f} MB)")
+        rss = f"rss {_size(usage['rss'])} " if "rss" in usage else "rss "
+        parts.append(f"{rss}(peak {_size(usage['rss_peak'])})")
         if "cuda" in usage:
-            parts.append(f"cuda {usage['cuda']:.0f} MB (epoch peak {usage['cuda_peak']:.0f} MB)")
+            parts.append(f"cuda {_size(usage['cuda'])} (epoch peak {_size(usage['cuda_peak'])})")
         logger = self._logger if self._logger is not None else self.trainer.logger
         logger.info(" | ".join(parts), ranks=self.ranks)
+
+
+def _size(mib: float) -> str:
+    """``mib`` (a :func:`memory_usage` number) in ember's binary units: ``512.0 MiB``, ``1.8 GiB``."""
+    return format_bytes(mib * _MiB)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from ember._format import format_duration
 from ember.errors import HookError
 from ember.trainer.hooks.base import BaseHook, Priority
 
@@ -13,15 +14,6 @@ if TYPE_CHECKING:
     from ember.trainer.trainer import Trainer
 
 __all__ = ["LogTimingByEpochHook", "ThroughputHook", "ThroughputMeter"]
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{sec:02d}s" if hours else f"{minutes}m{sec:02d}s"
 
 
 class LogTimingByEpochHook(BaseHook):
@@ -78,10 +70,10 @@ class LogTimingByEpochHook(BaseHook):
         if self._train_s is None and self._start is not None:
             self._train_s = perf_counter() - self._start
         self.last = {"train_s": self._train_s or 0.0}
-        parts = [f"epoch {self.trainer.cur_epoch + 1} timing", f"train {_duration(self.last['train_s'])}"]
+        parts = [f"epoch {self.trainer.cur_epoch + 1} timing", f"train {format_duration(self.last['train_s'])}"]
         if self._test_s is not None:
             self.last["test_s"] = self._test_s
-            parts.append(f"test {_duration(self._test_s)}")
+            parts.append(f"test {format_duration(self._test_s)}")
         logger = self._logger if self._logger is not None else self.trainer.logger
         logger.info(" | ".join(parts), ranks=self.ranks)
 
@@ -248,6 +240,6 @@ class ThroughputHook(BaseHook):
         rate, step = meter.epoch_samples / meter.epoch_time, meter.epoch_time / meter.epoch_steps
         parts = [f"epoch {self.trainer.cur_epoch + 1} throughput", f"{rate:.0f} samples/s", f"{step * 1e3:.1f} ms/step"]
         if meter.eta_s is not None:
-            parts.append(f"ETA {_duration(meter.eta_s)}")
+            parts.append(f"ETA {format_duration(meter.eta_s)}")
         logger = self._logger if self._logger is not None else self.trainer.logger
         logger.info(" | ".join(parts), ranks=self.ranks)
