@@ -16,13 +16,14 @@ from ember.trainer.hooks.base import StopTraining
 from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.placeholders import Placeholders
 from ember.trainer.schedule import DefaultSchedule, Schedule
-from ember.trainer.storage import History, StepStorage
+from ember.trainer.storage import Cursor, History, StepStorage
 from ember.trainer.trainer import Trainer
 
 Trainer.progress_hook = ProgressBarHook  # what display_progress=True adds (the loop knows no concrete hook)
 
 __all__ = [
     "PREEMPTED_EXIT_CODE",
+    "Cursor",
     "DefaultSchedule",
     "History",
     "Placeholders",

@@ -1,7 +1,9 @@
 """Hooks: everything optional in the Trainer's loop.
 
 Subclass :class:`BaseHook` and override the lifecycle methods you need; see
-``ember/trainer/hooks/base.py`` for when each one runs, and ``docs/hooks.md``.
+``ember/trainer/hooks/base.py`` for when each one runs, and ``docs/hooks.md``. A new place
+to send per-step scalars subclasses :class:`StepWriter`; a writer that needs throughput
+without a :class:`ThroughputHook` drives a :class:`ThroughputMeter`.
 
 Example:
     >>> from ember.trainer import Trainer, hooks
@@ -21,8 +23,9 @@ from ember.trainer.hooks.metrics import AccuracyHook, LossHook, MetricHook
 from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.hooks.stopping import EarlyStoppingHook, TerminateOnNaNHook
 from ember.trainer.hooks.tensorboard import TensorboardHook
-from ember.trainer.hooks.timing import LogTimingByEpochHook, ThroughputHook
+from ember.trainer.hooks.timing import LogTimingByEpochHook, ThroughputHook, ThroughputMeter
 from ember.trainer.hooks.tracking import TrackingHook
+from ember.trainer.hooks.writer import StepWriter
 
 __all__ = [
     "EVENTS",
@@ -40,9 +43,11 @@ __all__ = [
     "MetricHook",
     "Priority",
     "ProgressBarHook",
+    "StepWriter",
     "StopTraining",
     "TensorboardHook",
     "TerminateOnNaNHook",
     "ThroughputHook",
+    "ThroughputMeter",
     "TrackingHook",
 ]
