@@ -31,6 +31,7 @@ from ember.track._fs import (
     resolve_home,
     write_json_atomic,
 )
+from ember.track._record import Record
 
 ARTIFACT_FILE = "artifact.json"
 FORMAT = "ember.artifact/1"
@@ -49,7 +50,7 @@ def _copy_hashed(src: Path, dest: Path) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-class Artifact:
+class Artifact(Record):
     """A set of files and references produced or consumed by runs.
 
     Create one with :func:`create_artifact`, fill it with :meth:`add_file`, :meth:`add_dir`
@@ -65,32 +66,8 @@ class Artifact:
 
     kind = "artifact"
 
-    def __init__(self, path: Path | None, meta: dict[str, Any]) -> None:
-        self._path = path
-        self._meta = meta
-
     def __repr__(self) -> str:
         return f"Artifact(name={self.name!r}, path={str(self._path)!r})"
-
-    @property
-    def id(self) -> str:
-        """A unique id (32 hex characters); empty on a no-op artifact."""
-        return str(self._meta["id"])
-
-    @property
-    def name(self) -> str:
-        """The name given at creation."""
-        return str(self._meta["name"])
-
-    @property
-    def path(self) -> Path | None:
-        """The artifact's folder; None on a no-op artifact (ranks other than 0)."""
-        return self._path
-
-    @property
-    def active(self) -> bool:
-        """False on the no-op artifact that ranks other than 0 get."""
-        return True
 
     @property
     def labels(self) -> list[str]:

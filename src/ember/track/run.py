@@ -13,6 +13,7 @@ from typing import Any
 from ember.errors import TrackingError, describe, short_repr
 from ember.track import _live, lineage
 from ember.track._fs import check_description, check_labels, now_iso, read_json, unlock_folder, write_json_atomic
+from ember.track._record import Record
 from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type
 from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
@@ -37,7 +38,7 @@ def _check_finish(status: object, reason: object) -> None:
         raise TrackingError(f"finish(reason=...) must be a str or None, got {describe(reason)}")
 
 
-class Run:
+class Run(Record):
     """A tracked run: hyper-parameters, metrics, console output and lineage in one folder.
 
     Get one from :func:`ember.track.create_run` or :func:`ember.track.load_run`; on ranks
@@ -54,8 +55,7 @@ class Run:
     kind = "run"
 
     def __init__(self, path: Path | None, meta: dict[str, Any], writable: bool) -> None:
-        self._path = path
-        self._meta = meta
+        super().__init__(path, meta)
         self._lock = threading.RLock()
         self._state = "open" if writable else "read-only"
         self._hparams = HParams(meta["hparams"], self._save, self._check_open, self._lock)
@@ -69,31 +69,11 @@ class Run:
     def __repr__(self) -> str:
         return f"Run(name={self.name!r}, status={self.status!r}, path={str(self._path)!r})"
 
-    # -- identity and metadata -------------------------------------------------------------
-    @property
-    def id(self) -> str:
-        """A unique id (32 hex characters); empty on a no-op run."""
-        return str(self._meta["id"])
-
-    @property
-    def name(self) -> str:
-        """The name given at creation."""
-        return str(self._meta["name"])
-
-    @property
-    def path(self) -> Path | None:
-        """The run's folder; None on a no-op run."""
-        return self._path
-
+    # -- identity and metadata (id, name, path, active: Record's) ----------------------------
     @property
     def folder(self) -> str:
         """The console folder the run is filed under when uploaded ('default')."""
         return str(self._meta["folder"])
-
-    @property
-    def active(self) -> bool:
-        """False on the :class:`NoOpRun` that ranks other than 0 get."""
-        return True
 
     @property
     def hparams(self) -> HParams:
