@@ -13,8 +13,18 @@ from pathlib import Path
 
 from ember.errors import EmberError
 
+AddCommands = Callable[[argparse._SubParsersAction], None]
+"""A family's ``add_commands(subparsers)``: it registers the family's commands on the ``ember``
+command's subparsers (what ``parser.add_subparsers()`` returned), and each command sets
+``handler``, a function of the parsed arguments that returns the exit code. ``ember.cli`` calls
+it with its own subparsers; :func:`run_commands` runs a family on its own.
 
-def run_commands(add_commands: Callable[[argparse._SubParsersAction], None], argv: Sequence[str] | None) -> int:
+Example:
+    >>> run_commands(ember.track.cli.add_commands, ["runs", "ls"])
+"""
+
+
+def run_commands(add_commands: AddCommands, argv: Sequence[str] | None) -> int:
     """Parse ``argv`` with the commands ``add_commands`` registers and run the chosen handler.
 
     Returns the handler's exit code, or 2 after printing ``ember: error: ...`` for an EmberError.

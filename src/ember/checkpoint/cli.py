@@ -100,15 +100,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``checkpoint inspect`` and ``checkpoint export`` on the ``ember`` command's subparsers.
-
-    Args:
-        subparsers: what ``parser.add_subparsers()`` returned; each command sets ``handler``.
+    """Register ``checkpoint inspect`` and ``checkpoint export`` (see :data:`ember._subcommands.AddCommands`).
 
     Example:
-        >>> parser = argparse.ArgumentParser(prog="ember")
-        >>> add_commands(parser.add_subparsers(dest="command", required=True))
-        >>> args = parser.parse_args(["checkpoint", "inspect", "ckpt"]); args.handler(args)
+        >>> ember._subcommands.run_commands(add_commands, ["checkpoint", "inspect", "ckpt"])
     """
     ckpt = subparsers.add_parser("checkpoint", help="inspect checkpoints and export their model weights")
     sub = ckpt.add_subparsers(dest="checkpoint_command", required=True, metavar="COMMAND")

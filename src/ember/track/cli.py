@@ -277,15 +277,10 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``runs`` and its sub-commands on the ``ember`` command's subparsers.
-
-    Args:
-        subparsers: what ``parser.add_subparsers()`` returned; each command sets ``handler``.
+    """Register ``runs`` and its sub-commands (see :data:`ember._subcommands.AddCommands`).
 
     Example:
-        >>> parser = argparse.ArgumentParser(prog="ember")
-        >>> add_commands(parser.add_subparsers(dest="command", required=True))
-        >>> args = parser.parse_args(["runs", "ls"]); args.handler(args)
+        >>> main(["runs", "ls"])
     """
     runs = subparsers.add_parser("runs", help="list, show, compare, export and remove tracked runs")
     sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
