@@ -14,8 +14,11 @@ from ember.batch import batches_per_epoch
 from ember.errors import HookError
 from ember.trainer.hooks._util import current_lr
 from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks.timing import ThroughputHook, ThroughputMeter
 
 __all__ = ["ProgressBarHook"]
+
+_SAMPLES_PER_S = "throughput/samples_per_s"
 
 
 def _length(loader: Any) -> int | None:
@@ -31,6 +34,11 @@ class ProgressBarHook(BaseHook):
     The postfix shows the loss, the learning rate and samples/s. Per batch the hook only counts
     and reads the clock; it touches the bar (and reads the loss, a host-device sync) at most
     once per ``refresh_s`` seconds. ``fit(display_progress=True)`` adds one.
+
+    Samples/s is ember's one measurement of throughput: with a :class:`ThroughputHook`
+    registered, the ``throughput/samples_per_s`` it put into ``trainer.storage`` last; without
+    one, a :class:`ThroughputMeter` of the bar's own whose windows end at its redraws (test
+    passes left out) and which puts nothing into the storage.
 
     Args:
         refresh_s: least seconds between bar updates.
@@ -53,7 +61,8 @@ class ProgressBarHook(BaseHook):
         self.refresh_s, self.file = float(refresh_s), file
         self._bars: dict[str, Any] = {}
         self._pending: dict[str, int] = {}
-        self._last = (0.0, 0)  # (time, samples_seen) at the last refresh
+        self._last = 0.0  # when a bar was last redrawn
+        self._meter: ThroughputMeter | None = None  # ours, when no ThroughputHook measures
         self._epoch_done = False
         self.refreshes = 0
         """How many times a bar was redrawn (tests check it stays small)."""
@@ -67,20 +76,19 @@ class ProgressBarHook(BaseHook):
             dynamic_ncols=True, mininterval=0, smoothing=0.1,
         )  # fmt: skip
         self._pending[phase] = 0
-        self._last = (time.monotonic(), self.trainer.samples_seen)
+        self._last = time.monotonic()
 
     def _tick(self, phase: str, loss: Any) -> None:
         if phase not in self._bars:
             return
         self._pending[phase] += 1
-        if time.monotonic() - self._last[0] >= self.refresh_s:
+        if time.monotonic() - self._last >= self.refresh_s:
             self._flush(phase, loss)
 
     def _flush(self, phase: str, loss: Any = None) -> None:
         bar = self._bars.get(phase)
         if bar is None:
             return
-        now, seen = time.monotonic(), self.trainer.samples_seen
         postfix: dict[str, str] = {}
         if loss is not None:
             postfix["loss"] = f"{float(loss.detach() if isinstance(loss, torch.Tensor) else loss):.4g}"
@@ -88,13 +96,22 @@ class ProgressBarHook(BaseHook):
             lr = current_lr(self.trainer)
             if lr is not None:
                 postfix["lr"] = f"{lr:.3g}"
-            if now > self._last[0] and seen > self._last[1]:
-                postfix["samples/s"] = f"{(seen - self._last[1]) / (now - self._last[0]):.3g}"
+            rate = self._samples_per_s()
+            if rate is not None:
+                postfix["samples/s"] = f"{rate:.3g}"
         bar.set_postfix(postfix, refresh=False)
         bar.update(self._pending[phase])
         self._pending[phase] = 0
-        self._last = (now, seen)
+        self._last = time.monotonic()
         self.refreshes += 1
+
+    def _samples_per_s(self) -> float | None:
+        """The ThroughputHook's last figure, or our meter's over the updates since the last redraw."""
+        storage = self.trainer.storage
+        if self._meter is None:
+            return storage.latest(_SAMPLES_PER_S) if _SAMPLES_PER_S in storage else None
+        self._meter.close_if_updated(self.trainer)
+        return self._meter.samples_per_s
 
     def _close(self, phase: str) -> None:
         bar = self._bars.pop(phase, None)
@@ -103,9 +120,18 @@ class ProgressBarHook(BaseHook):
                 bar.update(self._pending[phase])
             bar.close()
 
+    def before_train(self) -> None:
+        """Measure throughput with a meter of our own unless a ThroughputHook does."""
+        measured = any(isinstance(h, ThroughputHook) for h in self.trainer.hooks)
+        self._meter = None if measured else ThroughputMeter(1, owner="ProgressBarHook", publish=False)
+        if self._meter is not None:
+            self._meter.before_train(self.trainer)
+
     def before_train_epoch(self) -> None:
         """Open the epoch's bar."""
         self._epoch_done = False
+        if self._meter is not None:
+            self._meter.before_train_epoch(self.trainer)
         self._open_train()
 
     def _open_train(self) -> None:
@@ -129,6 +155,13 @@ class ProgressBarHook(BaseHook):
     def before_test(self) -> None:
         """Close the training bar (an epoch ended early) before the test bar opens."""
         self._close("train")
+        if self._meter is not None:
+            self._meter.before_test(self.trainer)
+
+    def after_test(self) -> None:
+        """Measure throughput again after a test pass within ``fit``."""
+        if self._meter is not None:
+            self._meter.after_test(self.trainer)
 
     def after_train_epoch(self) -> None:
         """Close the epoch's bar."""

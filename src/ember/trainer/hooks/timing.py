@@ -89,9 +89,14 @@ class ThroughputMeter:
     ThroughputHook is registered (``TrackingHook``) drives its own. Its methods are named after
     the hook events they belong to: call each from that event.
 
+    A reader on its own clock (``ProgressBarHook``, at its redraws) may end windows itself with
+    :meth:`close_if_updated` instead of calling :meth:`after_update`.
+
     Args:
         every_n: updates per measurement window.
         owner: who builds it, named by the error about a bad ``every_n``.
+        publish: put the figures into ``trainer.storage`` (False: keep them on the meter only,
+            for a display that must not add a second series for the writers).
 
     Example:
         >>> meter = ThroughputMeter(every_n=10)
@@ -99,10 +104,10 @@ class ThroughputMeter:
         >>> trainer.storage.latest("throughput/samples_per_s")
     """
 
-    def __init__(self, every_n: int, *, owner: str = "ThroughputMeter") -> None:
+    def __init__(self, every_n: int, *, owner: str = "ThroughputMeter", publish: bool = True) -> None:
         if isinstance(every_n, bool) or not isinstance(every_n, int) or every_n < 1:
             raise HookError(f"{owner}(every_n=...) must be a positive int, got {every_n!r}")
-        self.every_n = every_n
+        self.every_n, self.publish = every_n, bool(publish)
         self._t0 = 0.0
         self._samples0 = self._steps0 = 0
         self.epoch_time = 0.0
@@ -145,6 +150,10 @@ class ThroughputMeter:
 
     def after_train_epoch(self, trainer: Trainer) -> None:
         """Close the epoch's last window (when it holds an update)."""
+        self.close_if_updated(trainer)
+
+    def close_if_updated(self, trainer: Trainer) -> None:
+        """End the window now if it holds an optimizer update (else it goes on)."""
         if trainer.cur_step > self._steps0:
             self.close(trainer)
 
@@ -158,12 +167,14 @@ class ThroughputMeter:
         self.epoch_steps += steps
         if elapsed > 0 and steps > 0:
             self.samples_per_s, self.step_s = samples / elapsed, elapsed / steps
-            trainer.storage.put_scalar("throughput/samples_per_s", self.samples_per_s)
-            trainer.storage.put_scalar("time/step_s", self.step_s)
             left = trainer.steps_left
             if left is not None:
                 self.eta_s = left * self.step_s
-                trainer.storage.put_scalar("time/eta_s", self.eta_s)
+            if self.publish:
+                trainer.storage.put_scalar("throughput/samples_per_s", self.samples_per_s)
+                trainer.storage.put_scalar("time/step_s", self.step_s)
+                if left is not None:
+                    trainer.storage.put_scalar("time/eta_s", left * self.step_s)
         self._mark(trainer, now)
 
 
