@@ -417,9 +417,7 @@ def upload_run(
     for linked in linked_artifacts:  # checked before anything is sent
         refuse_links(linked, "artifact")
     meta = read_json(run_dir / "run.json")
-    own = client is None
-    client = client or Client()
-    try:
+    with _borrowed(client) as client, _keeping(f"the run {run_dir}", run_dir):
         platform = read_json(run_dir / "platform.json") if (run_dir / "platform.json").is_file() else {}
         body = {**_placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)}
         body.update(run=meta, platform=platform)
@@ -439,12 +437,6 @@ def upload_run(
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
         answer["cursors"] = cursors
         return dict(answer)
-    except ServerUnavailable as e:
-        e.keep(f"the run {run_dir}", run_dir)
-        raise
-    finally:
-        if own:
-            client.close()
 
 
 def _linked_artifacts(run_dir: Path) -> list[Path]:
@@ -496,9 +488,7 @@ def upload_artifact(
     art_dir = Path(path)
     refuse_links(art_dir, "artifact")
     meta = read_json(art_dir / "artifact.json")
-    own = client is None
-    client = client or Client()
-    try:
+    with _borrowed(client) as client, _keeping(f"the artifact {art_dir}", art_dir):
         files = {f["path"]: _checked_file(art_dir, f["path"]) for f in meta.get("files", [])}
         digests = sorted({f["sha256"] for f in meta.get("files", [])})
         missing = set(client.call("POST", "/blobs/missing", json={"sha256": digests})["missing"]) if digests else set()
@@ -519,12 +509,6 @@ def upload_artifact(
                 client, url, art_dir, answer["cursors"].get("lineage.jsonl", 0)
             )
         return dict(answer)
-    except ServerUnavailable as e:
-        e.keep(f"the artifact {art_dir}", art_dir)
-        raise
-    finally:
-        if own:
-            client.close()
 
 
 def upload(
@@ -539,7 +523,7 @@ def upload(
         >>> track.client.upload(".ember", folder="examples", make_folder=True)
     """
     root = Path(path)
-    with Client() as client, _keeping(root):
+    with Client() as client:
         if (root / "run.json").is_file():
             return [upload_run(root, folder, make_folder, conflict_strategy, client)]
         if (root / "artifact.json").is_file():
@@ -548,18 +532,31 @@ def upload(
         arts = sorted(p for p in (root / ARTIFACTS_DIR).glob("*") if (p / "artifact.json").is_file())
         if not runs and not arts:
             raise UploadError(f"{root} holds no run.json, artifact.json, runs/ or artifacts/: nothing to upload")
-        done = [upload_artifact(a, folder or "default", make_folder, conflict_strategy, client) for a in arts]
-        return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
+        with _keeping(f"every run and artifact of {root}", root, replace=True):  # `ember upload ROOT` goes on
+            done = [upload_artifact(a, folder or "default", make_folder, conflict_strategy, client) for a in arts]
+            return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
 
 
 @contextmanager
-def _keeping(root: Path) -> Iterator[None]:
-    """Name the store ``root`` in a :class:`ServerUnavailable` (``ember upload ROOT`` goes on)."""
+def _borrowed(client: Client | None) -> Iterator[Client]:
+    """``client``, or a new :class:`Client` closed when the block ends."""
+    if client is not None:
+        yield client
+        return
+    with Client() as own:
+        yield own
+
+
+@contextmanager
+def _keeping(kept: str, path: Path, replace: bool = False) -> Iterator[None]:
+    """Say in a :class:`ServerUnavailable` that the local store keeps ``kept`` (``ember upload PATH`` goes on).
+
+    The innermost block's word stands unless ``replace`` (:meth:`ServerUnavailable.keep`).
+    """
     try:
         yield
     except ServerUnavailable as e:
-        if not (root / "run.json").is_file() and not (root / "artifact.json").is_file():
-            e.keep(f"every run and artifact of {root}", root, replace=True)
+        e.keep(kept, path, replace)
         raise
 
 
