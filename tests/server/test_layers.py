@@ -5,7 +5,12 @@
 - The services and the models import neither FastAPI nor Starlette (not even for types), nor
   a module of the HTTP layer: they raise :mod:`ember.server.domain_errors`, which one handler
   (``errors.py``) answers.
-- No server module imports a private (``_name``) module or name of another package.
+- No server module imports a private (``_name``) module or name of another package. ember's
+  root-level private modules on layer 0 (``ember._atomic``, ``ember._format``,
+  ``ember._subcommands``, ...; docs/architecture.md) are its internal utilities, meant for every
+  ember package, so they are not another package's; their private names are, and so are a
+  subpackage's private modules (``ember.track._fs``) and the root-level ones above layer 0
+  (``ember._worker``).
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import ember.server
+from tests.test_layers import LAYERS, PACKAGE
 
 SERVER = Path(ember.server.__file__).parent
 MODELS = {"models", "db", "schemas", "settings", "domain_errors"}
@@ -37,8 +45,8 @@ SERVICES = {
     "series",
 }
 HTTP = ("fastapi", "starlette")
-# Private modules of other packages still imported, each with the item that removes it.
-KNOWN_PRIVATE = {("cli", "ember._subcommands")}  # the plumbing every `ember` subcommand family shares
+# ember's internal utilities: the root-level private modules on layer 0, for every ember package.
+UTILITIES = {f"ember.{name}" for name in LAYERS[0] if name.startswith("_")}
 
 
 def _modules() -> dict[str, Path]:
@@ -105,13 +113,41 @@ def test_services_and_models_know_no_http() -> None:
     )
 
 
+def _private_of_another_package(imported: str) -> str | None:
+    """The private module or name of another ember package that ``imported`` reaches, or None.
+
+    ``ember.track._fs`` and ``ember.track.store._x`` are; ``ember._format`` (a layer-0 utility) is
+    not, but ``ember._format._UNITS`` is.
+    """
+    parts = imported.split(".")
+    if parts[0] != "ember" or len(parts) < 2 or parts[1] == "server":
+        return None
+    start = 2 if ".".join(parts[:2]) in UTILITIES else 1
+    private = next((i for i in range(start, len(parts)) if parts[i].startswith("_")), None)
+    return None if private is None else ".".join(parts[: private + 1])
+
+
+@pytest.mark.parametrize(
+    ("imported", "private"),
+    [("ember._format", None), ("ember._subcommands.run_commands", None), ("ember._atomic", None),
+     ("ember.track.layout", None), ("ember.server._x", None), ("ember._format._UNITS", "ember._format._UNITS"),
+     ("ember.track._fs", "ember.track._fs"), ("ember.track.store._x", "ember.track.store._x"),
+     ("ember._worker", "ember._worker"), ("ember._nothing", "ember._nothing")],
+)  # fmt: skip
+def test_the_private_rule_lets_only_the_layer_0_utilities_through(imported: str, private: str | None) -> None:
+    assert _private_of_another_package(imported) == private
+
+
+def test_the_utilities_are_root_level_modules() -> None:
+    assert {"ember._atomic", "ember._format", "ember._subcommands"} <= UTILITIES
+    assert all((PACKAGE / f"{m.removeprefix('ember.')}.py").is_file() for m in UTILITIES), UTILITIES
+
+
 def test_no_server_module_imports_a_private_module_of_another_package() -> None:
     found = set()
     for name, path in _modules().items():
         for imported in _imports(path):
-            parts = imported.split(".")
-            private = next((i for i, p in enumerate(parts) if i and p.startswith("_")), None)
-            if parts[0] == "ember" and parts[1] != "server" and private is not None:
-                # ember.track._fs, or a private name of another package (from ember.x import _y)
-                found.add((name, ".".join(parts[: private + 1])))
-    assert not found - KNOWN_PRIVATE, f"make the name public in its package instead: {sorted(found - KNOWN_PRIVATE)}"
+            private = _private_of_another_package(imported)
+            if private is not None:
+                found.add((name, private))
+    assert not found, f"make the name public in its package instead: {sorted(found)}"
