@@ -24,9 +24,12 @@ $(VENV)/.dev-installed: $(PY) pyproject.toml constraints.txt
 demo: $(VENV)/.demo-installed
 	$(PY) examples/demo.py
 
-## the whole suite: lint, type check, then every test
+## the whole suite: lint, type check, then every test on 2 pytest-xdist workers: the multi-process
+## tests one after the other on one, every other module whole on either (tests/conftest.py);
+## PYTEST_WORKERS=0 runs it in one process
+PYTEST_WORKERS ?= 2
 test: $(VENV)/.dev-installed lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope
 
 ## the lowest dependency versions pyproject.toml allows, in a venv of their own, and a subset of the tests (~3 min)
 test-lowest:

@@ -101,6 +101,7 @@ def test_progressive_resizing_example_continues_one_history_and_reloads_the_best
     assert reloaded != pytest.approx(eval_losses[-1], rel=1e-3)
 
 
+@pytest.mark.multiprocess
 def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_launch_call(tmp_path: Path) -> None:
     data = make_image_folder(tmp_path / "data")
     run = torchrun(
