@@ -86,9 +86,10 @@ def save(
         extra: your own entries (numbers, strings, tensors and containers of them), kept in
             the metadata as ``meta["extra"]``: :func:`load` returns them.
         skip_zip_crc: opt-in: write the file's zip records without CRC-32s (sharded: the state
-            file; DCP's shard files have none). Saves take ~30-80% less time, but ``unzip -t``
-            and Python's ``zipfile`` then report every member as damaged; ``torch.load`` and
-            :func:`load` never check them. By default the CRCs are kept
+            file; DCP's shard files are not zips). Saves take less time (the CRCs are a quarter
+            to a third of ``torch.save``'s CPU time on 100-300 MB: ``docs/performance.md``), but
+            ``unzip -t`` and Python's ``zipfile`` then report every member as damaged;
+            ``torch.load`` and :func:`load` never check them. By default the CRCs are kept
             (:func:`ember.checkpoint.io.save_file`).
 
     Returns:

@@ -73,10 +73,10 @@ class CheckpointHook(BaseHook):
             the checkpoint with a ``CheckpointError``; one through ``.data`` would go unseen
             (``docs/checkpoint.md``).
         skip_zip_crc: opt-in: write the files' zip records without CRC-32s (sharded: the state
-            file). Saves take ~30-80% less time (computing the CRCs is a large share of a save:
-            ``docs/performance.md``), but the files' CRC fields are zero, so ``unzip -t`` and
-            Python's ``zipfile`` report every member as damaged; ``torch.load`` never checks
-            them and resuming works as usual. Off by default: the files pass ``unzip -t``.
+            file). Saves take less time (the CRCs are a quarter to a third of ``torch.save``'s
+            CPU time on 100-300 MB: ``docs/performance.md``), but the files' CRC fields are
+            zero, so ``unzip -t`` and Python's ``zipfile`` report every member as damaged;
+            ``torch.load`` never checks them and resuming works as usual. Off by default: the files pass ``unzip -t``.
         priority: default ``LOWEST`` (after every other hook).
         name: the hook's name (its own state, the best value, is saved under it).
 
