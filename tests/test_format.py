@@ -41,3 +41,22 @@ def test_checkpoint_inspect_prints_sizes_in_binary_units(
     assert main(["checkpoint", "inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "(1.5 MiB)" in out and "1.5 KiB" in out, out
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "—"), (4.25, "4.2s"), (245, "4m 05s"), (5400, "1h 30m"), (86400 + 3 * 3600 + 4 * 60 + 5, "1d 03h")],
+)  # fmt: skip
+def test_the_console_shows_two_units_of_the_same_durations(seconds: float | None, text: str) -> None:
+    pytest.importorskip("fastapi")
+    from ember.server.console.views import fmt_duration
+
+    assert fmt_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("size", "text"), [(None, "—"), (1536, "1.5 KiB"), (3 * 2**29, "1.5 GiB"), (2**41, "2.0 TiB")])
+def test_the_console_shows_the_same_byte_counts(size: int | None, text: str) -> None:
+    pytest.importorskip("fastapi")
+    from ember.server.console.views import fmt_size
+
+    assert fmt_size(size) == text

@@ -3,7 +3,8 @@
 Byte counts are binary and say so: 1 KiB = 1024 B, shown as ``B``, ``KiB``, ``MiB``, ``GiB``,
 ``TiB`` (the IEC names, so that no size is labelled MB while counted in 1024s; ``1.5 GiB`` is
 1.5 × 2**30 bytes). Durations: ``4.2s`` under a minute, then ``4m05s``, ``1h02m03s``, and from a
-day on ``2d03h04m``. What is unknown (None) is ``-``.
+day on ``2d03h04m`` (the web console shows two units, spaced: ``1h 02m``). What is unknown (None)
+is ``-``.
 
 A low-level utility: it imports nothing of ember's.
 """
@@ -32,12 +33,17 @@ def format_bytes(size: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-def format_duration(seconds: float | None) -> str:
+def format_duration(seconds: float | None, parts: int = 3, sep: str = "") -> str:
     """Seconds as ``4.2s``, ``4m05s``, ``1h02m03s`` or ``2d03h04m``; ``-`` when None (a negative time is 0).
+
+    From a minute on: the ``parts`` units from the largest that is not zero (days, hours, minutes,
+    seconds), the later ones two digits wide, joined by ``sep``.
 
     Example:
         >>> format_duration(3723)
         '1h02m03s'
+        >>> format_duration(3723, parts=2, sep=" ")  # the web console's
+        '1h 02m'
     """
     if seconds is None:
         return "-"
@@ -47,8 +53,7 @@ def format_duration(seconds: float | None) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d{hours:02d}h{minutes:02d}m"
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    return f"{minutes}m{secs:02d}s"
+    units = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next(i for i, (value, _) in enumerate(units) if value)
+    shown = units[first : first + parts]
+    return sep.join(f"{value}{unit}" if i == 0 else f"{value:02d}{unit}" for i, (value, unit) in enumerate(shown))

@@ -16,6 +16,7 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ember._format import format_bytes, format_duration
 from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
 from ember.server.domain_errors import DomainError
 from ember.server.errors import status_of
@@ -44,14 +45,8 @@ def fmt_time(value: str | None) -> str:
 
 
 def fmt_duration(seconds: float | None) -> str:
-    """Seconds as '1h 02m', '3m 05s' or '4.2s'."""
-    if seconds is None:
-        return "—"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {sec:02d}s"
+    """Seconds as '4.2s', '3m 05s', '1h 02m' or '2d 03h' (:func:`ember._format.format_duration`, two units)."""
+    return "—" if seconds is None else format_duration(seconds, parts=2, sep=" ")
 
 
 def fmt_value(value: Any) -> str:
@@ -65,14 +60,9 @@ def fmt_value(value: Any) -> str:
     return str(value)
 
 
-def fmt_size(size: int) -> str:
-    """Bytes as B, KiB, MiB or GiB."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
+def fmt_size(size: int | None) -> str:
+    """Bytes as B, KiB, MiB, GiB or TiB (:func:`ember._format.format_bytes`)."""
+    return "—" if size is None else format_bytes(size)
 
 
 env.filters.update(time=fmt_time, duration=fmt_duration, value=fmt_value, size=fmt_size, urlpath=quote)
