@@ -27,6 +27,7 @@ import anyio.to_thread
 from sqlalchemy import delete, exists, func, select, text, union, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from ember._atomic import atomic_path, fsync_dir
 from ember.server import naming
 from ember.server.domain_errors import Invalid, TooLarge
 from ember.server.ingest import insert_ignore
@@ -105,10 +106,19 @@ class BlobStore:
         return tmp
 
     def place(self, tmp: Path, sha: str) -> None:
-        """Move a received file into place (the same bytes may already be there)."""
+        """Move a received file into place durably (the same bytes may already be there).
+
+        Through :func:`ember._atomic.atomic_path`: the file is fsynced, renamed over the blob's
+        name and its folder fsynced, so a blob survives a power loss once its upload is recorded
+        (a fan-out folder made here is fsynced into its parent too).
+        """
         final = self.path(sha)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, final)
+        for folder in (final.parent.parent, final.parent):
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                fsync_dir(folder.parent)
+        with atomic_path(final) as staged:
+            os.replace(tmp, staged)
 
     def remove(self, sha: str) -> None:
         """Delete a blob's file (nothing when it is already gone)."""
