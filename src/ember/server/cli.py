@@ -188,9 +188,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     server.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     server.add_argument("--workers", type=int, default=1, help="server processes (use PostgreSQL for more than 1)")
-    server.add_argument("--max-body-mb", type=float, help="largest JSON request (default 32)")
-    server.add_argument("--max-blob-mb", type=float, help="largest artifact file (default 8192)")
-    server.add_argument("--quota-mb", type=float, help="artifact storage per user (default: no quota)")
+    server.add_argument("--max-body-mb", type=float, help="largest JSON request in MiB (2**20 bytes; default 32)")
+    server.add_argument("--max-blob-mb", type=float, help="largest artifact file in MiB (2**20 bytes; default 8192)")
+    server.add_argument(
+        "--quota-mb", type=float, help="artifact storage per user in MiB (2**20 bytes; default: no quota)"
+    )
     server.add_argument(
         "--blob-grace-hours", type=float, help="keep uploaded files no artifact lists this long (default 24)"
     )
