@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember.batch import batches_per_epoch
 from ember.errors import TrainerError
 from ember.logging import get_dist_logger
 
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from ember.logging import DistributedLogger
     from ember.trainer.trainer import Trainer
 
-__all__ = ["FitPlan", "batches_per_epoch", "check_limits", "check_result", "check_test_loader", "epoch_batches",
+__all__ = ["FitPlan", "check_limits", "check_result", "check_test_loader", "epoch_batches",
            "pick_loader", "real_num_samples", "warn_if_unsharded"]  # fmt: skip
 
 REQUIRED_KEYS = ("loss", "output", "label", "batch_size")

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember import distributed
+from ember.batch import batches_per_epoch
 from ember.errors import HookError
-from ember.trainer._setup import batches_per_epoch
 from ember.trainer.hooks.base import Priority
 from ember.trainer.hooks.memory import memory_usage
 from ember.trainer.hooks.timing import ThroughputHook, ThroughputMeter
