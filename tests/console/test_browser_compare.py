@@ -219,3 +219,19 @@ def test_artifact_files_are_previewed_inline_and_never_as_html(browser: Any, sit
         assert p.page.request.get(site["url"] + f"{base}/{name}").status == 415, name
     p.check("artifact-previews")
     p.page.context.close()
+
+
+def test_every_run_tying_for_the_best_value_is_starred_and_highlighted(browser: Any, site: dict[str, Any]) -> None:
+    """Before: only the first of two runs with the same best loss was starred and highlighted."""
+    for name, losses in (("tie-a", [0.9, 0.4]), ("tie-b", [0.4, 0.7]), ("tie-c", [0.8, 0.6])):
+        run = track.create_run(name=name, home=site["store"], folder="tie")
+        for step, loss in enumerate(losses):
+            run.log("val", {"loss": loss}, step=step)
+        run.finish()
+    p = new_page(browser, site)
+    _open_compare(p, "tie", 3)
+    ids = _ids(p)
+    starred = (_chart(p, "val/loss").get_attribute("data-best-run") or "").split()
+    assert sorted(starred) == sorted([ids["tie-a"], ids["tie-b"]])
+    cells = p.page.locator("#compare-runs td.best[data-metric='val/loss']").locator("xpath=..")
+    assert sorted(row.split()[0] for row in cells.all_inner_texts()) == ["tie-a", "tie-b"]

@@ -63,14 +63,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def best_runs(runs: list[Run], summary: dict[int, dict[str, dict[str, Any]]], metrics: list[str]) -> dict[str, str]:
-    """Per metric, the id of the run holding the best value (``ember.track.best.metric_mode``)."""
+def best_runs(
+    runs: list[Run], summary: dict[int, dict[str, dict[str, Any]]], metrics: list[str]
+) -> dict[str, frozenset[str]]:
+    """Per metric, the ids of the runs holding the best value (``ember.track.best.metric_mode``):
+    every run that ties for it, not only the first."""
     out = {}
     for m in metrics:
         held = [(s["best"], r.id) for r in runs if (s := summary[r.pk].get(m)) and _plain(s.get("best")) is not None]
         if held:
             pick = min if metric_mode(m) == "min" else max
-            out[m] = pick(held, key=lambda item: item[0])[1]
+            top = pick(value for value, _ in held)
+            out[m] = frozenset(run_id for value, run_id in held if value == top)
     return out
 
 

@@ -63,7 +63,7 @@
     const metric = div.dataset.metric, cut = metric.indexOf("/");
     const type = metric.slice(0, cut), name = metric.slice(cut + 1);
     const traces = [];
-    let best = null;
+    let best = null, ties = [];  // ties: one point per other run that holds best.y as well
     for (const run of lineRuns) {
       if (!(metric in run.metrics)) continue;
       const s = (await seriesOf(run.id, type)).metrics[name];
@@ -74,19 +74,23 @@
                     line: { width: 1.6, color: run.color }, marker: { size: 4, color: run.color }, connectgaps: false,
                     showlegend: false, hovertemplate: esc(run.name) + "<br>%{x}: %{y:.4g}<extra></extra>" });
       s.value.forEach((v, i) => {
-        if (v !== null && isFinite(v) && (best === null || better(metric, v, best.y))) best = { x: s.step[i], xs: x[i], y: v, run: run };
+        if (v === null || !isFinite(v)) return;
+        const point = { x: s.step[i], xs: x[i], y: v, run: run };
+        if (best === null || better(metric, v, best.y)) { best = point; ties = []; }
+        else if (v === best.y && run !== best.run && !ties.some((t) => t.run === run)) ties.push(point);
       });
     }
-    if (best) {
-      traces.push({ x: [best.xs], y: [best.y], type: "scatter", mode: "markers", showlegend: false, name: "best",
-                    marker: { symbol: "star", size: 15, color: best.run.color, line: { color: "#111", width: 1 } },
-                    hovertemplate: "best (" + data.modes[metric] + "): " + esc(best.run.name) + "<br>" + fmt(best.y) + " at step " + best.x + "<extra></extra>" });
+    const stars = best ? [best, ...ties] : [];  // every run that holds the best value
+    for (const b of stars) {
+      traces.push({ x: [b.xs], y: [b.y], type: "scatter", mode: "markers", showlegend: false, name: "best",
+                    marker: { symbol: "star", size: 15, color: b.run.color, line: { color: "#111", width: 1 } },
+                    hovertemplate: "best (" + data.modes[metric] + "): " + esc(b.run.name) + "<br>" + fmt(b.y) + " at step " + b.x + "<extra></extra>" });
     }
-    div.dataset.traces = String(traces.length - (best ? 1 : 0));
+    div.dataset.traces = String(traces.length - stars.length);
     div.dataset.colors = JSON.stringify(traces.filter((t) => t.name !== "best").map((t) => t.line.color));
-    div.dataset.bestRun = best ? best.run.id : "";
+    div.dataset.bestRun = stars.map((b) => b.run.id).join(" ");
     div.dataset.bestValue = best ? String(best.y) : "";
-    const title = esc(metric) + (best ? "  <span style='font-size:11px;color:#555'>best " + fmt(best.y) + " · " + esc(best.run.name) + "</span>" : "");
+    const title = esc(metric) + (best ? "  <span style='font-size:11px;color:#555'>best " + fmt(best.y) + " · " + stars.map((b) => esc(b.run.name)).join(", ") + "</span>" : "");
     await draw(div, traces, { title: { text: title, font: { size: 14 } }, showlegend: false,
                               xaxis: { title: { text: state.x }, zeroline: false },
                               yaxis: { type: state.log ? "log" : "linear", zeroline: false } });
