@@ -19,8 +19,6 @@ The load average (``os.getloadavg()``) is printed before and after: the machine 
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import statistics
 import sys
@@ -33,15 +31,13 @@ import httpx
 from sqlalchemy import select
 from tests.server.conftest import ServerProcess
 
+from benchmarks.page_timing import ARGS, CHROMIUM, NAMES, arguments, value
 from ember.server import admin, ingest
 from ember.server.db import make_engine, session_factory
 from ember.server.models import Run
 from ember.server.schemas import MetricBatch
 from ember.server.settings import Settings
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-NAMES = ("loss", "acc", "lr")
 # Drawn: every chart div of the page has a chart in it (any console version).
 DRAWN = """() => {
   const grids = document.querySelectorAll('.chart-grid');
@@ -65,7 +61,7 @@ def _fill(settings: Settings, key: str, host: str, run_id: str, name: str, train
         every = max(1, train // max(1, val)) if type_ == "val" else 1
         for i, lo in enumerate(range(0, points, batch)):
             steps = [s * every for s in range(lo, min(points, lo + batch))]
-            metrics = {n: [math.sin(s / 5000 + k) + 1.5 for s in steps] for k, n in enumerate(NAMES)}
+            metrics = {n: [value(s, k) for s in steps] for k, n in enumerate(NAMES)}
             columns = MetricBatch(
                 type=type_,
                 start=i,
@@ -98,10 +94,7 @@ def _time_page(page: Any, url: str, parts: list[list[float]] | None = None) -> f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--points", type=int, default=1_000_000, help="train points per metric of the long run")
-    parser.add_argument("--repeat", type=int, default=9, help="warm page views to time (median)")
-    args = parser.parse_args()
+    args = arguments(__doc__.split("\n")[0])
     from playwright.sync_api import sync_playwright
 
     root = Path(tempfile.mkdtemp(prefix="ember-pages-"))

@@ -11,10 +11,10 @@ metrics. MLflow's metric names carry the phase as a prefix (``train/loss``), whi
 groups into sections as ember's groups by metric type.
 
 MLflow is not one of ember's dependencies: this runs in a virtual environment of its own, and
-imports nothing from ember::
+imports nothing from ember (``benchmarks.page_timing`` holds what it shares with ``console_pages``)::
 
     python3 -m venv .venv-mlflow && .venv-mlflow/bin/pip install mlflow playwright
-    .venv-mlflow/bin/python benchmarks/mlflow_pages.py --points 1000000 --repeat 9
+    .venv-mlflow/bin/python -m benchmarks.mlflow_pages --points 1000000 --repeat 9   # from the repository root
 
 The runs are created through MLflow's client (the last point of each metric, so its latest
 values are MLflow's own); the other points go into its ``metrics`` table in one bulk insert,
@@ -23,8 +23,6 @@ which is what MLflow's ``log_batch`` writes, 50-100x faster than 1,000 points pe
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import socket
 import sqlite3
@@ -38,9 +36,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-NAMES = ("loss", "acc", "lr")
+from benchmarks.page_timing import ARGS, CHROMIUM, NAMES, arguments, value
+
 DRAWN = """(want) => {
   const plots = document.querySelectorAll('.js-plotly-plot');
   if (plots.length < want) return false;
@@ -56,7 +53,7 @@ def _points(phase: str, n: int, every: int) -> Iterator[tuple[str, float, int, i
     for i in range(n):
         step = i * every
         for k, name in enumerate(NAMES):
-            yield f"{phase}/{name}", math.sin(step / 5000 + k) + 1.5, int(1.7e12 + step * 10), step
+            yield f"{phase}/{name}", value(step, k), int(1.7e12 + step * 10), step
 
 
 def fill(db: Path, points: int) -> tuple[str, dict[str, str]]:
@@ -117,10 +114,7 @@ def _time_page(page: Any, url: str) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--points", type=int, default=1_000_000, help="train points per metric of the long run")
-    parser.add_argument("--repeat", type=int, default=9, help="warm page views to time (median)")
-    args = parser.parse_args()
+    args = arguments(__doc__.split("\n")[0])
     import mlflow
     from playwright.sync_api import sync_playwright
 

@@ -235,3 +235,4 @@ def test_every_run_tying_for_the_best_value_is_starred_and_highlighted(browser: 
     assert sorted(starred) == sorted([ids["tie-a"], ids["tie-b"]])
     cells = p.page.locator("#compare-runs td.best[data-metric='val/loss']").locator("xpath=..")
     assert sorted(row.split()[0] for row in cells.all_inner_texts()) == ["tie-a", "tie-b"]
+    p.check("compare-ties")
