@@ -2,8 +2,9 @@
 
 Stores the points through the server's ingest (the same code as an upload, in-process, so the
 set-up takes seconds, not minutes), then starts a fresh ``ember server`` process and times its
-first answer (cold: nothing of the run in that process) and the next ones (warm), and checks
-that a one-point spike survives the downsampling.
+first answer (cold: nothing of the run in that process), the next ones (warm: the answer kept)
+and the answer after 100 more points per metric (a live run's refresh), and checks that a
+one-point spike survives the downsampling.
 
     .venv/bin/python benchmarks/server_series.py
     .venv/bin/python benchmarks/server_series.py --db postgresql+psycopg://ember@127.0.0.1:55432/bench
@@ -69,6 +70,27 @@ def _fill(settings: Settings, key: str, points: int, host: str) -> None:
     engine.dispose()
 
 
+def _append(settings: Settings, points: int, more: int) -> None:
+    """``more`` points per metric after the first ``points``, as a live run's next upload."""
+    engine = make_engine(settings.db_url)
+    sessions = session_factory(engine)
+    with sessions() as session, session.begin():
+        run_pk = session.scalar(select(Run.pk).where(Run.id == RUN))
+        steps = list(range(points, points + more))
+        cursor = ingest.cursors(session, RUN)["metrics/train.jsonl"]
+        columns = MetricBatch(
+            type="train",
+            start=cursor,
+            end=cursor + 1,
+            step=steps,
+            epoch=[s / 1000 for s in steps],
+            time=[0.0] * more,
+            metrics={name: [0.5] * more for name in NAMES},
+        )
+        ingest.store_metrics(session, run_pk, RUN, columns, max_points=len(NAMES) * more)
+    engine.dispose()
+
+
 def _serve(settings: Settings, port: int) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "ember.server.cli", "server", "--db", settings.db_url]
     argv += ["--data", str(settings.data_dir), "--port", str(port), "--log-level", "warning"]
@@ -111,11 +133,16 @@ def main() -> int:
                 r = http.get(f"/api/v1/runs/{RUN}/series", params={"type": "train"})
                 times.append(time.perf_counter() - began)
                 r.raise_for_status()
+            _append(settings, args.points, 100)
+            began = time.perf_counter()
+            http.get(f"/api/v1/runs/{RUN}/series", params={"type": "train"}).raise_for_status()
+            grown = time.perf_counter() - began
         metrics = r.json()["metrics"]
         spike = args.points > SPIKE and max(v for v in metrics["loss"]["value"] if v is not None) == 1000.0
         counts = [metrics[n]["count"] for n in NAMES]
         print(f"cold (first request of a fresh server process): {times[0]:.3f} s")
         print(f"warm (median of {args.repeat}): {statistics.median(times[1:]):.3f} s")
+        print(f"after 100 more points per metric (a live run's refresh): {grown:.3f} s")
         print(f"points per metric {counts}, chart points {[len(metrics[n]['value']) for n in NAMES]}")
         print(f"spike kept: {'yes' if spike else 'NO'}")
         return 0 if counts == [args.points] * len(NAMES) and (spike or args.points <= SPIKE) else 1

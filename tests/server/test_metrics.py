@@ -53,9 +53,13 @@ def _blocks_from_points(server: Server) -> list[tuple[Any, ...]]:
         groups.setdefault((pk, type_, name, step // BLOCK), []).append((step, value))
     out = []
     for key, points in sorted(groups.items()):
+        points.sort()
         values = [v for _, v in points if v is not None]
         steps = [s for s, _ in points]
-        out.append((*key, min(steps), max(steps), min(values, default=None), max(values, default=None), len(points)))
+        lo, hi = min(values, default=None), max(values, default=None)
+        at_lo = next((s for s, v in points if v is not None and v == lo), None)  # the first step holding it
+        at_hi = next((s for s, v in points if v is not None and v == hi), None)
+        out.append((*key, min(steps), max(steps), lo, hi, len(points), at_lo, at_hi))
     return out
 
 
@@ -63,7 +67,9 @@ def _blocks(server: Server) -> list[tuple[Any, ...]]:
     b = MetricBlock
     with server.client.app.state.sessions() as session:
         rows = session.execute(
-            select(b.run_pk, b.type, b.name, b.block, b.first_step, b.last_step, b.min_value, b.max_value, b.count)
+            select(
+                b.run_pk, b.type, b.name, b.block, b.first_step, b.last_step, b.min_value, b.max_value, b.count
+            ).add_columns(b.min_step, b.max_step)
         ).all()
     return sorted(tuple(r) for r in rows)
 
@@ -213,6 +219,31 @@ def test_long_series_are_downsampled_from_blocks_keeping_extremes(server: Server
         assert got[name]["value"][got[name]["step"].index(step)] == value
 
 
+@pytest.mark.parametrize("n", [60_000, 5_000], ids=["from-blocks", "bucketed-in-sql"])
+def test_an_extreme_held_by_several_points_is_drawn_at_the_first(server: Server, n: int) -> None:
+    """A bucket's min and max are drawn at the first step holding them (migration 0007 stores it
+    per block); 60,000 points are read from the block summaries, 5,000 bucketed over the points."""
+    _new_run(server)
+    values = [0.5] * n
+    for step in (1000, 1001, 1100):
+        values[step] = 2.0
+    for step in (4000, 4010):
+        values[step] = -1.0
+    values[4001] = math.nan
+    for i, lo in enumerate(range(0, n, 10_000)):
+        steps = list(range(lo, min(n, lo + 10_000)))
+        body = {"type": "train", "start": i, "end": i + 1, "step": steps, "epoch": [None] * len(steps)}
+        loss = ["NaN" if math.isnan(values[s]) else values[s] for s in steps]
+        _post(server, body | {"time": [0.0] * len(steps), "metrics": {"loss": loss}})
+    chart = server.req("GET", f"/runs/{RUN}/series", params={"type": "train", "buckets": 100}).json()["metrics"]
+    loss = chart["loss"]
+    assert loss["downsampled"] and loss["count"] == n
+    shown = dict(zip(loss["step"], loss["value"], strict=True))
+    assert shown[1000] == 2.0 and 1001 not in shown
+    assert shown[4000] == -1.0 and 4010 not in shown
+    assert all(values[step] == value for step, value in shown.items())
+
+
 def test_a_zoomed_range_is_bucketed_finer_and_sent_whole_when_small(server: Server) -> None:
     """Issue 19: a chart zoomed to a step range asks for that range and gets it finer."""
     _new_run(server)
@@ -274,6 +305,7 @@ def _alembic(url: str, revision: str, down: bool = False) -> None:
 
 
 def test_migration_0002_keeps_existing_points_and_summarises_them(tmp_path: Path, db_url: str) -> None:
+    """0002 summarises the points already stored, 0007 adds the steps of each block's extremes."""
     _alembic(db_url, "0001")
     engine = create_engine(db_url)
     points = [(s, name, math.cos(s) if s != 77 else None) for s in range(1000) for name in ("a", "b")]

@@ -17,8 +17,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Table, case, func, literal, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, case, func, literal, select, true, update
+from sqlalchemy.orm import Session, aliased
 
 from ember.server import naming
 from ember.server.domain_errors import Conflict, Invalid, TooLarge
@@ -171,18 +171,59 @@ def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
     )
 
 
-def point_aggregates() -> list[Any]:
-    """What a block summary and a chart bucket keep of their points: first/last step and epoch,
-    min/max value and count, in that order."""
-    return [
-        func.min(MetricPoint.step),
-        func.max(MetricPoint.step),
-        func.min(MetricPoint.epoch),
-        func.max(MetricPoint.epoch),
-        func.min(MetricPoint.value),
-        func.max(MetricPoint.value),
-        func.count(),
-    ]
+def extremes(where: Iterable[Any], group: Callable[[Any], Any], *lead: Any) -> Any:
+    """Per metric and group of points: what a block summary and a chart bucket keep of them.
+
+    The select's columns: ``*lead``, name, group, first/last step, min/max epoch, min/max value,
+    count, and the first step holding the minimum and the one holding the maximum (NULL when
+    every value is NaN), so a chart draws each extreme where it happened without reading the
+    points again. ``where``: conditions on the points; ``group(step)``: a point's group.
+    """
+    p = MetricPoint
+    grp = group(p.step).label("grp")
+    stats = (
+        select(
+            p.run_pk,
+            p.type,
+            p.name,
+            grp,
+            func.min(p.step).label("first"),
+            func.max(p.step).label("last"),
+            func.min(p.epoch).label("min_epoch"),
+            func.max(p.epoch).label("max_epoch"),
+            func.min(p.value).label("lo"),
+            func.max(p.value).label("hi"),
+            func.count().label("count"),
+        )
+        .where(*where)
+        .group_by(p.run_pk, p.type, p.name, grp)
+        .subquery()
+    )
+    c = stats.c
+    q = aliased(MetricPoint)
+
+    def first_holding(value: Any) -> Any:  # one key range of the group's points
+        return (
+            select(func.min(q.step))
+            .where(q.run_pk == c.run_pk, q.type == c.type, q.name == c.name)
+            .where(q.step.between(c.first, c.last), q.value == value)
+            .scalar_subquery()
+        )
+
+    return select(
+        *lead,
+        c.name,
+        c.grp,
+        c.first,
+        c.last,
+        c.min_epoch,
+        c.max_epoch,
+        c.lo,
+        c.hi,
+        c.count,
+        first_holding(c.lo),
+        first_holding(c.hi),
+    ).where(true())  # SQLite parses INSERT ... SELECT ... FROM t ON CONFLICT only with a WHERE
 
 
 def summarize(
@@ -199,25 +240,15 @@ def summarize(
     batches sharing a block) leaves exact summaries. ``names``: the metrics to summarise (each
     one range of the points' key); ``None`` for all of the type's. ``last_step=None``: to the end.
     """
-    block = MetricPoint.step // BLOCK
     where = [MetricPoint.run_pk == run_pk, MetricPoint.type == type_, MetricPoint.step >= first_step // BLOCK * BLOCK]
     if names is not None:
         where.append(MetricPoint.name.in_(list(names)))
     if last_step is not None:
         where.append(MetricPoint.step < (last_step // BLOCK + 1) * BLOCK)
-    summary = (
-        select(
-            literal(run_pk),
-            literal(type_),
-            MetricPoint.name,
-            block,
-            *point_aggregates(),
-        )
-        .where(*where)
-        .group_by(MetricPoint.name, block)
-    )
+    summary = extremes(where, lambda step: step // BLOCK, literal(run_pk), literal(type_))
     keys = ["run_pk", "type", "name", "block"]
     stats = ["first_step", "last_step", "min_epoch", "max_epoch", "min_value", "max_value", "count"]
+    stats += ["min_step", "max_step"]  # in the order of extremes()' columns
     insert = _dialect_insert(session)(MetricBlock).from_select(keys + stats, summary)
     session.execute(insert.on_conflict_do_update(index_elements=keys, set_={c: insert.excluded[c] for c in stats}))
 

@@ -148,7 +148,8 @@ class MetricBlock(Base):
 
     Written in the same transaction as the points (``ingest.store_metrics``), so a chart of a
     million points reads a few thousand of these rows instead of every point. ``count`` counts
-    NaN points too; ``min_value``/``max_value`` ignore them (NULL when every point is NaN).
+    NaN points too; ``min_value``/``max_value`` ignore them (NULL when every point is NaN);
+    ``min_step``/``max_step`` are the first steps holding them, where a chart draws them.
     """
 
     __tablename__ = "metric_blocks"
@@ -167,6 +168,8 @@ class MetricBlock(Base):
     min_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     max_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     count: Mapped[int] = mapped_column(BigInteger)
+    min_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class LogChunk(Base):

@@ -2,16 +2,17 @@
 
 A series of at most ``2 * buckets`` points is sent whole. A longer one is cut into about
 ``buckets`` equal step ranges and each range gives its minimum and its maximum, each at the exact
-step (epoch, time) of a point holding it: a one-point spike in a million still shows, where it
-happened. ``start``/``end`` narrow the series to a step range (a zoomed chart asks again for its
+step (epoch, time) of the first point holding it: a one-point spike in a million still shows,
+where it happened. ``start``/``end`` narrow the series to a step range (a zoomed chart asks again for its
 visible range, and gets it finer: whole once few enough points are in it).
 
-Long series are read from their block summaries (``metric_blocks``: min, max and count per
-:data:`~ember.server.models.BLOCK` steps), which ingest writes in the same transaction as the
-points. A chart of 3 metrics x 1,000,000 points therefore reads about 23,000 summary rows, the
-same on a cold server process as on a warm one, and every server process sees the same data.
-Medium series (too long to send whole, spanning too few blocks to fill the buckets) are
-bucketed in one SQL query over their points, at most ``buckets * BLOCK`` steps of each.
+Long series are read from their block summaries (``metric_blocks``: min, max, the steps holding
+them and count per :data:`~ember.server.models.BLOCK` steps), which ingest writes in the same
+transaction as the points. A chart of 3 metrics x 1,000,000 points therefore reads about 23,000
+summary rows and the epoch and time of its 12,000 extremes (by key), the same on a cold server
+process as on a warm one, and every server process sees the same data. Medium series (too long
+to send whole, spanning too few blocks to fill the buckets) are bucketed in one SQL query over
+their points, at most ``buckets * BLOCK`` steps of each.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from sqlalchemy.orm import Session
 from ember.server import codec, ingest
 from ember.server.models import BLOCK, MetricBlock, MetricPoint
 
-# One block: [first step, last step, min epoch, max epoch, min value, max value, count].
+# One block or bucket: [first step, last step, min epoch, max epoch, min value, max value, count,
+# first step holding the min, first step holding the max].
 Block = list[Any]
-# Exact extremes found: (first step, last step, value) -> (step, epoch, time) of the first point.
-Found = dict[tuple[int, int, float], tuple[int, float | None, float | None]]
 
 
 def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
@@ -66,7 +66,6 @@ class SeriesReader:
         self._keep = keep
         self._answers: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], bytes]] = OrderedDict()
         self._lock = threading.Lock()
-        self._lookups: OrderedDict[tuple[int, str, str], Found] = OrderedDict()
 
     def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> None:
         """Summarise a series' points from its last summarised block on, and commit ``session``.
@@ -149,17 +148,6 @@ class SeriesReader:
                 self._answers.popitem(last=False)
         return answer, body
 
-    def _found(self, run_pk: int, type_: str, name: str) -> Found:
-        """A series' exact-extreme lookups so far (the last 64 series kept, each up to 20,000)."""
-        with self._lock:
-            found = self._lookups.pop((run_pk, type_, name), None)
-            if found is None or len(found) > 20_000:
-                found = {}
-            self._lookups[(run_pk, type_, name)] = found
-            while len(self._lookups) > self._keep:
-                self._lookups.popitem(last=False)
-            return found
-
     def _read(
         self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None
     ) -> dict[str, Any]:
@@ -174,6 +162,8 @@ class SeriesReader:
             MetricBlock.min_value,
             MetricBlock.max_value,
             MetricBlock.count,
+            MetricBlock.min_step,
+            MetricBlock.max_step,
         ).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
         if start is not None or end is not None:
             query = query.where(MetricBlock.last_step >= lo, MetricBlock.first_step <= hi)
@@ -192,12 +182,11 @@ class SeriesReader:
             if count <= 2 * buckets:
                 out[name] = _raw(session, key, name, lo, hi, count)
             elif whole and len(blocks) >= buckets:
-                out[name] = _exact(session, key, name, _merge(blocks, buckets), count, self._found(run_pk, type_, name))
+                out[name] = _exact(session, key, name, _merge(blocks, buckets), count)
             else:
                 first = max(lo, min(b[0] for b in blocks.values()))
                 last = min(hi, max(b[1] for b in blocks.values()))
-                found = self._found(run_pk, type_, name)
-                out[name] = _bucketed(session, key, name, first, last, buckets, count, found)
+                out[name] = _bucketed(session, key, name, first, last, buckets, count)
         return {"type": type_, "metrics": out}
 
 
@@ -227,44 +216,36 @@ def _raw(session: Session, key: tuple[int, str], name: str, lo: int, hi: int, co
 
 
 def _bucketed(
-    session: Session, key: tuple[int, str], name: str, lo: int, hi: int, buckets: int, count: int, found: Found
+    session: Session, key: tuple[int, str], name: str, lo: int, hi: int, buckets: int, count: int
 ) -> dict[str, Any]:
     run_pk, type_ = key
     width = max(1, math.ceil((hi - lo + 1) / buckets))
-    bucket = ((MetricPoint.step - lo) // width).label("bucket")
-    rows = session.execute(
-        select(
-            bucket,
-            *ingest.point_aggregates(),
-        )
-        .where(
-            MetricPoint.run_pk == run_pk,
-            MetricPoint.type == type_,
-            MetricPoint.name == name,
-            MetricPoint.step.between(lo, hi),
-        )
-        .group_by(bucket)
-        .order_by(bucket)
-    ).all()
-    return _exact(session, key, name, [[*r[1:], (r[1], r[2]), (r[1], r[2])] for r in rows], count, found)
+    where = [
+        MetricPoint.run_pk == run_pk,
+        MetricPoint.type == type_,
+        MetricPoint.name == name,
+        MetricPoint.step.between(lo, hi),
+    ]
+    rows = session.connection().execute(ingest.extremes(where, lambda step: (step - lo) // width)).all()
+    return _exact(session, key, name, [list(r[2:]) for r in sorted(rows, key=lambda r: r[1])], count)
 
 
 def _merge(blocks: dict[int, Block], buckets: int) -> list[Block]:
     keys = sorted(blocks)
     per = math.ceil((keys[-1] - keys[0] + 1) / buckets)
     merged: dict[int, Block] = {}
-    for k in keys:
+    for k in keys:  # in step order: on a tie, the earlier block keeps the extreme
         b = blocks[k]
         m = merged.get((k - keys[0]) // per)
-        if m is None:  # + where its min and its max are: the step ranges of their blocks
-            merged[(k - keys[0]) // per] = [*b, (b[0], b[1]), (b[0], b[1])]
+        if m is None:
+            merged[(k - keys[0]) // per] = list(b)
             continue
         m[1] = max(m[1], b[1])
         m[2], m[3] = _lo(m[2], b[2]), _hi(m[3], b[3])
         if b[4] is not None and (m[4] is None or b[4] < m[4]):
-            m[4], m[7] = b[4], (b[0], b[1])
+            m[4], m[7] = b[4], b[7]
         if b[5] is not None and (m[5] is None or b[5] > m[5]):
-            m[5], m[8] = b[5], (b[0], b[1])
+            m[5], m[8] = b[5], b[8]
         m[6] += b[6]
     return [merged[k] for k in sorted(merged)]
 
@@ -277,42 +258,26 @@ def _hi(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _exact(
-    session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int, found: Found
-) -> dict[str, Any]:
+def _exact(session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int) -> dict[str, Any]:
     """Two points per bucket, its minimum and its maximum, each at the first point holding it.
 
-    ``rows``: blocks (or SQL buckets) and, last, the step ranges holding their min and their max.
-    One query for all buckets: a VALUES list (a CTE) of (first step, last step, value) joined with the
-    points on their key, so each lookup reads one block's step range of the primary key.
-    ``found``: the lookups of this series so far, (first step, last step, value) -> the point,
-    added to; a live run's refresh looks up only the ranges that changed (its last blocks).
+    ``rows``: blocks (or SQL buckets) in step order, each with the steps of its extremes; their
+    epoch and time are read by key, a few thousand at a time.
     """
-    wanted = sorted({(*r[7 + i], r[4 + i]) for r in rows for i in (0, 1) if r[4 + i] is not None} - found.keys())
-    connection = session.connection()
-    mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"
-    row = f"(CAST({mark} AS BIGINT), CAST({mark} AS BIGINT), CAST({mark} AS DOUBLE PRECISION))"
-    for chunk in range(0, len(wanted), 2000):  # SQLite allows 32,766 bound values a statement
-        part = wanted[chunk : chunk + 2000]
-        # Written by hand: SQLAlchemy takes ~0.5 s to compile a VALUES of 2,000 rows.
-        sql = (
-            f"WITH ranges(lo, hi, v) AS (VALUES {', '.join([row] * len(part))}) "
-            "SELECT ranges.lo, ranges.hi, ranges.v, p.step, p.epoch, p.time FROM ranges JOIN metric_points p "
-            f"ON p.run_pk = {mark} AND p.type = {mark} AND p.name = {mark} "
-            "AND p.step BETWEEN ranges.lo AND ranges.hi AND p.value = ranges.v"
+    steps = sorted({r[i] for r in rows for i in (7, 8) if r[i] is not None})
+    at: dict[int, tuple[float | None, float | None]] = {}
+    for chunk in range(0, len(steps), 5000):  # SQLite allows 32,766 bound values a statement
+        query = select(MetricPoint.step, MetricPoint.epoch, MetricPoint.time).where(
+            MetricPoint.run_pk == key[0],
+            MetricPoint.type == key[1],
+            MetricPoint.name == name,
+            MetricPoint.step.in_(steps[chunk : chunk + 5000]),
         )
-        params = (*(x for r in part for x in r), key[0], key[1], name)
-        for lo, hi, v, step, epoch, time in connection.exec_driver_sql(sql, params).all():
-            if (lo, hi, v) not in found or step < found[(lo, hi, v)][0]:
-                found[(lo, hi, v)] = (step, epoch, time)
+        at.update((step, (epoch, time)) for step, epoch, time in session.connection().execute(query))
     points: list[tuple[int, float | None, float | None, float | None]] = []
     for s0, _s1, e0, _e1, v0, v1, _, at0, at1 in rows:
-        pair: list[tuple[int, float | None, float | None, float | None]]
-        keys = [((at[0], at[1], v), v) for v, at in ((v0, at0), (v1, at1))]
-        pair = sorted({found[k] + (v,) for k, v in keys if k in found})
-        if not pair:  # every point NaN: a gap at the bucket's first step
-            pair = [(s0, e0, None, None)]
-        points += pair
+        pair = sorted({(step, *at[step], v) for step, v in ((at0, v0), (at1, v1)) if step is not None})
+        points += pair or [(s0, e0, None, None)]  # every point NaN: a gap at the bucket's first step
     return {
         "count": count,
         "downsampled": True,
