@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 from ember import track
 from ember.track import images as images_mod
-from ember.track.client import Client, Credentials, upload_run
+from ember.track.client import Client, Credentials, UploadError, upload_run
 from ember.track.retry import Retry
-from tests.server.conftest import Server
+from tests.server.conftest import Server, make_server
 
 FAST = Retry(deadline_s=0.3, base_s=0.01, max_backoff_s=0.05)
 
@@ -127,3 +129,56 @@ def test_ember_ui_in_process_upload_stores_the_images_an_http_upload_stores(serv
     assert [(i["name"], i["step"]) for i in listed] == [("real", 0), ("samples/fake", 0), ("samples/fake", 10)]
     got = server.req("GET", f"/runs/{run.id}/images/10/samples/fake")
     assert got.content == (run.path / "images/samples/fake/10.png").read_bytes()
+
+
+def _upload(server: Server, run: Any) -> Any:
+    client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client, retry=FAST)
+    return upload_run(run.path, folder="gan", make_folder=True, client=client)
+
+
+def test_a_run_past_the_servers_image_limit_is_refused_whole_and_the_rest_of_it_uploads(
+    tmp_path: Path, db_url: str
+) -> None:
+    server = make_server(tmp_path, db_url, max_run_images=3)
+    with server.client:
+        parent = track.create_run(name="data", home=tmp_path / "store")
+        parent.finish()
+        run = track.create_run(name="gan", home=tmp_path / "store")
+        run.mark_input(parent)
+        run.log("train", {"loss": 1.0}, step=0)
+        for step in range(4):  # 4 images in one batch
+            run.log_image("samples/fake", np.full((4, 5, 3), step * 40, np.uint8), step=step)
+        run.finish()
+        with pytest.raises(UploadError, match=r"4 images, over the server's limit of 3 per run.*--max-run-images"):
+            _upload(server, run)
+        assert server.req("GET", f"/runs/{run.id}/images").json()["images"] == []  # nothing of the batch
+        assert server.req("GET", f"/runs/{run.id}/metrics", params={"type": "train"}).json()["points"]
+        cursors = server.req("GET", f"/runs/{run.id}").json()["cursors"]
+        assert cursors.get("images.jsonl", 0) == 0 and cursors["lineage.jsonl"] > 0
+        app = server.client.app  # an admin raises the limit: the same upload now completes
+        app.state.settings = dataclasses.replace(app.state.settings, max_run_images=4)
+        _upload(server, run)
+        assert len(server.req("GET", f"/runs/{run.id}/images").json()["images"]) == 4
+    server.client.app.state.engine.dispose()
+
+
+def test_run_images_count_in_the_owners_storage_quota(tmp_path: Path, db_url: str) -> None:
+    from ember.server.blobs import usage
+    from ember.server.models import User
+
+    first = _run_with_images(tmp_path / "store", count=1)
+    sizes = [len((first.path / line["file"]).read_bytes()) for line in first.images()]
+    server = make_server(tmp_path, db_url, quota_bytes=sum(sizes) + 10)
+    with server.client:
+        _upload(server, first)
+        with server.client.app.state.sessions() as session:
+            alice = session.scalar(select(User.id).where(User.name == "alice"))
+            assert usage(session, alice) == sum(sizes)
+        second = _run_with_images(tmp_path / "store", count=1)
+        with pytest.raises(UploadError, match=r"over the quota of \d+ bytes per user.*--quota-mb"):
+            _upload(server, second)
+        assert server.req("GET", f"/runs/{second.id}/images").json()["images"] == []
+        assert server.req("DELETE", f"/runs/{first.id}").status_code == 200  # frees its images' bytes
+        _upload(server, second)
+        assert len(server.req("GET", f"/runs/{second.id}/images").json()["images"]) == 2
+    server.client.app.state.engine.dispose()

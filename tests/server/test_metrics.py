@@ -348,7 +348,7 @@ def test_migration_0002_keeps_existing_points_and_summarises_them(tmp_path: Path
 
 
 def test_a_growing_series_reads_again_as_a_fresh_reader_does(server: Server) -> None:
-    """The series answers and exact-extreme lookups kept per process follow new points (issue 19)."""
+    """The series answers kept per process follow new points (issue 19)."""
     from ember.server.series import SeriesReader
 
     _new_run(server)

@@ -11,7 +11,8 @@ by a user who uploaded those bytes (``blob_uploads``) or who can already view an
 them; ``POST /blobs/missing`` answers from the caller's own uploads. A blob no artifact lists is
 removed when its last artifact is deleted, or, when it was never listed, once its upload's grace
 period has passed (:func:`collect`). A user's storage (:func:`usage`) is the blobs listed by
-artifacts in their folder tree, plus their uploads still waiting for an artifact.
+artifacts in their folder tree, plus their uploads still waiting for an artifact, plus the
+images of the runs in their tree.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ember._atomic import atomic_path, fsync_dir
 from ember.server import naming
 from ember.server.domain_errors import Invalid, TooLarge
 from ember.server.ingest import insert_ignore
-from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, User, now
+from ember.server.models import Artifact, ArtifactFile, Blob, BlobUpload, Run, RunImage, User, now
 from ember.server.perms import Level, level
 from ember.server.settings import Settings
 
@@ -220,7 +221,8 @@ def claim(session: Session, user: User, shas: Iterable[str]) -> None:
 
 
 def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
-    """Bytes held by a user: blobs listed by artifacts they own, and their uploads still pending."""
+    """Bytes held by a user: blobs listed by artifacts they own, their uploads still pending (each
+    blob once), and the images of the runs they own."""
     at = at or now()
     listed = (
         select(ArtifactFile.sha256.label("sha256"))
@@ -232,7 +234,12 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     )
     held = union(listed, pending).subquery()
     total = session.scalar(select(func.coalesce(func.sum(Blob.size), 0)).where(Blob.sha256.in_(select(held.c.sha256))))
-    return int(total or 0)
+    pictures = session.scalar(
+        select(func.coalesce(func.sum(RunImage.size), 0))
+        .join(Run, Run.pk == RunImage.run_pk)
+        .where(Run.owner_id == user_id)
+    )
+    return int(total or 0) + int(pictures or 0)
 
 
 def usage_now(sessions: sessionmaker[Session], user: User) -> int:
@@ -244,8 +251,8 @@ def usage_now(sessions: sessionmaker[Session], user: User) -> int:
 def quota_text(user: User, quota: int) -> str:
     """Why an upload that would take ``user`` past the quota is refused."""
     return (
-        f"the file passes what is left of {user.name!r}'s storage quota of {quota} bytes: delete artifacts, "
-        "or ask an admin to raise `ember server --quota-mb`"
+        f"the file passes what is left of {user.name!r}'s storage quota of {quota} bytes: delete artifacts "
+        "or runs with images, or ask an admin to raise `ember server --quota-mb`"
     )
 
 
@@ -256,8 +263,9 @@ def check_quota(session: Session, user_id: int, name: str, quota: int | None) ->
     used = usage(session, user_id)
     if used > quota:
         raise TooLarge(
-            f"this would make {used} bytes of artifacts held by {name!r}, over the quota of {quota} bytes "
-            "per user: delete artifacts, or ask an admin to raise `ember server --quota-mb`",
+            f"this would make {used} bytes of artifact files and run images held by {name!r}, over the quota of "
+            f"{quota} bytes per user: delete artifacts or runs with images, or ask an admin to raise "
+            "`ember server --quota-mb`",
         )
 
 

@@ -31,6 +31,7 @@ def _settings(args: argparse.Namespace):
         blob_grace_s=grace,
         allowed_hosts=_allowed_hosts(args) if hasattr(args, "allowed_hosts") else None,
         api_docs=True if getattr(args, "api_docs", False) else None,
+        max_run_images=getattr(args, "max_run_images", None),
     )
 
 
@@ -191,8 +192,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument("--max-body-mb", type=float, help="largest JSON request in MiB (2**20 bytes; default 32)")
     server.add_argument("--max-blob-mb", type=float, help="largest artifact file in MiB (2**20 bytes; default 8192)")
     server.add_argument(
-        "--quota-mb", type=float, help="artifact storage per user in MiB (2**20 bytes; default: no quota)"
+        "--quota-mb",
+        type=float,
+        help="storage per user, artifact files and run images, in MiB (2**20 bytes; default: no quota)",
     )
+    server.add_argument("--max-run-images", type=int, help="the most images one run may hold (default 10000)")
     server.add_argument(
         "--blob-grace-hours", type=float, help="keep uploaded files no artifact lists this long (default 24)"
     )

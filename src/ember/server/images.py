@@ -5,7 +5,9 @@ PNG (base64). Rows go in with ``ON CONFLICT DO NOTHING`` on (run, name, step) an
 ``images.jsonl`` moves in the same transaction, as the metrics do (``ingest.py``): a retry
 adds nothing, a range past the cursor is a 409. PNGs are kept in the database (``run_images``),
 at most :data:`MAX_PNG_BYTES` each; only PNG is accepted, so an image is always served as
-``image/png`` with ``nosniff``.
+``image/png`` with ``nosniff``. A server bounds them: at most ``max_run_images`` per run, and
+their bytes count in the run's owner's storage quota (:func:`ember.server.blobs.usage`); a batch
+over either is refused whole (413) and nothing of it is kept.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ember.server import ingest
+from ember.server import blobs, ingest
 from ember.server.domain_errors import Invalid, NotFound, TooLarge
-from ember.server.models import Run, RunImage
+from ember.server.models import Run, RunImage, User
 from ember.server.schemas import Count, Number
 from ember.track.images import MAX_PNG_BYTES, NAME
 
@@ -77,11 +79,31 @@ def image_rows(run_pk: int, images: list[ImageIn]) -> list[dict[str, Any]]:
     return rows
 
 
-def store_images(session: Session, run: Run, batch: ImagesBatch) -> int:
-    """Insert a batch's images (each (name, step) once) and move the cursor; return it."""
+def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int | None, quota: int | None) -> int:
+    """Insert a batch's images (each (name, step) once) and move the cursor; return it.
+
+    Args:
+        max_images: the most images the run may hold; ``quota``: the most bytes its owner may
+            hold (:func:`ember.server.blobs.usage`). None: no limit (``ember ui``'s own store).
+
+    Raises:
+        TooLarge: 413 when the batch takes the run past ``max_images`` or its owner past
+            ``quota``; the caller's transaction is rolled back, so nothing of the batch is kept.
+    """
     ingest.lock_cursor(session, run.id, STREAM)
     ingest.check_start(session, run.id, STREAM, batch.start, batch.end)
     ingest.insert_ignore(session, RunImage, image_rows(run.pk, batch.images), ["run_pk", "name", "step"])
+    if max_images is not None:
+        held = int(session.scalar(select(func.count()).where(RunImage.run_pk == run.pk)) or 0)
+        if held > max_images:
+            raise TooLarge(
+                f"run {run.name!r} ({run.id}) would hold {held} images, over the server's limit of {max_images} "
+                "per run: log images less often (every N steps), or ask an admin to raise "
+                "`ember server --max-run-images`"
+            )
+    if quota is not None:
+        owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
+        blobs.check_quota(session, run.owner_id, owner, quota)
     return ingest.advance(session, run.id, STREAM, batch.end)
 
 

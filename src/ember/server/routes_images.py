@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from ember.server import images
@@ -21,9 +21,10 @@ router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
 
 
 @router.post("/{run_id}/images", summary="Append complete lines of the run's images.jsonl with their PNGs (idempotent)")
-def post_images(run_id: str, batch: images.ImagesBatch, user: CurrentUser, session: DbSession):
+def post_images(run_id: str, batch: images.ImagesBatch, request: Request, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id, Level.EDIT)
-    return {"cursor": images.store_images(session, run, batch)}
+    settings = request.app.state.settings
+    return {"cursor": images.store_images(session, run, batch, settings.max_run_images, settings.quota_bytes)}
 
 
 @router.get("/{run_id}/images", summary="The images a run logged (name, step, time, width, height, size)")

@@ -13,6 +13,7 @@ ENV_DATA = "EMBER_SERVER_DATA"
 ENV_MAX_BODY = "EMBER_SERVER_MAX_BODY_BYTES"
 ENV_MAX_BLOB = "EMBER_SERVER_MAX_BLOB_BYTES"
 ENV_QUOTA = "EMBER_SERVER_QUOTA_BYTES"
+ENV_MAX_IMAGES = "EMBER_SERVER_MAX_RUN_IMAGES"
 ENV_GRACE = "EMBER_SERVER_BLOB_GRACE_S"
 ENV_HOSTS = "EMBER_SERVER_ALLOWED_HOSTS"
 ENV_DOCS = "EMBER_SERVER_API_DOCS"
@@ -37,7 +38,9 @@ class Settings:
         max_body_bytes: the largest JSON request accepted (413 above it).
         max_blob_bytes: the largest artifact file accepted (413 above it).
         max_batch_points: the most metric records in one request (413 above it).
-        quota_bytes: the most artifact bytes one user may hold (413 above it); None: no quota.
+        quota_bytes: the most bytes one user may hold, artifact files and run images together (413
+            above it); None: no quota.
+        max_run_images: the most images one run may hold (413 above it).
         blob_grace_s: how long uploaded bytes no artifact refers to are kept (the time a client
             has between uploading a blob and the artifact that lists it).
         allowed_hosts: the ``Host`` header names (without port) the server answers; others get
@@ -57,6 +60,7 @@ class Settings:
     blob_grace_s: float = DAY_S
     allowed_hosts: tuple[str, ...] | None = None
     api_docs: bool = False
+    max_run_images: int = 10_000
 
     @classmethod
     def make(
@@ -69,6 +73,7 @@ class Settings:
         blob_grace_s: float | None = None,
         allowed_hosts: tuple[str, ...] | list[str] | None = None,
         api_docs: bool | None = None,
+        max_run_images: int | None = None,
     ) -> Settings:
         """Settings from arguments, falling back to ``$EMBER_SERVER_*`` and the defaults.
 
@@ -96,7 +101,10 @@ class Settings:
         if hosts is not None:
             hosts = check_hosts(hosts)
         docs = api_docs if api_docs is not None else os.environ.get(ENV_DOCS) == "1"
-        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs)
+        images = max_run_images if max_run_images is not None else _env_int(ENV_MAX_IMAGES, 10_000)
+        if images <= 0:
+            raise ServerError(f"max_run_images must be positive, got {images}")
+        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs, images)
 
     def export_env(self) -> None:
         """Put these settings in the environment, for worker processes that rebuild them."""
@@ -108,6 +116,7 @@ class Settings:
         os.environ[ENV_GRACE] = str(int(self.blob_grace_s))
         os.environ[ENV_HOSTS] = "*" if self.allowed_hosts is None else ",".join(self.allowed_hosts)
         os.environ[ENV_DOCS] = "1" if self.api_docs else "0"
+        os.environ[ENV_MAX_IMAGES] = str(self.max_run_images)
 
 
 def check_hosts(hosts: tuple[str, ...] | list[str]) -> tuple[str, ...] | None:

@@ -430,11 +430,12 @@ def upload_run(
             stream = f"metrics/{file.name}"
             cursors[stream] = _send_metrics(client, rid, file, cursors.get(stream, 0))
         cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
-        if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
-            cursors[images.IMAGES_FILE] = images.send(client, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
         for linked in linked_artifacts:
             upload_artifact(linked, body["folder"], make_folder, "new", client)
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
+        # Images last: a server's image limits (count, quota) refuse them without holding back the rest.
+        if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
+            cursors[images.IMAGES_FILE] = images.send(client, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
         answer["cursors"] = cursors
         return dict(answer)
 
