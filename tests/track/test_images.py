@@ -6,6 +6,7 @@ import json
 import struct
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -147,12 +148,51 @@ def test_a_png_file_is_logged_as_it_is_and_another_file_is_refused(tmp_path: Pat
     saved.write_bytes(encode_png(pixels))
     with track.create_run(name="file") as run:
         run.log_image("plots/loss", saved, step=3)
-        (tmp_path / "plot.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a png")
-        with pytest.raises(TrackingError, match="not a PNG"):
+        (tmp_path / "plot.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg either")
+        with pytest.raises(TrackingError, match=r"plot\.jpg: not an image file Pillow can read"):
             run.log_image("plots/loss", tmp_path / "plot.jpg", step=4)
     (line,) = run.images()
     assert (line["width"], line["height"]) == (5, 3)
     assert (run.path / line["file"]).read_bytes() == saved.read_bytes()
+
+
+@pytest.mark.parametrize("suffix", ["jpg", "gif", "bmp", "webp"])
+def test_a_saved_file_of_another_format_is_stored_as_png(tmp_path: Path, suffix: str) -> None:
+    """A JPEG (or GIF, BMP, WebP) saved by matplotlib or PIL is decoded by Pillow and kept as PNG."""
+    from PIL import Image
+
+    pixels = np.zeros((6, 8, 3), np.uint8)
+    pixels[:, :4] = (200, 30, 30)
+    saved = tmp_path / f"plot.{suffix}"
+    Image.fromarray(pixels).save(saved, quality=100) if suffix == "jpg" else Image.fromarray(pixels).save(saved)
+    with track.create_run(name="file") as run:
+        run.log_image("plots/confusion", saved, step=1)
+    (line,) = run.images()
+    assert line["file"] == "images/plots/confusion/1.png" and (line["width"], line["height"]) == (8, 6)
+    stored = decode_png((run.path / line["file"]).read_bytes())
+    with Image.open(saved) as original:
+        expected = np.asarray(original.convert("RGBA" if stored.shape[-1] == 4 else "RGB"))  # GIF: a palette
+    assert (stored == expected).all()  # the decoded pixels, lossy format or not
+
+
+def test_a_non_png_file_without_pillow_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pillow(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "PIL" or name.startswith("PIL."):
+            raise ImportError("No module named 'PIL'")
+        return real_import(name, *args, **kwargs)
+
+    (tmp_path / "plot.jpg").write_bytes(b"\xff\xd8\xff\xe0")
+    monkeypatch.setattr(builtins, "__import__", no_pillow)
+    with (
+        track.create_run(name="file") as run,
+        pytest.raises(TrackingError, match=r"plot\.jpg: not a PNG.*pip install pillow"),
+    ):
+        run.log_image("plots/loss", tmp_path / "plot.jpg", step=0)
+    assert run.images() == []
 
 
 def test_a_t9k_em_run_logs_a_saved_png_as_an_image(tmp_path: Path) -> None:

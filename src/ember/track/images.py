@@ -39,6 +39,7 @@ IMAGES_DIR = "images"
 MAX_SIDE = 16384
 MAX_PNG_BYTES = 16 * 1024 * 1024
 """The largest PNG a run may log (the server refuses larger ones too)."""
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BATCH_PNG_BYTES = 8 * 1024 * 1024
 """About the most PNG bytes one upload request carries (a larger single image goes alone)."""
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}(/[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}){0,4}")
@@ -110,29 +111,57 @@ def encode_png(pixels: Any) -> bytes:
     color = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
     header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
     idat = zlib.compress(rows.tobytes(), 6)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
+    return _PNG_SIGNATURE + _chunk(b"IHDR", header) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
 
 
 def png_size(data: bytes) -> tuple[int, int]:
     """(width, height) from a PNG's header; TrackingError when ``data`` is not a PNG."""
-    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+    if len(data) < 24 or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR":
         raise TrackingError("not a PNG file: log_image takes a saved file only as PNG (or pass the pixels)")
     width, height = struct.unpack(">II", data[16:24])
     return int(width), int(height)
 
 
+def _decoded(path: Path) -> Any:
+    """A saved image file that is not a PNG, decoded by Pillow (loaded whole, the file closed)."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise TrackingError(
+            f"{path}: not a PNG file; log_image reads other formats (JPEG, GIF, BMP, WebP...) through Pillow: "
+            "`pip install pillow`, or save the image as PNG, or pass the pixels"
+        ) from None
+    try:
+        with Image.open(path) as opened:
+            size = opened.size
+            if max(size) <= MAX_SIDE:
+                opened.load()
+                return opened.copy()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise TrackingError(f"{path}: not an image file Pillow can read ({e})") from None
+    raise TrackingError(f"{path}: an image of {size[0]}x{size[1]} pixels; a side may be at most {MAX_SIDE}")
+
+
 def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) -> dict[str, Any]:
     """Encode ``image``, write its PNG and append its line to ``images.jsonl``; return the line.
 
-    A path to a ``.png`` file is copied as it is (T9k's ``log_image`` of a saved file).
+    A path to a saved image (T9k's and MLflow's habit: a chart saved by matplotlib) is copied as
+    it is when it is a PNG; another format (JPEG, GIF, BMP, WebP...) is decoded by Pillow, when
+    installed, and stored as PNG.
 
     Raises:
-        TrackingError: a bad name or image, one too large, or this name already logged at ``step``.
+        TrackingError: a bad name or image, one too large, a file that is no image (or not a PNG
+            without Pillow), or this name already logged at ``step``.
     """
     check_name(name)
     if isinstance(image, (str, os.PathLike)):
         data = Path(image).read_bytes()
-        width, height = png_size(data)
+        if data[:8] == _PNG_SIGNATURE:
+            width, height = png_size(data)
+        else:
+            pixels = _pixels(_decoded(Path(image)))
+            height, width = int(pixels.shape[0]), int(pixels.shape[1])
+            data = encode_png(pixels)
     else:
         pixels = _pixels(image)
         height, width = int(pixels.shape[0]), int(pixels.shape[1])
