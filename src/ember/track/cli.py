@@ -21,7 +21,7 @@ from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
 from ember.track import export, lineage
 from ember.track._fs import read_json, resolve_home
-from ember.track.best import metric_mode
+from ember.track.best import majority_mode, recorded_modes
 from ember.track.hparams import flatten
 from ember.track.store import (
     DAMAGED,
@@ -186,6 +186,9 @@ def _platform(run_path: Path) -> dict[str, Any]:
 def cmd_compare(args: argparse.Namespace) -> int:
     """Print the hparams that differ and final/best metrics of several runs side by side.
 
+    "best" is each metric's recorded mode (the one most of these runs recorded), else the name
+    rule (:mod:`ember.track.best`), unless ``--mode`` says min or max.
+
     A damaged run keeps its column: status Damaged, its reason, and "-" where nothing can be read.
     """
     home = _home(args)
@@ -216,9 +219,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         series = [(t, m) for t, m in series if m == args.metric]
         if not series:
             raise TrackingError(f"compare: no run has a metric named {short_repr(args.metric)}")
+    recorded = [recorded_modes(i.meta) for i in infos]
     metric_rows = []
     for type_, metric in series:
-        best_key = metric_mode(metric) if args.mode == "auto" else args.mode
+        key = f"{type_}/{metric}"
+        best_key = majority_mode(key, [r.get(key) for r in recorded]) if args.mode == "auto" else args.mode
         finals, bests = [], []
         for s in summaries:
             entry = s.get(type_, {}).get(metric)
@@ -300,7 +305,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--mode",
         choices=("auto", "min", "max"),
         default="auto",
-        help="what 'best' means; auto: the console's rule (ember.track.best): max for scores such as acc, else min",
+        help="what 'best' means; auto: the console's rule (ember.track.best): the mode the runs recorded "
+        "(Run.define_metric; the most of them), else max for scores such as acc, else min",
     )
     p.set_defaults(handler=cmd_compare)
     p = sub.add_parser("export", parents=[store], help="metrics as CSV, or the whole run as JSON")

@@ -17,6 +17,7 @@ from ember.track._record import Record
 from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type
 from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
+from ember.track.best import MODES_KEY, Mode, check_mode, metric_key
 from ember.track.hparams import HParams
 from ember.track.store import (
     HEARTBEAT_INTERVAL_S,
@@ -214,6 +215,37 @@ class Run(Record):
             raise AssertionError("unreachable: an open run without error has a writer")
         if writer.pending.put(type_, step, epoch, _time(), metrics) >= WAKE_AT:
             writer.wake()
+
+    def define_metric(self, name: str, mode: Mode) -> None:
+        """Record which way a metric is better, so that its "best" is not guessed from its name.
+
+        Kept in ``run.json`` (``metric_modes``), so a resumed or uploaded run keeps it; ``ember
+        runs compare``, ``ember ui`` and the server's console then take its best as the minimum
+        or the maximum (``best (min)`` in the runs table). Without it the name decides
+        (:mod:`ember.track.best`: ``loss`` min, ``acc`` max, ``score_gap`` max). Calling it again
+        for the same metric replaces the mode. Like W&B's ``define_metric(name, summary="min")``
+        and Keras/Lightning's ``mode=``.
+
+        Args:
+            name: the metric as ``TYPE/NAME`` (``"val/acc"`` for ``run.log("val", {"acc": ...})``);
+                the type's aliases are accepted (``"validation/acc"`` is stored as ``val/acc``).
+            mode: ``"min"`` (lower is better) or ``"max"``.
+
+        Raises:
+            TrackingError: ``mode`` is not ``"min"`` or ``"max"``, ``name`` is not ``TYPE/NAME``,
+                or the run is not open.
+
+        Example:
+            >>> run.define_metric("val/score_gap", mode="min")   # a gap: smaller is better
+            >>> run.log("val", {"score_gap": 0.12}, step=500)
+        """
+        key = metric_key(name)
+        checked = check_mode(mode, f"define_metric({short_repr(name)}, mode=...)")
+        self._check_open()
+        with self._lock:
+            modes = self._meta.get(MODES_KEY)
+            self._meta[MODES_KEY] = {**(modes if isinstance(modes, dict) else {}), key: checked}
+            self._save()
 
     def last_step(self, type: str) -> int | None:
         """The highest step logged for a metric type (queued points included), or None.

@@ -58,7 +58,8 @@ class CheckpointHook(BaseHook):
         keep_last: how many of the newest checkpoints to keep (None: all). The best one and the
             one this fit resumed from are never deleted.
         save_best: a history metric (``"test/accuracy"``) whose best epoch is kept as well.
-        mode: ``"max"`` or ``"min"``: which way ``save_best`` is better.
+        mode: ``"max"`` (the default) or ``"min"``: which way ``save_best`` is better. Given, it
+            is also the metric's mode in a ``TrackingHook``'s run (:meth:`metric_modes`).
         save_last: save the final state when ``fit`` ends.
         async_save: write in a background thread. The state is copied to CPU memory first: the
             optimizer's state (on the CPU), which nothing but the optimizer step changes, in the
@@ -104,7 +105,7 @@ class CheckpointHook(BaseHook):
         every_n_epochs: int | None = 1,
         keep_last: int | None = 3,
         save_best: str | None = None,
-        mode: Literal["max", "min"] = "max",
+        mode: Literal["max", "min"] | None = None,
         save_last: bool = True,
         async_save: bool = False,
         background_copy: bool = False,
@@ -121,11 +122,13 @@ class CheckpointHook(BaseHook):
                 raise HookError(f"CheckpointHook({arg}=...) must be a positive int or None, got {value!r}")
         if save_best is not None and (not isinstance(save_best, str) or "/" not in save_best):
             raise HookError(f"CheckpointHook(save_best=...) must be a history name like 'test/loss', got {save_best!r}")
-        if mode not in ("max", "min"):
+        if mode not in (None, "max", "min"):
             raise HookError(f"CheckpointHook(mode=...) must be 'max' or 'min', got {mode!r}")
         self.dir = Path(dir)
         self.every_n_steps, self.every_n_epochs, self.keep_last = every_n_steps, every_n_epochs, keep_last
-        self.save_best, self.mode, self.save_last, self.async_save = save_best, mode, bool(save_last), bool(async_save)
+        self.save_best, self.save_last, self.async_save = save_best, bool(save_last), bool(async_save)
+        self.mode: Literal["max", "min"] = mode or "max"
+        self._mode_given = mode is not None
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.best_path: Path | None = None
@@ -144,6 +147,19 @@ class CheckpointHook(BaseHook):
         self._last_finite: Path | None = None  # the newest checkpoint saved before any non-finite loss
         self._step_hook: RemovableHandle | None = None
         self.stall_s = 0.0
+
+    def metric_modes(self) -> dict[str, Literal["max", "min"]]:
+        """``save_best`` with the mode it was given: ``{"test/accuracy": "max"}`` (``{}`` without
+        ``save_best``, or when ``mode`` was left to its default).
+
+        A ``TrackingHook`` in the same Trainer records it in its run (``Run.define_metric``), so
+        the console's and ``ember runs compare``'s "best" of the metric follow it, not its name.
+
+        Example:
+            >>> hooks.CheckpointHook("ckpt", save_best="test/score_gap", mode="min").metric_modes()
+            {'test/score_gap': 'min'}
+        """
+        return {self.save_best: self.mode} if self.save_best is not None and self._mode_given else {}
 
     # -- lifecycle ----------------------------------------------------------------------------
     def after_hook_is_attached(self) -> None:

@@ -127,7 +127,8 @@ class EarlyStoppingHook(BaseHook):
     Args:
         monitor: the history metric, e.g. ``"test/loss"`` or ``"test/accuracy"``.
         patience: epochs without improvement to tolerate.
-        mode: ``"min"`` (lower is better) or ``"max"``.
+        mode: ``"min"`` (lower is better; the default) or ``"max"``. Given, it is also the
+            metric's mode in a ``TrackingHook``'s run (:meth:`metric_modes`).
         min_delta: the least change that counts as an improvement.
         reset_on_fit: True: start afresh at every ``fit``; False: never; None (default): when
             the ``fit`` resets the run history.
@@ -142,7 +143,7 @@ class EarlyStoppingHook(BaseHook):
         self,
         monitor: str = "test/loss",
         patience: int = 3,
-        mode: Mode = "min",
+        mode: Mode | None = None,
         min_delta: float = 0.0,
         reset_on_fit: bool | None = None,
         priority: int | str = Priority.NORMAL,
@@ -153,18 +154,33 @@ class EarlyStoppingHook(BaseHook):
             raise HookError(f"EarlyStoppingHook(monitor=...) must be a history name like 'test/loss', got {monitor!r}")
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
             raise HookError(f"EarlyStoppingHook(patience=...) must be a positive int, got {patience!r}")
-        if mode not in ("min", "max"):
+        if mode not in (None, "min", "max"):
             raise HookError(f"EarlyStoppingHook(mode=...) must be 'min' or 'max', got {mode!r}")
         if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
             raise HookError(f"EarlyStoppingHook(min_delta=...) must be a number >= 0, got {min_delta!r}")
         if reset_on_fit not in (None, True, False):
             raise HookError(f"EarlyStoppingHook(reset_on_fit=...) must be True, False or None, got {reset_on_fit!r}")
-        self.monitor, self.patience, self.mode, self.min_delta = monitor, patience, mode, float(min_delta)
+        self.monitor, self.patience, self.min_delta = monitor, patience, float(min_delta)
+        self.mode: Mode = mode or "min"
+        self._mode_given = mode is not None
         self.reset_on_fit = reset_on_fit
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.wait = 0
         self._restored = False  # a state was loaded since the last fit started: that fit keeps it
+
+    def metric_modes(self) -> dict[str, Mode]:
+        """The metric this hook watches with the mode it was given: ``{"test/score_gap": "min"}``
+        (``{}`` when ``mode`` was left to its default, which says nothing about the metric).
+
+        A ``TrackingHook`` in the same Trainer records it in its run (``Run.define_metric``), so
+        the console's and ``ember runs compare``'s "best" of the metric follow it, not its name.
+
+        Example:
+            >>> hooks.EarlyStoppingHook("test/score_gap", mode="min").metric_modes()
+            {'test/score_gap': 'min'}
+        """
+        return {self.monitor: self.mode} if self._mode_given else {}
 
     def reset(self) -> None:
         """Forget the best value and the patience count."""

@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ember import distributed
 from ember.batch import batches_per_epoch
@@ -17,6 +17,7 @@ from ember.trainer.hooks.base import Priority
 from ember.trainer.hooks.memory import memory_usage
 from ember.trainer.hooks.timing import ThroughputHook, ThroughputMeter
 from ember.trainer.hooks.writer import StepWriter
+from ember.trainer.storage import Mode
 
 if TYPE_CHECKING:
     from ember.track import Artifact, Run
@@ -46,6 +47,42 @@ def point_name(storage_name: str) -> str:
     return storage_name[len("train/") :] if storage_name.startswith("train/") else storage_name
 
 
+@runtime_checkable
+class DeclaresMetricModes(Protocol):
+    """A hook that knows which way the history metrics it watches are better: an
+    ``EarlyStoppingHook`` or a ``CheckpointHook(save_best=...)`` given a ``mode``, or your own.
+
+    The :class:`TrackingHook` records each in its run (:func:`tracked_names` gives the run's
+    names of a history metric), so that "best" in the console and ``ember runs compare`` follows
+    the mode the training used rather than the metric's name.
+
+    Example:
+        >>> class MyHook(BaseHook):
+        ...     def metric_modes(self) -> dict[str, Mode]:
+        ...         return {"test/score_gap": "min"}
+    """
+
+    def metric_modes(self) -> Mapping[str, Mode]:
+        """``{history name: "min" or "max"}`` (``{}``: nothing to say)."""
+        ...
+
+
+def tracked_names(history_name: str) -> list[str]:
+    """The run's ``TYPE/NAME`` keys of a ``trainer.history`` metric (see :data:`EPOCH_POINT_TYPES`):
+    ``test/acc`` is ``val/acc``; ``train/acc`` is ``train_epoch/acc`` and, for the ``train``
+    points' scalar of the same name, ``train/acc``; other phases are not tracked (``[]``).
+
+    Example:
+        >>> tracked_names("test/score_gap"), tracked_names("train/loss")
+        (['val/score_gap'], ['train_epoch/loss', 'train/loss'])
+    """
+    phase, _, metric = history_name.partition("/")
+    type_ = EPOCH_POINT_TYPES.get(phase)
+    if type_ is None or not metric:
+        return []
+    return [f"{type_}/{metric}", f"train/{metric}"] if phase == "train" else [f"{type_}/{metric}"]
+
+
 class TrackingHook(StepWriter):
     """Log the run to ``ember.track`` (one run per job: only rank 0 writes).
 
@@ -68,6 +105,10 @@ class TrackingHook(StepWriter):
     - type ``system``, every ``system_interval_s`` seconds: process memory (and CUDA memory),
       ``cpu_percent`` (this process's CPU time over the interval's wall time; 100 is one busy
       core) and ``load_1m`` (the 1-minute load average, where the OS has one);
+    - the mode (``min``/``max``) of each metric that another hook watches with an explicit
+      ``mode`` (an ``EarlyStoppingHook``, a ``CheckpointHook(save_best=...)``: any
+      :class:`DeclaresMetricModes`), through ``Run.define_metric``, so that the console's "best"
+      of ``val/score_gap`` is its minimum when early stopping minimised it;
     - at the end: the final and best checkpoints of a :class:`CheckpointHook`, in one output
       artifact ``<run name>-checkpoints`` per run, and the run's status with its reason
       (``trainer.fit_outcome``): Complete, Failed (an exception, or another hook's ``after_train``
@@ -139,6 +180,7 @@ class TrackingHook(StepWriter):
             else:
                 self.run = track.create_run(name=self.run_name, labels=self.labels, folder=self.folder, home=self.home)
         self.run.hparams.update(self._hparams(), override=True)
+        self._define_metrics(self.run)
         self._last_system, self._last_cpu = time.monotonic(), time.process_time()
         trainer = self.trainer
         measured = any(isinstance(h, ThroughputHook) for h in trainer.hooks)
@@ -271,6 +313,24 @@ class TrackingHook(StepWriter):
                 params[f"config.{key}"] = value
         params.update(self.extra_hparams)
         return params
+
+    def _define_metrics(self, run: Run) -> None:
+        """Record in the run the modes the Trainer's hooks watch their metrics with (the first
+        hook in run order wins where two disagree; a warning says so)."""
+        chosen: dict[str, tuple[Mode, str]] = {}
+        for hook in self.trainer.hooks:
+            if not isinstance(hook, DeclaresMetricModes):
+                continue
+            for name, mode in hook.metric_modes().items():
+                first = chosen.setdefault(name, (mode, hook.name))
+                if first[0] != mode:
+                    self.trainer.logger.warning(
+                        f"TrackingHook: {hook.name} watches {name!r} with mode={mode!r} but {first[1]} "
+                        f"with mode={first[0]!r}; the run records {first[0]!r}"
+                    )
+        for name, (mode, _) in chosen.items():
+            for key in tracked_names(name):
+                run.define_metric(key, mode)
 
     def _mark_checkpoints(self, run: Run) -> None:
         """Make the run's checkpoints artifact hold the final and best checkpoints that exist now."""
