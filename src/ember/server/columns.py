@@ -1,21 +1,24 @@
 """The runs table's columns: which hparams and metrics a page shows, and each metric's last, best, min and max.
 
 Shared by :mod:`ember.server.listing` (the runs table, the folder page) and the console's run
-and compare pages. "Best" follows one rule, :func:`ember.track.best.metric_mode`, as ``ember
-runs compare`` does.
+and compare pages. "Best" follows one rule, as ``ember runs compare`` does: the mode the runs
+summarised together recorded in their ``run.json`` (``Run.meta``; the one most of them recorded,
+:func:`ember.track.best.majority_mode`), else the metric's name
+(:func:`ember.track.best.metric_mode`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from ember.server.models import MetricBlock, MetricPoint
-from ember.track.best import best_value, metric_mode
+from ember.server.models import MetricBlock, MetricPoint, Run
+from ember.track.best import Mode, best_value, majority_mode, metric_mode, recorded_modes
 
 DEFAULT_HPARAMS = 12
 """Hyper-parameters shown by default: those that vary across the page's runs, up to this many."""
@@ -49,13 +52,60 @@ def page_of(
     hp_shown = sorted({*default[:DEFAULT_HPARAMS], *(k for k in hp_asked if k in hp_all)})
     m_all = sorted({k for r in rows for k in r["metrics"]}, key=metric_order)
     m_shown = sorted({*m_all[:DEFAULT_METRICS], *(k for k in m_asked if k in m_all)}, key=metric_order)
-    modes: dict[str, str] = {k: metric_mode(k) for k in m_all}
+    modes: dict[str, str] = dict(summary_modes((r["metrics"] for r in rows), m_all))
     return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, modes)
 
 
-def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, dict[str, float | None]]]:
-    """Per run, per ``type/name``: the last value (at the highest step), the best one
-    (:func:`ember.track.best.best_value`: the rule ``ember runs compare`` uses too), the minimum and the maximum.
+class MetricSummary(dict[str, float | None]):
+    """One metric of one run as :func:`metric_summary` gives it: ``{"last", "best", "min", "max"}``,
+    with :attr:`mode`, whether ``best`` is the minimum or the maximum.
+
+    A plain dict to the API and the templates; the mode rides along as an attribute so that the
+    page built from the rows can name it in the column's header (:func:`summary_modes`).
+
+    Example:
+        >>> s = MetricSummary("min", last=0.3, best=0.1, min=0.1, max=0.9)
+        >>> s["best"], s.mode
+        (0.1, 'min')
+    """
+
+    def __init__(self, mode: Mode, **values: float | None) -> None:
+        super().__init__(values)
+        self.mode: Mode = mode
+
+
+def summary_modes(per_run: Iterable[Mapping[str, Mapping[str, Any]]], keys: Iterable[str]) -> dict[str, Mode]:
+    """The mode of each metric ``key`` as the runs' summaries (``metric_summary``'s values) hold it;
+    the name rule for a key none of them has as a :class:`MetricSummary`.
+
+    Example:
+        >>> summary_modes([{"val/gap": MetricSummary("min", best=0.1)}], ["val/gap", "val/acc"])
+        {'val/gap': 'min', 'val/acc': 'max'}
+    """
+    found: dict[str, Mode] = {}
+    for metrics in per_run:
+        for key, s in metrics.items():
+            if isinstance(s, MetricSummary):
+                found.setdefault(key, s.mode)
+    return {k: found.get(k) or metric_mode(k) for k in keys}
+
+
+def run_modes(session: Session, run_pks: list[int]) -> dict[int, dict[str, Mode]]:
+    """Per run, the metric modes its ``run.json`` records (``Run.meta``; see :mod:`ember.track.best`)."""
+    out: dict[int, dict[str, Mode]] = {pk: {} for pk in run_pks}
+    for pk, meta in session.execute(select(Run.pk, Run.meta).where(Run.pk.in_(run_pks))):
+        out[pk] = recorded_modes(meta)
+    return out
+
+
+def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, MetricSummary]]:
+    """Per run, per ``type/name``: the last value (at the highest step), the best one, the minimum
+    and the maximum.
+
+    "Best" follows one mode per metric for all these runs, the rule ``ember runs compare`` uses
+    too: the mode most of them record, else the name rule
+    (:func:`ember.track.best.majority_mode`), so a column of the runs table, whose header names
+    the mode, holds comparable values. For one run, its own recorded mode.
 
     One query: the best from the block summaries (one row per 128 steps), the last value by one
     probe of the points' primary key per series, so a run of a million points costs as little
@@ -78,10 +128,15 @@ def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, 
         .where(block.c.run_pk.in_(run_pks))
         .group_by(block.c.run_pk, block.c.type, block.c.name)
     ).all()
-    out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
+    recorded = run_modes(session, run_pks)
+    modes: dict[str, Mode] = {}
+    out: dict[int, dict[str, MetricSummary]] = {pk: {} for pk in run_pks}
     for pk, type_, name, lo, hi, value in rows:
         key = f"{type_}/{name}"
-        out[pk][key] = {"last": value, "best": best_value(key, lo, hi), "min": lo, "max": hi}
+        mode = modes.get(key)
+        if mode is None:
+            mode = modes[key] = majority_mode(key, (r.get(key) for r in recorded.values()))
+        out[pk][key] = MetricSummary(mode, last=value, best=best_value(key, lo, hi, mode), min=lo, max=hi)
     return out
 
 

@@ -236,7 +236,8 @@ class RunPageOut(BaseModel):
     ``hparam_keys``/``metric_keys`` are the columns the console shows by default (the hparams that
     vary across the page's runs, flattened as ``opt.lr``; the first metrics), ``*_choices`` every
     column the page's runs have, and ``metric_modes`` whether a metric's best is its ``min`` or
-    ``max`` (:func:`ember.track.best.metric_mode`).
+    ``max``: the mode most of the page's runs recorded (``run.json``'s ``metric_modes``), else by
+    the metric's name (:mod:`ember.track.best`); each row's ``best`` follows it.
     """
 
     total: int

@@ -9,6 +9,7 @@ line charts (series fetched per run and type), the parallel coordinates and the 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -17,12 +18,12 @@ from sqlalchemy import select
 
 from ember.server import listing, naming
 from ember.server.auth import DbSession
-from ember.server.columns import metric_order, metric_summary
+from ember.server.columns import metric_order, metric_summary, summary_modes
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.lookup import get_run
 from ember.server.models import Run
-from ember.track.best import metric_mode
+from ember.track.best import Mode, metric_mode
 from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
@@ -64,15 +65,20 @@ def _plain(value: Any) -> Any:
 
 
 def best_runs(
-    runs: list[Run], summary: dict[int, dict[str, dict[str, Any]]], metrics: list[str]
+    runs: list[Run],
+    summary: Mapping[int, Mapping[str, Mapping[str, Any]]],
+    metrics: list[str],
+    modes: dict[str, Mode] | None = None,
 ) -> dict[str, frozenset[str]]:
-    """Per metric, the ids of the runs holding the best value (``ember.track.best.metric_mode``):
-    every run that ties for it, not only the first."""
+    """Per metric, the ids of the runs holding the best value: every run that ties for it, not
+    only the first. ``modes``: the page's mode of each metric (the runs' recorded one, see
+    :func:`ember.server.columns.metric_summary`); a metric not in it goes by its name
+    (``ember.track.best.metric_mode``)."""
     out = {}
     for m in metrics:
         held = [(s["best"], r.id) for r in runs if (s := summary[r.pk].get(m)) and _plain(s.get("best")) is not None]
         if held:
-            pick = min if metric_mode(m) == "min" else max
+            pick = min if (modes or {}).get(m, metric_mode(m)) == "min" else max
             top = pick(value for value, _ in held)
             out[m] = frozenset(run_id for value, run_id in held if value == top)
     return out
@@ -112,6 +118,7 @@ def compare_page(
             counts[m] = counts.get(m, 0) + 1
     metrics = sorted(counts, key=compare_order)
     shared = [m for m in metrics if counts[m] >= 2] or metrics
+    modes = summary_modes(summary.values(), metrics)
     colors = palette(len(runs))
     data = {
         "prefix": PREFIX,
@@ -128,7 +135,7 @@ def compare_page(
         "hparams": differing,
         "metrics": metrics,
         "shared": shared,
-        "modes": {m: metric_mode(m) for m in metrics},
+        "modes": modes,
         "line_runs": LINE_RUNS,
     }
     return render(
@@ -142,7 +149,7 @@ def compare_page(
         same=same,
         metrics=metrics,
         modes=data["modes"],
-        best=best_runs(runs, summary, metrics),
+        best=best_runs(runs, summary, metrics, modes),
         statuses={r.id: listing.shown_status(r.status, r.meta) for r in runs},
         data=data,
         folder=folder,
