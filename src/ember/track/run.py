@@ -282,7 +282,8 @@ class Run(Record):
         Args:
             name: e.g. ``samples`` or ``val/reconstruction`` (letters, digits, ``_ . -``, ``/``).
             image: a numpy array HxW or HxWxC (C 1, 3 or 4; uint8, or float in [0, 1]), a PIL
-                image, or a torch tensor CxHxW or HxWxC (read to the CPU: a device sync).
+                image, a torch tensor CxHxW or HxWxC (read to the CPU: a device sync), or the
+                path of a saved image (PNG as it is; JPEG, GIF, BMP, WebP through Pillow).
             step: a non-negative int; one image per name and step.
 
         Raises:
