@@ -36,33 +36,44 @@ def enter(p: Checked, ui: dict[str, Any]) -> None:
     assert "token" not in p.page.url and "/ui/folders" in p.page.url, p.page.url
 
 
+def start_ui(argv: list[str], log: Path, timeout: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``argv`` (an `ember ui` command line) and wait until it answers; the process and the link it printed."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    port = argv[argv.index("--port") + 1]
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"ember ui did not answer in {timeout} s: {log.read_text()}"
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/ui/login", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
+    assert entry, log.read_text()
+    return proc, entry.group(0)
+
+
+def ui_argv(store: Path, port: int, *more: str) -> list[str]:
+    return [sys.executable, "-m", "ember.server.cli", "ui", "--store", str(store), "--port", str(port), *more]
+
+
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """`ember ui --store DIR` in its own process, over two finished runs."""
     tmp = tmp_path_factory.mktemp("ui")
     runs = make_store(tmp / "store")
     port = free_port()
-    log = tmp / "ui.log"
-    argv = [sys.executable, "-m", "ember.server.cli", "ui", "--store", str(tmp / "store"), "--port", str(port)]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    proc, entry = start_ui(ui_argv(tmp / "store", port), tmp / "ui.log")
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        try:
-            httpx.get(f"{url}/ui/login", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
-    assert entry, log.read_text()
     with httpx.Client() as http:  # the store is indexed in the background: wait until it is
-        http.get(entry.group(0))
+        http.get(entry)
         while "Reading the store" in http.get(f"{url}/ui/runs").text and time.monotonic() < deadline:
             time.sleep(0.2)
     try:
-        yield {"url": url, "entry": entry.group(0), "runs": runs, "store": tmp / "store"}
+        yield {"url": url, "entry": entry, "runs": runs, "store": tmp / "store"}
     finally:
         proc.terminate()
         proc.wait(10)
@@ -268,3 +279,96 @@ def test_a_damaged_metrics_line_is_skipped_with_a_warning_on_the_run_page(browse
     assert "metrics/train.jsonl: the line at byte" in note and "is not JSON" in note and "skipped" in note
     p.check("local-run-skipped-line")
     p.page.context.close()
+
+
+def _names(p: Checked) -> list[str]:
+    return p.page.locator("a.run-link").all_inner_texts()
+
+
+def test_ember_ui_starts_again_on_the_same_data_folder(browser: Any, tmp_path: Path) -> None:
+    """`ember ui --data DIR` stopped with SIGTERM and started again on the same DIR and port: the page works
+    and lists the runs, one added while it was stopped too, each read once (before: the second start failed
+    with "the server already has users")."""
+    store, data, port = tmp_path / "store", tmp_path / "data", free_port()
+    write_runs(store, 3, points=5)
+    argv = ui_argv(store, port, "--data", str(data))
+    proc, entry = start_ui(argv, tmp_path / "first.log")
+    p = new_context_page(browser, f"http://127.0.0.1:{port}")
+    try:
+        enter(p, {"entry": entry})
+        wait_listed(p, "/ui/runs", "r00000")
+        assert sorted(_names(p)) == ["r00000", "r00001", "r00002"]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+        assert (data / "ui.db").is_file()  # kept: --data is the user's folder
+        write_runs(store, 1, first=7, points=5)  # while it is stopped
+        proc, entry = start_ui(argv, tmp_path / "second.log")  # before: exited, "already has users"
+        enter(p, {"entry": entry})  # a new launch, a new token: the link it printed
+        wait_listed(p, "/ui/runs", "r00007")
+        p.page.reload()
+        p.page.wait_for_load_state("networkidle")
+        assert sorted(_names(p)) == ["r00000", "r00001", "r00002", "r00007"]
+        p.check("local-restarted")
+        p.page.click("a.run-link:has-text('r00001')")
+        wait_points(p, "#chart-train-loss", "5")  # read again from its cursors: no point twice
+        p.check()
+    finally:
+        p.page.context.close()
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(15)
+
+
+# `ember ui` whose index stops after ``after`` runs until the file ``gate`` exists: the store is being read
+# for as long as the test needs, whatever the machine's speed. One run a pass, as test_index.py does.
+GATED = """
+import sys
+from pathlib import Path
+from ember.server.cli import main
+from ember.server.console import index
+gate, after = Path(sys.argv[1]), int(sys.argv[2])
+index.PASS_S = index.BATCH_S = 0.0
+step = index.StoreIndex.step
+def gated(self):
+    while self.progress().indexed >= after and not gate.exists() and not self._stop.wait(0.05):
+        pass
+    return step(self)
+index.StoreIndex.step = gated
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_the_first_page_answers_while_the_store_is_read_and_says_how_far_it_has_got(
+    browser: Any, tmp_path: Path
+) -> None:
+    """While the index reads a store of 40 runs (held after 3), pages answer, list the newest runs read so
+    far and say "Reading the store: 3 of 40 runs"; once it is done a reload lists all 40, the note gone."""
+    store, gate, port = tmp_path / "store", tmp_path / "gate", free_port()
+    write_runs(store, 40)
+    argv = [sys.executable, "-c", GATED, str(gate), "3", *ui_argv(store, port)[3:]]
+    proc, entry = start_ui(argv, tmp_path / "ui.log")
+    p = new_context_page(browser, f"http://127.0.0.1:{port}")
+    try:
+        enter(p, {"entry": entry})
+        p.goto("/ui/runs")
+        note = p.page.locator("#indexing")
+        assert note.is_visible() and re.search(r"Reading the store: [0-3] of 40 runs so far", note.inner_text())
+        deadline = time.monotonic() + 15
+        while note.get_attribute("data-indexed") != "3" and time.monotonic() < deadline:
+            p.page.wait_for_timeout(250)
+            p.page.reload()
+        assert "Reading the store: 3 of 40 runs so far, newest first" in note.inner_text()
+        assert note.get_attribute("data-runs") == "40"
+        assert _names(p) == ["r00039", "r00038", "r00037"]  # the newest, read first
+        p.check("local-indexing")
+        gate.touch()
+        deadline = time.monotonic() + 30
+        while note.count() and time.monotonic() < deadline:  # the page says: reload to see more
+            p.page.wait_for_timeout(250)
+            p.page.reload()
+        assert note.count() == 0 and len(_names(p)) == 40
+        p.check("local-indexed")
+    finally:
+        p.page.context.close()
+        proc.terminate()
+        proc.wait(15)
