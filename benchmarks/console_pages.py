@@ -9,7 +9,10 @@ browser context (the HTTP cache warm, as on every page view after the first), on
 the server reads the series from its block summaries). A page is drawn when every chart container
 of it holds a drawn chart (``.chart[data-drawn]`` of the console, or plotly's ``.main-svg`` for an
 older console); the time is ``performance.now()`` at that moment, measured from the navigation's
-start.
+start. The run page fetches its series (one request per metric type) in parallel: on every page load
+timed, each series request's window (PerformanceResourceTiming ``startTime`` to ``responseEnd``) must
+overlap every other's; the shortest overlap is printed, and the benchmark exits with an error naming
+the windows when one request ended before another started.
 
     .venv/bin/python -m benchmarks.console_pages
     .venv/bin/python -m benchmarks.console_pages --points 100000 --repeat 5
@@ -76,20 +79,27 @@ def _fill(settings: Settings, key: str, host: str, run_id: str, name: str, train
     engine.dispose()
 
 
-# When the page's HTML had arrived, and when its last chart series had (ms from the navigation).
+# When the page's HTML had arrived, when its last chart series had (ms from the navigation), and each series
+# request's window: from its start to its response's last byte.
 PARTS = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
   const series = performance.getEntriesByType('resource').filter(r => r.name.includes('/series'));
-  return [nav.responseEnd, Math.max(0, ...series.map(r => r.responseEnd)), series.length];
+  const windows = series.map(r => [r.startTime, r.responseEnd]);
+  return [nav.responseEnd, Math.max(0, ...series.map(r => r.responseEnd)), windows];
 }"""
 
 
-def _time_page(page: Any, url: str, parts: list[list[float]] | None = None) -> float:
+def _together(windows: list[list[float]]) -> float:
+    """How long (ms) every series request of a page was in flight at once: from the last one's start to the
+    first one's end. Negative when one ended before another started: they were fetched one after another."""
+    return min(end for _, end in windows) - max(start for start, _ in windows)
+
+
+def _time_page(page: Any, url: str, parts: list[list[Any]]) -> float:
     page.goto(url, wait_until="commit")
     handle = page.wait_for_function(DRAWN, polling="raf", timeout=60_000)
-    if parts is not None:
-        html, data, requests = page.evaluate(PARTS)
-        parts.append([html / 1000, data / 1000, requests])
+    html, data, windows = page.evaluate(PARTS)
+    parts.append([html / 1000, data / 1000, windows])
     return float(handle.json_value()) / 1000
 
 
@@ -116,29 +126,49 @@ def main() -> int:
             page.click("button[type=submit]")
             page.wait_for_load_state("networkidle")
             state = ctx.storage_state()
+            serial: list[tuple[str, list[list[float]]]] = []  # page loads whose series came one by one
             for run_id, label in (("a" * 32, f"3 x {args.points:,} points"), ("b" * 32, "3 x 30 points")):
                 url = f"{proc.url}/ui/runs/{run_id}"
-                views = {}
+                views: dict[str, float] = {}
+                loads: list[list[Any]] = []  # loads: every page load timed, for the series requests' windows
                 for view in ("first", "cold"):  # first: nothing cached anywhere; cold: the server has it
                     fresh = chromium.new_context(viewport={"width": 1366, "height": 900}, storage_state=state)
-                    views[view] = _time_page(fresh.new_page(), url)
+                    views[view] = _time_page(fresh.new_page(), url, loads)
                     fresh.close()
-                _time_page(page, url)  # the cache warm
-                parts: list[list[float]] = []
+                _time_page(page, url, [])  # the cache warm
+                parts: list[list[Any]] = []
                 warm = [_time_page(page, url, parts) for _ in range(args.repeat)]
+                loads += parts
                 html = statistics.median(p[0] for p in parts)
                 data = statistics.median(p[1] for p in parts)
-                requests = max(p[2] for p in parts)  # one per metric type when the preloads are used
+                requests = max(len(p[2]) for p in parts)  # one per metric type when the preloads are used
+                together = [_together(p[2]) for p in loads if len(p[2]) > 1]
+                least = min(together, default=None)
+                if least is None:
+                    overlap = "nothing to overlap"
+                elif least > 0:
+                    overlap = f"in flight together for {least:.0f} ms or more"
+                else:
+                    overlap = f"NOT in parallel: one ended up to {-least:.0f} ms before another started"
                 print(
                     f"run page, {label}: warm median {statistics.median(warm):.3f} s "
                     f"(min {min(warm):.3f}, max {max(warm):.3f}, n={args.repeat}; HTML in {html:.3f} s, "
-                    f"series in {data:.3f} s, {requests} series requests); cold browser cache {views['cold']:.3f} s; "
-                    f"first view of a fresh server {views['first']:.3f} s"
+                    f"series in {data:.3f} s, {requests} series requests, {overlap}); "
+                    f"cold browser cache {views['cold']:.3f} s; first view of a fresh server {views['first']:.3f} s"
                 )
+                serial += [(label, p[2]) for p in loads if len(p[2]) > 1 and _together(p[2]) <= 0]
             chromium.close()
     finally:
         proc.kill()
     print(f"load average after: {os.getloadavg()}")
+    if serial:
+        label, windows = serial[0]
+        shown = ", ".join(f"{start:.0f}-{end:.0f} ms" for start, end in windows)
+        raise SystemExit(
+            f"the run page fetched its series one after another, not in parallel: {len(serial)} page loads "
+            f"where a series request ended before another started (the first, {label}: {shown} from the "
+            "navigation's start; each request's PerformanceResourceTiming startTime to responseEnd)"
+        )
     return 0
 
 
