@@ -1,7 +1,7 @@
 """The run page's charts in Chromium (issue 19, "Run page and charts"): state that survives, the x
-axes, zoom that reads finer data, ordering, filter, per-chart options, NaN/inf marks, unique chart
-ids, live types and output, times with their zone, a crashed run's duration, the output's download
-and a truncated search.
+axes, a zoom that follows the x axis and reads finer data, ordering, filter, per-chart options,
+NaN/inf marks, unique chart ids, live types and output, times with their zone, a crashed run's
+duration, the output's download and a truncated search; a Trainer run's fractional epochs.
 
 A real ``ember server`` process; the runs are sent through the HTTP API as ``ember upload`` does.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.server.conftest import ServerProcess
 
 CHARTS, LONG, LIVE, CRASHED = "c" * 32, "d" * 32, "e" * 32, "f" * 32
 SPIKE = 12_345
+SLOW = 90_000  # ms: the waits for a 50,000-point chart's answers, on a machine other tests load too
 PACKAGES = {"torch": "2.5.1", "<b>evil</b>": "<i>1</i>", "numpy": "2.1.0", "Attrs": "24.2"}
 
 
@@ -84,6 +86,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 steps = list(range(lo, lo + 10_000))
                 loss = [1000.0 if s == SPIKE else math.sin(s / 700) for s in steps]
                 _metrics(http, LONG, "train", steps, {"loss": loss}, start=i, epoch=[s / 1000 for s in steps])
+            # The page's first read of it, done here: the server keeps the answer (SeriesReader).
+            r = http.get(f"/runs/{LONG}/series", params={"type": "train"})
+            assert r.status_code == 200 and r.json()["metrics"]["loss"]["downsampled"], r.text
 
             beat = now.isoformat()
             damaged = {"platform": {"hostname": "box", "packages": ["torch==2.5"]}}  # not a name -> version
@@ -101,14 +106,14 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         proc.kill()
 
 
-def _open(browser: Any, site: dict[str, Any], run_id: str) -> Checked:
+def _open(browser: Any, site: dict[str, Any], run_id: str, timeout: float = 30_000) -> Checked:
     p = new_page(browser, site["url"], accept_downloads=True)
     p.goto("/ui/login")
     p.page.fill("#api_key", site["key"])
     p.page.click("button[type=submit]")
     p.page.wait_for_load_state("networkidle")
     p.goto(f"/ui/runs/{run_id}")
-    p.page.wait_for_selector(".chart[data-drawn]")
+    p.page.wait_for_selector(".chart[data-drawn]", timeout=timeout)
     return p
 
 
@@ -122,7 +127,9 @@ def _scale(p: Checked, chart: str) -> list[float]:
 
 def _drag(p: Checked, chart: str, left: float, right: float) -> None:
     """Drag across a chart's plot from ``left`` to ``right`` (fractions of its width): a zoom."""
-    box = p.page.locator(f"#{chart} .u-over").bounding_box()
+    over = p.page.locator(f"#{chart} .u-over")
+    over.scroll_into_view_if_needed()  # the mouse reaches only what is in the viewport
+    box = over.bounding_box()
     y = box["y"] + box["height"] / 2
     p.page.mouse.move(box["x"] + box["width"] * left, y)
     p.page.mouse.down()
@@ -205,10 +212,38 @@ def test_x_axes_step_epoch_wall_and_relative_time(browser: Any, site: dict[str, 
     p.check("run-relative-time")
 
 
+def test_the_zoom_follows_the_x_axis_through_the_steps_and_comes_back_whole(browser: Any, site: dict[str, Any]) -> None:
+    p = _open(browser, site, CHARTS)
+    chart = "chart-train-loss"  # steps 1..40, epoch = step / 10, wall time = 1.7e9 + step
+    _drag(p, chart, 0.3, 0.6)
+    zoom = _scale(p, chart)
+    assert 5 < zoom[0] < zoom[1] < 35, zoom
+    _drag(p, "chart-system-gpu", 0.3, 0.7)  # steps 1..3 and no epoch
+    gpu = _scale(p, "chart-system-gpu")
+    assert 1 < gpu[0] < gpu[1] < 3, gpu
+    p.page.select_option("#x-axis", "epoch")
+    assert _scale(p, chart) == pytest.approx([zoom[0] / 10, zoom[1] / 10])  # the same steps
+    assert p.page.locator("#chart-system-gpu .chart-empty").is_visible()  # nothing to zoom on this axis
+    p.check("run-zoom-epoch")
+    p.page.select_option("#x-axis", "time")
+    assert _scale(p, chart) == pytest.approx([1.7e9 + zoom[0], 1.7e9 + zoom[1]], abs=1e-3)
+    assert _scale(p, "chart-system-gpu") == pytest.approx([1.7e9 + gpu[0], 1.7e9 + gpu[1]], abs=1e-3)
+    p.page.select_option("#x-axis", "relative")
+    assert _scale(p, chart) == pytest.approx([zoom[0] - 1, zoom[1] - 1])  # seconds since step 1
+    p.page.select_option("#x-axis", "step")
+    assert _scale(p, chart) == zoom  # the original range, exactly
+    assert _scale(p, "chart-system-gpu") == gpu  # kept in steps while it had no epoch
+    p.page.locator(f"#{chart} .u-over").dblclick()  # the whole series again, on any axis after
+    assert _scale(p, chart) == [1, 40]
+    p.page.select_option("#x-axis", "epoch")
+    assert _scale(p, chart) == [0.1, 4.0]
+    assert not p.errors, p.errors
+
+
 def test_a_zoomed_downsampled_chart_reads_its_steps_finer_with_the_spike_at_its_step(
     browser: Any, site: dict[str, Any]
 ) -> None:
-    p = _open(browser, site, LONG)
+    p = _open(browser, site, LONG, timeout=SLOW)
     chart = "chart-train-loss"
     assert p.page.get_attribute(f"#{chart}", "data-count") == "50000"
     coarse = int(p.page.get_attribute(f"#{chart}", "data-points") or 0)
@@ -218,15 +253,21 @@ def test_a_zoomed_downsampled_chart_reads_its_steps_finer_with_the_spike_at_its_
     )
     assert spike_x == SPIKE  # the extreme at its own step
     _drag(p, chart, 0.243, 0.253)  # about 500 steps around the spike
-    p.page.wait_for_selector(f"#{chart}[data-fine='1']")
+    p.page.wait_for_selector(f"#{chart}[data-fine='1']", timeout=SLOW)
     lo, hi = _scale(p, chart)
     xs = _x(p, chart)
     inside = [x for x in xs if lo <= x <= hi]
     assert len(inside) >= 0.9 * (hi - lo)  # every step of the zoomed range (1 in 25 before)
     assert SPIKE in xs and p.page.get_attribute(f"#{chart}", "data-count") == "50000"
     p.check("run-zoom-finer")
+    # on the epoch axis (step / 1000): the same steps, from the finer answer still
+    p.page.select_option("#x-axis", "epoch")
+    assert _scale(p, chart) == pytest.approx([lo / 1000, hi / 1000])
+    assert p.page.get_attribute(f"#{chart}", "data-fine") == "1" and _x(p, chart) == [x / 1000 for x in xs]
+    p.page.select_option("#x-axis", "step")
+    assert _scale(p, chart) == [lo, hi]
     p.page.locator(f"#{chart} .u-over").dblclick()
-    p.page.wait_for_selector(f"#{chart}[data-fine='']")
+    p.page.wait_for_selector(f"#{chart}[data-fine='']", timeout=SLOW)
     assert int(p.page.get_attribute(f"#{chart}", "data-points") or 0) == coarse
 
 
@@ -292,3 +333,35 @@ def test_platform_lists_the_installed_packages_sorted_and_escaped(browser: Any, 
         p.goto(f"/ui/runs/{run_id}")
         assert p.page.locator("#packages").count() == 0
         assert p.page.inner_text("#packages-none") == "No installed packages recorded."
+
+
+@pytest.fixture(scope="module")
+def trained(site: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A run of the Trainer with the TrackingHook (2 epochs of 8 steps, a validation after each),
+    uploaded as ``ember upload`` does; its id."""
+    from ember.track.client import Client, Credentials, upload_run
+    from ember.trainer import Trainer, hooks
+    from tests.trainer.helpers import loader, make_engine
+
+    tracking = hooks.TrackingHook(name="trained", system_interval_s=None, home=str(tmp_path_factory.mktemp("store")))
+    Trainer(make_engine()).fit(
+        loader(64, 8), epochs=2, test_dataloader=loader(16, 8), hooks=[hooks.LossHook(), tracking]
+    )
+    with Client(Credentials(site["url"], site["key"])) as client:
+        upload_run(tracking.run.path, folder="pages", make_folder=True, client=client)
+    return tracking.run.id
+
+
+def test_a_trainer_run_on_the_epoch_axis_draws_fractional_epochs_and_the_validation_at_its_epoch_end(
+    browser: Any, site: dict[str, Any], trained: str
+) -> None:
+    p = _open(browser, site, trained)
+    p.page.select_option("#x-axis", "epoch")
+    train, val = _x(p, "chart-train-loss"), _x(p, "chart-val-loss")
+    # every step at its place in its epoch (8 batches an epoch), not 8 points stacked at 0 and at 1
+    assert train == [i / 8 for i in range(1, 17)]
+    first = train[:8]  # the first epoch: strictly increasing, fractional but for its end
+    assert all(a < b for a, b in pairwise(first)) and first[0] > 0 and all(x % 1 for x in first[:-1])
+    assert val == [1.0, 2.0]  # the validation after the first epoch is drawn at its end, 1
+    assert train.index(val[0]) == 7  # with the epoch's last train step
+    p.check("run-trainer-epochs")

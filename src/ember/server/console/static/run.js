@@ -1,10 +1,13 @@
 // ember run page: every metric's chart, drawn with uPlot (vendored: uPlot.iife.min.js, MIT,
 // uPlot.LICENSE), a 50 kB library built for long time series. No build step.
 //
-// A chart keeps its zoom through everything but a double click: smoothing, log scale, the x
-// axis and the live refresh redraw it at the same x range. A zoomed downsampled series asks the
-// server for its visible step range, finer. Metric names are the users' text: they are only
-// ever set as textContent.
+// A chart's zoom is a stretch of the run's steps (view.steps), kept until a double click.
+// Smoothing, log scale and the live refresh redraw it at the same x range. Another x axis shows
+// the same stretch: its ends, fractional steps, are placed between the recorded points on the
+// new axis; a chart without a point on that axis (no epoch) keeps its steps and zooms again
+// when an axis has them. A zoomed downsampled series asks the server for its visible step range,
+// finer, and keeps it on every axis. Metric names are the users' text: they are only ever set
+// as textContent.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
@@ -12,7 +15,7 @@
   if (!root) return;
   const state = { x: "step", smoothing: 0, log: false, filter: "" };
   const answers = {};  // type -> the series answer of the server
-  const views = {};    // chart id -> { type, name, div, plot, zoom, log, smoothing, fine, key }
+  const views = {};    // chart id -> { type, name, div, plot, zoom, steps, log, smoothing, fine, key }
   let t0 = null;       // the run's first recorded time: relative time counts from it
   const AXES = { step: "step", epoch: "epoch", time: "wall time", relative: "relative time (s)" };
 
@@ -50,6 +53,45 @@
     if (state.x === "time") return s.time;
     if (state.x === "relative") return s.time.map((t) => (t === null || t0 === null ? null : t - t0));
     return s.step;
+  }
+
+  // The points that have an x on this axis as [from, to] pairs, where from/to are 0 for the step
+  // and 1 for the x, in the order of `from` (of the step where x ties).
+  function pairs(s, from) {
+    const xs = xsOf(s), out = [];
+    s.step.forEach((st, i) => { if (xs[i] !== null && xs[i] !== undefined) out.push([st, xs[i]]); });
+    out.sort((a, b) => a[from] - b[from] || a[0] - b[0]);
+    return out.map((p) => [p[from], p[1 - from]]);
+  }
+
+  // The `to` at `v` on the line between the recorded points around it; where points tie at `v`,
+  // the first of them for a range's low end, the last for its high end. Clamped to the ends.
+  function along(ps, v, low) {
+    const n = ps.length;
+    if (v < ps[0][0]) return ps[0][1];
+    if (v > ps[n - 1][0]) return ps[n - 1][1];
+    let i;
+    if (low) { i = 0; while (ps[i][0] < v) i++; } else { i = n - 1; while (ps[i][0] > v) i--; }
+    if (ps[i][0] === v) return ps[i][1];
+    const [a, b] = low ? [ps[i - 1], ps[i]] : [ps[i], ps[i + 1]];
+    return a[1] + (v - a[0]) / (b[0] - a[0]) * (b[1] - a[1]);
+  }
+
+  // A zoom's x range on this axis -> the stretch of steps it shows (fractional steps).
+  function toSteps(s, range) {
+    if (state.x === "step") return range.slice();
+    const ps = pairs(s, 1);
+    return ps.length ? [along(ps, range[0], true), along(ps, range[1], false)] : null;
+  }
+
+  // A stretch of steps -> its x range on this axis; null where the chart has no point on it or
+  // the stretch has no width there (every point in it at one epoch).
+  function toX(s, steps) {
+    if (state.x === "step") return steps.slice();
+    const ps = pairs(s, 0);
+    if (!ps.length) return null;
+    const lo = along(ps, steps[0], true), hi = along(ps, steps[1], false);
+    return hi > lo ? [lo, hi] : null;
   }
 
   // [x, value, smoothed?] columns for uPlot, sorted by x, without the points that have no x.
@@ -113,12 +155,16 @@
     if (view.quiet) return;
     const min = u.scales.x.min, max = u.scales.x.max, xs = u.data[0];
     if (!xs.length || (min <= xs[0] && max >= xs[xs.length - 1])) {  // a double click: the whole series
-      view.zoom = null;
+      view.zoom = null; view.steps = null;
       if (view.fine) { view.fine = null; setTimeout(() => draw(view), 0); }
       view.div.dataset.zoom = "";
       return;
     }
+    // uPlot may call this after draw() ends, for the zoom draw() set: its steps stay as they are
+    // (read back through wall time they would come back off by float rounding).
+    if (view.zoom && min === view.zoom[0] && max === view.zoom[1]) return;
     view.zoom = [min, max];
+    view.steps = toSteps(view.fine ? view.fine.s : answers[view.type].metrics[view.name], view.zoom);
     view.div.dataset.zoom = view.zoom.join(",");
     clearTimeout(view.timer);
     view.timer = setTimeout(() => refine(view).catch(showError), 150);
@@ -232,7 +278,7 @@
         const id = chartId(type, name);
         let view = views[id];
         if (!view) {
-          view = views[id] = { id: id, type: type, name: name, zoom: null, log: null, smoothing: null, fine: null };
+          view = views[id] = { id: id, type: type, name: name, zoom: null, steps: null, log: null, smoothing: null, fine: null };
           grid.append(build(view));
         }
         draw(view);
@@ -297,7 +343,9 @@
   function wire() {
     $("x-axis").addEventListener("change", (e) => {
       state.x = e.target.value;
-      for (const view of Object.values(views)) { view.zoom = null; view.fine = null; }  // another axis, another range
+      for (const view of Object.values(views)) {  // the same steps on the new axis (finer data covers them still)
+        view.zoom = view.steps && toX(view.fine ? view.fine.s : answers[view.type].metrics[view.name], view.steps);
+      }
       render();
     });
     $("log-scale").addEventListener("change", (e) => { state.log = e.target.checked; render(); });
