@@ -236,3 +236,31 @@ def test_every_run_tying_for_the_best_value_is_starred_and_highlighted(browser: 
     cells = p.page.locator("#compare-runs td.best[data-metric='val/loss']").locator("xpath=..")
     assert sorted(row.split()[0] for row in cells.all_inner_texts()) == ["tie-a", "tie-b"]
     p.check("compare-ties")
+
+
+# The colours a chart's lines are drawn in, as the browser writes a CSS colour (rgb(...)), to compare with the legend's.
+LINE_COLOURS = """el => JSON.parse(el.dataset.colors).map(c => { const s = document.createElement('span').style;
+  s.background = c; return s.background; })"""
+
+
+def test_the_legend_is_shown_for_two_runs_and_names_each_in_its_line_colour(browser: Any, site: dict[str, Any]) -> None:
+    """Two runs, the fewest the page compares: the legend is shown, one entry a run, in its lines' colour.
+
+    Before: plotly's legend under the one chart, which plotly leaves out of a chart of a single line.
+    """
+    count, folder = 2, "legend2"
+    for i in range(count):
+        _sweep_run(site["store"], folder, i, LRS[i]).finish()
+    p = new_page(browser, site)
+    _open_compare(p, folder, count)
+    legend = p.page.locator("#compare-legend li")
+    assert legend.count() == count
+    assert all(legend.nth(i).is_visible() for i in range(count))
+    names = [f"{folder}-{i:03d}" for i in reversed(range(count))]  # newest first, as the runs table
+    assert legend.all_inner_texts() == names == list(_ids(p))
+    swatches = legend.evaluate_all("els => els.map(e => e.querySelector('.swatch').style.background)")
+    for metric in ("train/loss", "val/loss", "train/acc", "val/acc"):
+        assert _chart(p, metric).get_attribute("data-traces") == str(count)
+        assert _chart(p, metric).evaluate(LINE_COLOURS) == swatches
+    p.check("compare-legend-2")
+    p.page.context.close()
