@@ -1,4 +1,4 @@
-"""ember._format: one convention for durations and byte counts, and the commands that print them use it."""
+"""ember._format: one convention for durations, byte counts and times, and what shows them uses it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ember._format import format_bytes, format_duration
+from ember._format import format_bytes, format_duration, format_time
 
 
 @pytest.mark.parametrize(
@@ -60,3 +60,24 @@ def test_the_console_shows_the_same_byte_counts(size: int | None, text: str) -> 
     from ember.server.console.views import fmt_size
 
     assert fmt_size(size) == text
+
+
+@pytest.mark.parametrize(
+    ("iso", "text"),
+    [(None, "-"), ("", "-"), ("2026-01-02T10:00:00+02:00", "2026-01-02 10:00:00 UTC+02:00"),
+     ("2026-01-02T08:00:00.123+00:00", "2026-01-02 08:00:00 UTC"), ("2026-01-02T08:00:00Z", "2026-01-02 08:00:00 UTC"),
+     ("2026-01-02T03:00:00-05:30", "2026-01-02 03:00:00 UTC-05:30"),
+     ("2026-01-02T08:00:00", "2026-01-02 08:00:00 (no time zone recorded)"), ("yesterday", "yesterday")],
+)  # fmt: skip
+def test_times_keep_their_zone(iso: str | None, text: str) -> None:
+    assert format_time(iso) == text
+
+
+def test_the_console_shows_every_time_with_its_zone_in_a_time_element() -> None:
+    """Issue 19: the runs table's Start and the artifact page's Created dropped the zone the run page shows."""
+    pytest.importorskip("fastapi")
+    from ember.server.console.views import fmt_time
+
+    shown = fmt_time("2026-01-02T10:00:00+02:00")
+    assert shown == '<time datetime="2026-01-02T10:00:00+02:00">2026-01-02 10:00:00 UTC+02:00</time>'
+    assert fmt_time(None) == "—" and fmt_time("<b>") == '<time datetime="&lt;b&gt;">&lt;b&gt;</time>'  # escaped

@@ -1,17 +1,20 @@
-"""Durations and byte counts for people: one convention for the command line, the logs and the console.
+"""Durations, byte counts and times for people: one convention for the command line, the logs and the console.
 
 Byte counts are binary and say so: 1 KiB = 1024 B, shown as ``B``, ``KiB``, ``MiB``, ``GiB``,
 ``TiB`` (the IEC names, so that no size is labelled MB while counted in 1024s; ``1.5 GiB`` is
 1.5 × 2**30 bytes). Durations: ``4.2s`` under a minute, then ``4m05s``, ``1h02m03s``, and from a
-day on ``2d03h04m`` (the web console shows two units, spaced: ``1h 02m``). What is unknown (None)
-is ``-``.
+day on ``2d03h04m`` (the web console shows two units, spaced: ``1h 02m``). Times (ISO 8601) keep
+their time zone: ``2026-01-02 10:00:00 UTC+02:00``, so that no page shows a bare clock time that
+a reader in another zone misreads. What is unknown (None) is ``-``.
 
 A low-level utility: it imports nothing of ember's.
 """
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_duration"]
+from datetime import datetime
+
+__all__ = ["format_bytes", "format_duration", "format_time"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -57,3 +60,31 @@ def format_duration(seconds: float | None, parts: int = 3, sep: str = "") -> str
     first = next(i for i, (value, _) in enumerate(units) if value)
     shown = units[first : first + parts]
     return sep.join(f"{value}{unit}" if i == 0 else f"{value:02d}{unit}" for i, (value, unit) in enumerate(shown))
+
+
+def format_time(value: str | None) -> str:
+    """An ISO 8601 time as ``YYYY-MM-DD HH:MM:SS`` and its zone; ``-`` when None or empty.
+
+    The zone is ``UTC``, or its offset from UTC (``UTC+02:00``), or ``(no time zone recorded)``
+    for a time written without one. Text that is not an ISO time is returned as it is.
+
+    Example:
+        >>> format_time("2026-01-02T10:00:00+02:00")
+        '2026-01-02 10:00:00 UTC+02:00'
+        >>> format_time("2026-01-02T08:00:00+00:00")
+        '2026-01-02 08:00:00 UTC'
+    """
+    if not value:
+        return "-"
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return value
+    offset = when.strftime("%z")  # +0200, or empty without a zone
+    if not offset:
+        zone = "(no time zone recorded)"
+    elif offset in ("+0000", "-0000"):
+        zone = "UTC"
+    else:
+        zone = f"UTC{offset[:3]}:{offset[3:5]}" + (f":{offset[5:7]}" if offset[5:7] else "")
+    return when.strftime("%Y-%m-%d %H:%M:%S ") + zone

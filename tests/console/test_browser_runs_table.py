@@ -3,26 +3,39 @@
 Before: the first 8 hparams by name (a sweep over ``lr`` showed constants and hid ``lr``), nested
 hparams as one blob, "best" the maximum of anything not named like a loss (``grad_norm``), the
 name scrolled away, no way to pick columns, a filter typo replaced the page with a 422 and an
-unknown key answered 0 runs silently, and "Clear" dropped the folder.
+unknown key answered 0 runs silently, "Clear" dropped the folder, a Crashed run's duration
+ended at its heartbeat (its run page: at its last record) and times had no zone (but on the run
+page).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ember import track
 from tests.console.conftest import Checked
-from tests.console.test_browser_local import new_page, ui, wait_listed  # noqa: F401  (ui: the fixture)
+from tests.console.test_browser_local import new_page, ui  # noqa: F401  (ui: the fixture)
 
 SWEEP = "/ui/runs?folder=/local/sweep"
+CRASHED = "/ui/runs?folder=/local/crashed"
 LRS = (0.1, 0.01, 0.001)
+INDEXED_S = 120.0
+"""How long `ember ui` may take to index what a test wrote (it looks every second; a loaded machine is slower)."""
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 @pytest.fixture(scope="module")
-def sweep(ui: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
-    """Three runs of a sweep over lr (and a nested beta), beside constants, in folder ``sweep``."""
+def sweep(browser: Any, ui: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+    """Three runs of a sweep over lr (and a nested beta), beside constants, in folder ``sweep``; a
+    run whose process died in folder ``crashed``; all of it indexed by `ember ui`."""
     consts = {"batch_size": 32, "epochs": 3, "seed": 0, "amp": "bf16", "accum": 1, "clip": 1.0, "dropout": 0.1}
     for i, lr in enumerate(LRS):
         hparams = {**consts, "lr": lr, "config": {"opt": {"name": "adam", "beta": 0.9 if i else 0.99}}}
@@ -31,7 +44,60 @@ def sweep(ui: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
             metrics = {"loss": 1 / (step + 1) + lr, "acc": step / 10, "grad_norm": 3.0 - step * 0.2 + i}
             run.log("train", metrics, step=step)
         run.finish()
-    return ui
+    crashed_start = _write_crashed(ui["store"])
+    p = new_page(browser, ui)
+    _wait_for(p, SWEEP, lambda rows: rows == ["sweep-0 Complete 0.9", "sweep-1 Complete 0.9", "sweep-2 Complete 0.9"])
+    _wait_for(p, CRASHED, lambda rows: rows == ["crashed-0 Crashed 0.5"])
+    p.page.context.close()
+    return {**ui, "crashed_start": crashed_start}
+
+
+def _write_crashed(store: Path) -> str:
+    """A run killed 2 h after it started, in zone UTC+02:00: Running in its run.json, its heartbeat
+    stopped after 10 minutes (its thread died), its last point 30 minutes ago. Returns its start."""
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    start, last = now - timedelta(hours=2), now - timedelta(minutes=30)
+    path = store / "runs" / f"crashed_{start:%y%m%d_%H%M%S}_dead00"
+    (path / "metrics").mkdir(parents=True)
+    meta = {
+        "format": "ember.run/1", "id": "c" * 32, "name": "crashed-0", "folder": "crashed", "labels": [],
+        "description": "", "status": "Running", "end_time": None, "pid": 1, "hostname": "elsewhere",
+        "start_time": start.astimezone(timezone(timedelta(hours=2))).isoformat(),
+        "heartbeat": (start + timedelta(minutes=10)).isoformat(), "hparams": {}, "resumes": [], "reason": None,
+    }  # fmt: skip
+    (path / "platform.json").write_text("{}")
+    (path / "stdout.log").write_text("step 1\n")
+    points = [(0, start + timedelta(minutes=1), 1.0), (1, last, 0.5)]
+    lines = [json.dumps({"step": s, "epoch": 0, "time": t.timestamp(), "metrics": {"loss": v}}) for s, t, v in points]
+    (path / "metrics" / "train.jsonl").write_text("".join(line + "\n" for line in lines))
+    (path / "run.json").write_text(json.dumps(meta))  # last: the run is complete on disk when it is found
+    return str(meta["start_time"])
+
+
+def _wait_for(p: Checked, path: str, ready: Callable[[list[str]], bool]) -> None:
+    """Open ``path`` until its rows (``name status last-value-of-the-first-metric``, by name) are ``ready``.
+
+    `ember ui` indexes what changed every second: a run's link may show before all its points do.
+    """
+    deadline = time.monotonic() + INDEXED_S
+    while True:
+        p.goto(path)
+        rows = p.page.eval_on_selector_all(
+            "#runs-table tbody tr:has(a.run-link)",
+            """trs => trs.map(tr => [tr.querySelector('a.run-link'), tr.querySelector('.status'),
+                                     tr.querySelector('td.metric .last')].map(e => e && e.textContent).join(' '))""",
+        )
+        if ready(sorted(rows)):
+            return
+        assert time.monotonic() < deadline, (path, rows)
+        p.page.wait_for_timeout(250)
+
+
+def _follow(p: Checked, selector: str) -> None:
+    """Click what leads to another page and wait for that page (not the one the click left)."""
+    with p.page.expect_navigation():
+        p.page.click(selector)
+    p.page.wait_for_load_state("networkidle")
 
 
 def _visible_headers(p: Checked, kind: str) -> list[str]:
@@ -43,7 +109,7 @@ def test_a_sweep_shows_the_hparams_that_vary_and_each_metrics_last_best_min_and_
     browser: Any, sweep: dict[str, Any]
 ) -> None:
     p = new_page(browser, sweep)
-    wait_listed(p, SWEEP, "sweep-2")
+    p.goto(SWEEP)
     assert _visible_headers(p, "hp") == ["hp:config.opt.beta", "hp:lr"]  # before: amp, accum, batch_size...
     assert _visible_headers(p, "metric") == ["m:train/acc", "m:train/grad_norm", "m:train/loss"]
     row = p.page.locator("#runs-table tbody tr", has_text="sweep-2")
@@ -52,8 +118,8 @@ def test_a_sweep_shows_the_hparams_that_vary_and_each_metrics_last_best_min_and_
     assert norm.locator(".min").inner_text() == "3.2" and norm.locator(".max").inner_text() == "5"
     assert row.locator("td[data-col='m:train/acc'] .best").inner_text() == "0.9"  # acc: the maximum
     assert "best (min)" in p.page.inner_text("#runs-table th[data-col='m:train/grad_norm']")
-    p.page.click("#runs-table th[data-col='hp:config.opt.beta'] a")  # a nested hparam sorts
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#runs-table th[data-col='hp:config.opt.beta'] a")  # a nested hparam sorts
+    assert "sort=hp%3Aconfig.opt.beta" in p.page.url
     assert p.page.locator("a.run-link").all_inner_texts()[-1] == "sweep-0"
     p.check("runs-sweep")
     p.page.context.close()
@@ -67,7 +133,8 @@ def test_the_run_name_stays_in_view_while_the_table_scrolls_sideways(browser: An
     assert wrap.evaluate("w => w.scrollWidth > w.clientWidth")
     before = p.page.locator("a.run-link").first.bounding_box()
     wrap.evaluate("w => { w.scrollLeft = w.scrollWidth; }")
-    p.page.wait_for_timeout(100)
+    wrap.evaluate("w => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")  # painted
+    assert wrap.evaluate("w => w.scrollLeft + w.clientWidth >= w.scrollWidth - 1")  # scrolled to the end
     after = p.page.locator("a.run-link").first.bounding_box()
     assert before and after and abs(after["x"] - before["x"]) < 1  # pinned: where it was
     x, y = after["x"] + 5, after["y"] + after["height"] / 2
@@ -106,27 +173,76 @@ def test_filter_errors_are_shown_beside_the_form_and_clear_keeps_the_folder(
     p = new_page(browser, sweep)
     p.goto(SWEEP)
     p.page.fill("input[name=where]", "lr>0.05")  # no hp: before, a bare 422 page
-    p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#filters button[type=submit]")
     assert "not understood" in p.page.inner_text("#filter-error")
     assert p.page.input_value("input[name=where]") == "lr>0.05" and p.page.locator("#filters").is_visible()
     p.check("runs-filter-error")
     p.page.fill("input[name=where]", "hp:lrr>0.05")  # a typo in the key: before, 0 runs and no word why
-    p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#filters button[type=submit]")
     assert "no run here has the hyper-parameter 'lrr'" in p.page.inner_text("#filter-error")
     p.page.fill("input[name=where]", "hp:config.opt.name=Adam")  # a value no run has: which there are
-    p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#filters button[type=submit]")
     assert 'config.opt.name here is one of "adam"' in p.page.inner_text("#filter-error")
     p.page.fill("input[name=where]", "hp:config.opt.beta>0.95")
-    p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#filters button[type=submit]")
     assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0"]
     assert p.page.locator("#filter-error").count() == 0
-    p.page.click("#clear")
-    p.page.wait_for_load_state("networkidle")
+    _follow(p, "#clear")
     assert "folder=%2Flocal%2Fsweep" in p.page.url and "where" not in p.page.url
     assert sorted(p.page.locator("a.run-link").all_inner_texts()) == ["sweep-0", "sweep-1", "sweep-2"]
     p.check()
+    p.page.context.close()
+
+
+def test_an_hparam_sorted_or_filtered_on_is_shown_though_it_is_constant(browser: Any, sweep: dict[str, Any]) -> None:
+    """Issue 19: a sweep "hides ``lr``, even while sorting by it". Columns sorted or filtered on
+    are shown beside those that vary, constant or not."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+    assert _visible_headers(p, "hp") == ["hp:config.opt.beta", "hp:lr"]  # seed and amp: constant, hidden
+    p.goto(SWEEP + "&sort=-hp:seed")
+    assert _visible_headers(p, "hp") == ["hp:config.opt.beta", "hp:lr", "hp:seed"]
+    assert p.page.inner_text("#runs-table th[data-col='hp:seed']") == "seed ▼"
+    assert p.page.locator("#runs-table tbody td[data-col='hp:seed']").all_inner_texts() == ["0", "0", "0"]
+    p.goto(SWEEP)
+    p.page.fill("input[name=where]", "hp:amp=bf16")
+    _follow(p, "#filters button[type=submit]")
+    assert _visible_headers(p, "hp") == ["hp:amp", "hp:config.opt.beta", "hp:lr"]
+    assert p.page.locator("#runs-table tbody td[data-col='hp:amp']").all_inner_texts() == ["bf16"] * 3
+    p.check("runs-constant-shown")
+    p.page.context.close()
+
+
+def test_a_crashed_run_has_the_same_start_and_duration_in_the_table_as_on_its_page(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    """Before: the table ended a Crashed run at its heartbeat (10m) where its run page ended it at
+    its last point (1h 30m), and showed its start without its zone."""
+    p = new_page(browser, sweep)
+    p.goto(CRASHED)
+    row = p.page.locator("#runs-table tbody tr", has_text="crashed-0")
+    start, duration = row.locator("td.start").inner_text(), row.locator("td.duration").inner_text()
+    assert duration == "1h 30m"  # from its start to its last point, 30 minutes ago
+    assert re.fullmatch(TIME + r"\+02:00", start), start  # in the zone it was recorded in
+    assert row.locator("td.start time").get_attribute("datetime") == sweep["crashed_start"]
+    p.check("runs-crashed")
+    _follow(p, "#runs-table a.run-link")
+    assert p.page.inner_text("#run-status") == "Crashed"
+    assert p.page.inner_text("#run-duration") == f"{duration} (until its last record)"
+    assert p.page.inner_text("#run-started") == start
+    p.page.context.close()
+
+
+def test_the_start_of_every_run_and_the_creation_of_an_artifact_show_their_zone(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    p = new_page(browser, sweep)
+    p.goto("/ui/runs")
+    starts = p.page.locator("#runs-table tbody td.start").all_inner_texts()
+    assert len(starts) == 6 and all(re.fullmatch(TIME + r"(\+02:00)?", s) for s in starts), starts
+    p.goto(f"/ui/runs/{sweep['runs'][0].id}")
+    assert re.fullmatch(TIME, p.page.inner_text("#run-started"))  # the run page's format, the same
+    _follow(p, "#lineage a.node-link[data-kind=artifact]")
+    assert re.fullmatch(TIME, p.page.inner_text("#artifact-created")), p.page.inner_text("#artifact-created")
+    p.check("artifact-created")
     p.page.context.close()

@@ -92,6 +92,40 @@ def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) 
     assert _names(runs, sort="status") == ["r0", "r1", "r2", "r3", "r5", "r4"]  # Complete < Crashed < Running
 
 
+def _points_at(server: Server, i: int, times: list[datetime]) -> None:
+    points = [{"step": s, "time": t.timestamp(), "metrics": {"loss": 1.0}} for s, t in enumerate(times)]
+    batch = {"type": "train", "start": 0, "end": 1, "points": points}
+    assert server.req("POST", f"/runs/{i:032x}/metrics", json=batch).status_code == 200
+
+
+def test_a_crashed_run_lasts_until_its_last_point_or_heartbeat_the_later_on_the_table_and_its_page(
+    server: Server,
+) -> None:
+    """Issue 19: the runs table ended a Crashed run at its heartbeat (``r0``: 10 min), its run page
+    at its last record (1 h 30 min); both now say the latter."""
+    start = datetime.now(timezone.utc) - timedelta(hours=2)
+    crashed = {"status": "Running", "end_time": None, "hostname": "elsewhere", "start_time": start.isoformat()}
+    _put(server, 0, {}, None, **crashed, heartbeat=(start + timedelta(minutes=10)).isoformat())
+    _points_at(server, 0, [start + timedelta(minutes=1), start + timedelta(minutes=90)])  # the later: its last point
+    _put(server, 1, {}, None, **crashed, heartbeat=(start + timedelta(minutes=20)).isoformat())
+    _points_at(server, 1, [start + timedelta(minutes=5)])  # the later: its heartbeat
+    naive = {**crashed, "start_time": "2020-01-01T10:00:00", "heartbeat": "2020-01-01T10:10:00"}
+    _put(server, 2, {}, None, **naive)  # a start without a zone: the heartbeat's and the points' read as UTC
+    _points_at(server, 2, [datetime(2020, 1, 1, 11, 0, tzinfo=timezone.utc)])
+    page = server.req("GET", "/search/runs", params={"sort": "name"}).json()
+    assert {r["name"]: (r["status"], r["duration"]) for r in page["runs"]} == {
+        "r0": ("Crashed", pytest.approx(5400.0)),
+        "r1": ("Crashed", pytest.approx(1200.0)),
+        "r2": ("Crashed", pytest.approx(3600.0)),
+    }
+    assert _names(server, sort="duration") == ["r1", "r2", "r0"]
+    assert _names(server, sort="duration", status="Crashed") == ["r1", "r2", "r0"]
+    server.console_login()
+    for i, shown in enumerate(["1h 30m", "20m 00s", "1h 00m"]):
+        html = server.client.get(f"/ui/runs/{i:032x}").text
+        assert f'<dd id="run-duration">{shown} <span' in html, html[html.find("run-duration") - 10 :][:200]
+
+
 def test_pages_do_not_overlap_and_the_default_order_is_newest_first(runs: Server) -> None:
     assert _names(runs) == ["r5", "r4", "r3", "r2", "r1", "r0"]
     assert _names(runs, sort="start") == ["r0", "r1", "r2", "r3", "r4", "r5"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 
+from ember._format import format_time
 from ember.server import ingest, listing
 from ember.server.auth import DbSession
 from ember.server.console import lineage
@@ -17,7 +17,7 @@ from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
 from ember.server.lookup import get_run
-from ember.server.models import Artifact, ArtifactFile, Folder, MetricPoint, User
+from ember.server.models import Artifact, ArtifactFile, Folder, User
 from ember.server.perms import Level, level
 from ember.server.series import metric_counts
 from ember.server.wire import SafeJSONResponse
@@ -44,21 +44,8 @@ def _types(counts: list[dict[str, Any]]) -> list[str]:
 
 
 def _when(value: str | None) -> dict[str, str] | None:
-    """An ISO time as shown: its text with its time zone ('UTC', 'UTC+02:00'; 'no time zone recorded')."""
-    if not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return {"iso": value, "text": value}
-    offset = when.utcoffset()
-    if offset is None:
-        zone = "(no time zone recorded)"
-    elif not offset:
-        zone = "UTC"
-    else:
-        zone = "UTC" + when.strftime("%z")[:3] + ":" + when.strftime("%z")[3:]
-    return {"iso": value, "text": when.strftime("%Y-%m-%d %H:%M:%S ") + zone}
+    """An ISO time as shown: its text with its time zone (:func:`ember._format.format_time`)."""
+    return {"iso": value, "text": format_time(value)} if value else None
 
 
 def _packages(system: Any) -> list[tuple[str, str]] | None:
@@ -68,32 +55,6 @@ def _packages(system: Any) -> list[tuple[str, str]] | None:
     if not isinstance(packages, dict) or not packages:
         return None
     return sorted(((str(k), "" if v is None else str(v)) for k, v in packages.items()), key=lambda p: p[0].lower())
-
-
-def _last_record(session: Any, run_pk: int, counts: list[dict[str, Any]], heartbeat: Any) -> str | None:
-    """When a run last recorded anything: its last metric point or its heartbeat, the later.
-
-    The last points are read by their keys (each series' last step): no scan of the points.
-    """
-    times = [  # one probe of the primary key per series (a row-value IN would scan every point on SQLite)
-        session.scalar(
-            select(MetricPoint.time).where(
-                MetricPoint.run_pk == run_pk,
-                MetricPoint.type == c["type"],
-                MetricPoint.name == c["name"],
-                MetricPoint.step == c["last_step"],
-            )
-        )
-        for c in counts
-    ]
-    found = [datetime.fromtimestamp(t, tz=timezone.utc) for t in times if t]
-    if isinstance(heartbeat, str):
-        try:
-            beat = datetime.fromisoformat(heartbeat)
-            found.append(beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc))
-        except ValueError:
-            pass
-    return max(found).isoformat() if found else None
 
 
 def _artifacts(session: Any, user: User, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -123,10 +84,8 @@ def run_page(
     system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
     status = listing.shown_status(run.status, run.meta)
     start = run.start_time if isinstance(run.start_time, str) else None
-    if status == "Crashed":  # no end time: it lasted until its last record
-        start_aware = start and datetime.fromisoformat(start).tzinfo is not None
-        last = _last_record(session, run.pk, found, run.meta.get("heartbeat"))
-        end = last if start_aware or last is None else datetime.fromisoformat(last).replace(tzinfo=None).isoformat()
+    if status == "Crashed":  # no end time: it lasted until its last record, as the runs table says
+        end = listing.last_records(session, {run.pk: (start, run.meta.get("heartbeat"))})[run.pk]
     else:
         end = run.end_time
     return render(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -14,9 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ember._format import format_bytes, format_duration
+from ember._format import format_bytes, format_duration, format_time
 from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
 from ember.server.domain_errors import DomainError
 from ember.server.errors import status_of
@@ -34,14 +34,12 @@ CSP = (
 )
 
 
-def fmt_time(value: str | None) -> str:
-    """An ISO time as 'YYYY-MM-DD HH:MM:SS' (the stored text when it does not parse)."""
+def fmt_time(value: str | None) -> Markup:
+    """An ISO time as ``<time>`` reading 'YYYY-MM-DD HH:MM:SS UTC+02:00' (:func:`ember._format.format_time`):
+    every page shows a time with its zone, as the run page does."""
     if not value:
-        return "—"
-    try:
-        return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
-    except ValueError:
-        return value
+        return Markup("—")
+    return Markup('<time datetime="{}">{}</time>').format(value, format_time(value))
 
 
 def fmt_duration(seconds: float | None) -> str:
