@@ -81,3 +81,19 @@ def test_the_console_shows_every_time_with_its_zone_in_a_time_element() -> None:
     shown = fmt_time("2026-01-02T10:00:00+02:00")
     assert shown == '<time datetime="2026-01-02T10:00:00+02:00">2026-01-02 10:00:00 UTC+02:00</time>'
     assert fmt_time(None) == "—" and fmt_time("<b>") == '<time datetime="&lt;b&gt;">&lt;b&gt;</time>'  # escaped
+
+
+def test_ember_runs_writes_times_in_the_machines_zone_with_the_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ember runs ls/show` (track/_report.fmt_time) names the zone of the local time it prints."""
+    import time
+
+    from ember.track._report import fmt_time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        assert fmt_time("2026-11-26T13:08:32+00:00") == "2026-11-26 14:08:32 UTC+01:00"
+        assert fmt_time(None) == "-"
+    finally:
+        monkeypatch.undo()
+        time.tzset()

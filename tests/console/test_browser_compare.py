@@ -65,7 +65,7 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
     return {**ui, "gan": gan, "artifact": art}
 
 
-def _open_compare(p: Checked, folder: str, count: int, timeout: float = 30.0) -> None:
+def _open_compare(p: Checked, folder: str, count: int, timeout: float = 120.0) -> None:
     """Open the compare page of a folder once `ember ui` has indexed its ``count`` runs."""
     deadline = time.monotonic() + timeout
     p.goto(f"/ui/compare?folder=/local/{folder}")

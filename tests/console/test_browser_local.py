@@ -36,7 +36,7 @@ def enter(p: Checked, ui: dict[str, Any]) -> None:
     assert "token" not in p.page.url and "/ui/folders" in p.page.url, p.page.url
 
 
-def start_ui(argv: list[str], log: Path, timeout: float = 30.0) -> tuple[subprocess.Popen[bytes], str]:
+def start_ui(argv: list[str], log: Path, timeout: float = 90.0) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``argv`` (an `ember ui` command line) and wait until it answers; the process and the link it printed."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
@@ -76,10 +76,10 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield {"url": url, "entry": entry, "runs": runs, "store": tmp / "store"}
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(60)
 
 
-def wait_listed(p: Checked, path: str, text: str, timeout: float = 15.0) -> None:
+def wait_listed(p: Checked, path: str, text: str, timeout: float = 60.0) -> None:
     """Open ``path`` until a run link reads ``text``: `ember ui` indexes what changed every second."""
     deadline = time.monotonic() + timeout
     p.goto(path)
@@ -89,7 +89,7 @@ def wait_listed(p: Checked, path: str, text: str, timeout: float = 15.0) -> None
     assert p.page.locator("a.run-link", has_text=text).count() > 0, (path, text)
 
 
-def wait_points(p: Checked, chart: str, points: str, timeout: float = 15.0) -> None:
+def wait_points(p: Checked, chart: str, points: str, timeout: float = 60.0) -> None:
     """Reload a run page until ``chart`` shows ``points`` points (what the index has read so far)."""
     deadline = time.monotonic() + timeout
     p.page.wait_for_selector(f"{chart}[data-drawn]")
@@ -166,7 +166,7 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
     try:
         wait_listed(p, "/ui/runs?status=Running", "worker-killnow")  # alive: Running
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(60)
         assert json.loads((run_path / "run.json").read_text())["status"] == "Running"  # what the files say
         p.goto("/ui/runs?status=Crashed")
         assert p.page.locator("a.run-link").all_inner_texts() == ["worker-killnow"]
@@ -181,7 +181,7 @@ def test_a_run_whose_process_was_sigkilled_shows_as_crashed(browser: Any, ui: di
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(60)
         p.page.context.close()
     listed = subprocess.run(
         [sys.executable, "-m", "ember.track.cli", "runs", "ls", "--store", str(ui["store"])],
@@ -299,7 +299,7 @@ def test_ember_ui_starts_again_on_the_same_data_folder(browser: Any, tmp_path: P
         wait_listed(p, "/ui/runs", "r00000")
         assert sorted(_names(p)) == ["r00000", "r00001", "r00002"]
         proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+        proc.wait(60)
         assert (data / "ui.db").is_file()  # kept: --data is the user's folder
         write_runs(store, 1, first=7, points=5)  # while it is stopped
         proc, entry = start_ui(argv, tmp_path / "second.log")  # before: exited, "already has users"
@@ -316,7 +316,7 @@ def test_ember_ui_starts_again_on_the_same_data_folder(browser: Any, tmp_path: P
         p.page.context.close()
         if proc.poll() is None:
             proc.terminate()
-            proc.wait(15)
+            proc.wait(60)
 
 
 # `ember ui` whose index stops after ``after`` runs until the file ``gate`` exists: the store is being read
@@ -371,4 +371,4 @@ def test_the_first_page_answers_while_the_store_is_read_and_says_how_far_it_has_
     finally:
         p.page.context.close()
         proc.terminate()
-        proc.wait(15)
+        proc.wait(60)

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ember._format import format_time
 from ember.track._fs import parse_iso
 from ember.track._values import Point
 from ember.track.store import metric_types, read_metrics
@@ -39,11 +40,12 @@ def fmt_number(value: Any) -> str:
 
 
 def fmt_time(iso: str | None) -> str:
-    """An ISO time from run.json in local time, to the second; '-' when missing."""
+    """An ISO time from run.json in this machine's time zone, to the second, with the zone (as
+    the console writes times: ``2026-11-26 14:08:32 UTC+01:00``); '-' when missing."""
     seconds = parse_iso(iso)
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+    return format_time(datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds"))
 
 
 def shorten(text: str, width: int) -> str:
