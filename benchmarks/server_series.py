@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import select
@@ -56,17 +57,8 @@ def _fill(settings: Settings, key: str, points: int, host: str) -> None:
         metrics = {name: [math.sin(s / 5000 + k) for s in steps] for k, name in enumerate(NAMES)}
         if lo <= SPIKE < lo + batch:
             metrics["loss"][SPIKE - lo] = 1000.0
-        columns = MetricBatch(
-            type="train",
-            start=i,
-            end=i + 1,
-            step=steps,
-            epoch=[s / 1000 for s in steps],
-            time=[0.0] * len(steps),
-            metrics=metrics,
-        )
         with sessions() as session, session.begin():
-            ingest.store_metrics(session, run_pk, RUN, columns, max_points=len(NAMES) * batch)
+            _store(session, run_pk, i, steps, metrics)
     engine.dispose()
 
 
@@ -76,19 +68,23 @@ def _append(settings: Settings, points: int, more: int) -> None:
     sessions = session_factory(engine)
     with sessions() as session, session.begin():
         run_pk = session.scalar(select(Run.pk).where(Run.id == RUN))
-        steps = list(range(points, points + more))
         cursor = ingest.cursors(session, RUN)["metrics/train.jsonl"]
-        columns = MetricBatch(
-            type="train",
-            start=cursor,
-            end=cursor + 1,
-            step=steps,
-            epoch=[s / 1000 for s in steps],
-            time=[0.0] * more,
-            metrics={name: [0.5] * more for name in NAMES},
-        )
-        ingest.store_metrics(session, run_pk, RUN, columns, max_points=len(NAMES) * more)
+        _store(session, run_pk, cursor, list(range(points, points + more)), {name: [0.5] * more for name in NAMES})
     engine.dispose()
+
+
+def _store(session: Any, run_pk: int, cursor: int, steps: list[int], metrics: dict[str, list[float]]) -> None:
+    """One upload of the run's train metrics at ``steps``, from the stream's ``cursor``."""
+    columns = MetricBatch(
+        type="train",
+        start=cursor,
+        end=cursor + 1,
+        step=steps,
+        epoch=[s / 1000 for s in steps],
+        time=[0.0] * len(steps),
+        metrics=metrics,
+    )
+    ingest.store_metrics(session, run_pk, RUN, columns, max_points=len(NAMES) * len(steps))
 
 
 def _serve(settings: Settings, port: int) -> subprocess.Popen[bytes]:
