@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from ember import track
 from tests.console.conftest import RESULTS, Checked
@@ -50,6 +51,10 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
         pixels[:, : 8 * (step // 10 + 1)] = (200, 40, 40)  # a red bar that grows with the step
         gan.log_image("samples", pixels, step=step)
     files = tmp_path_factory.mktemp("files")
+    saved = np.zeros((20, 30, 3), np.uint8)
+    saved[:, :15] = (220, 20, 20)
+    Image.fromarray(saved).save(files.parent / "confusion.jpg", quality=95)  # a chart saved as JPEG
+    gan.log_image("plots/confusion", files.parent / "confusion.jpg", step=5)
     (files / "bar.png").write_bytes((gan.path / "images/samples/20.png").read_bytes())
     (files / "notes.txt").write_text("first line\n<b>not bold</b>\n")
     (files / "config.json").write_text('{"lr": 0.1, "layers": [1, 2]}')
@@ -161,34 +166,55 @@ def test_parallel_coordinates_and_scatter_over_a_sweep_of_150_runs(browser: Any,
 def test_run_page_shows_images_with_a_step_slider(browser: Any, site: dict[str, Any]) -> None:
     p = new_page(browser, site)
     gan = site["gan"]
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # until `ember ui` has read the run's images (asked aside, so no page 404s)
+    listed = f"{site['url'].rstrip('/')}/ui/runs/{gan.id}/images"
+    while time.monotonic() < deadline:
+        answer = p.page.request.get(listed)
+        if answer.status == 200 and len({i["name"] for i in answer.json()["images"]}) == 2:
+            break
+        p.page.wait_for_timeout(250)
     p.goto(f"/ui/runs/{gan.id}")
-    while p.page.locator("#images .image-panel").count() == 0 and time.monotonic() < deadline:
-        p.page.wait_for_timeout(500)
-        p.goto(f"/ui/runs/{gan.id}")
     panel = p.page.locator("#images .image-panel[data-name='samples']")
     assert panel.is_visible()
     img = panel.locator("img.image-view")
     assert img.get_attribute("data-step") == "20"  # the newest first
-    p.page.wait_for_function("() => document.querySelector('#images img.image-view').naturalWidth === 24")
+    samples = "#images .image-panel[data-name=samples] img.image-view"
+    p.page.wait_for_function(f"() => document.querySelector('{samples}').naturalWidth === 24")
     slider = panel.locator("input.image-step")
     slider.fill("0")
     assert img.get_attribute("data-step") == "0"
-    loaded = "() => { const i = document.querySelector('#images .image-view'); return i.complete && i.naturalWidth; }"
+    loaded = f"() => {{ const i = document.querySelector('{samples}'); return i.complete && i.naturalWidth; }}"
     p.page.wait_for_function(loaded)
     # the pixels of step 0: the red bar is 8 of 24 columns wide
     red = p.page.evaluate(
-        """() => {
-          const i = document.querySelector('#images img.image-view'), c = document.createElement('canvas');
+        """(sel) => {
+          const i = document.querySelector(sel), c = document.createElement('canvas');
           c.width = i.naturalWidth; c.height = i.naturalHeight;
           const g = c.getContext('2d'); g.drawImage(i, 0, 0);
           const d = g.getImageData(0, 8, 24, 1).data;
           let n = 0; for (let x = 0; x < 24; x++) if (d[4 * x] === 200) n++;
           return n;
-        }"""
+        }""",
+        samples,
     )
     assert red == 8
     assert "0 (24×16)" in panel.inner_text()
+    # a JPEG file logged as an image (MLflow's and T9k's habit) is shown as any other, left half red
+    saved = p.page.locator("#images .image-panel[data-name='plots/confusion'] img.image-view")
+    assert saved.get_attribute("data-step") == "5"
+    p.page.wait_for_function(
+        "() => { const i = document.querySelector(\"#images .image-panel[data-name='plots/confusion'] img\");"
+        " return i && i.complete && i.naturalWidth === 30; }"
+    )
+    halves = p.page.evaluate(
+        """() => {
+          const i = document.querySelector("#images .image-panel[data-name='plots/confusion'] img");
+          const c = document.createElement('canvas'); c.width = 30; c.height = 20;
+          const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+          return [g.getImageData(5, 10, 1, 1).data[0], g.getImageData(25, 10, 1, 1).data[0]];
+        }"""
+    )
+    assert halves[0] > 180 and halves[1] < 60, halves  # JPEG is lossy: about 220 and about 0
     p.check("run-images")
     p.page.context.close()
 
