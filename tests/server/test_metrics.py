@@ -44,32 +44,32 @@ def _stored(server: Server) -> dict[tuple[str, int], float | None]:
 
 def _blocks_from_points(server: Server) -> list[tuple[Any, ...]]:
     """What the summaries must hold, computed in Python from the stored points."""
+    p = MetricPoint
     with server.client.app.state.sessions() as session:
-        rows = session.execute(
-            select(MetricPoint.run_pk, MetricPoint.type, MetricPoint.name, MetricPoint.step, MetricPoint.value)
-        ).all()
-    groups: dict[tuple[Any, ...], list[tuple[int, float | None]]] = {}
-    for pk, type_, name, step, value in rows:
-        groups.setdefault((pk, type_, name, step // BLOCK), []).append((step, value))
+        rows = session.execute(select(p.run_pk, p.type, p.name, p.step, p.epoch, p.time, p.value)).all()
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for pk, type_, name, step, epoch, time, value in rows:
+        groups.setdefault((pk, type_, name, step // BLOCK), []).append((step, epoch, time, value))
     out = []
     for key, points in sorted(groups.items()):
         points.sort()
-        values = [v for _, v in points if v is not None]
-        steps = [s for s, _ in points]
+        values = [v for *_, v in points if v is not None]
+        steps = [s for s, *_ in points]
         lo, hi = min(values, default=None), max(values, default=None)
-        at_lo = next((s for s, v in points if v is not None and v == lo), None)  # the first step holding it
-        at_hi = next((s for s, v in points if v is not None and v == hi), None)
-        out.append((*key, min(steps), max(steps), lo, hi, len(points), at_lo, at_hi))
+        at_lo = next((pt[:3] for pt in points if pt[3] is not None and pt[3] == lo), (None,) * 3)  # the first
+        at_hi = next((pt[:3] for pt in points if pt[3] is not None and pt[3] == hi), (None,) * 3)
+        out.append((*key, min(steps), max(steps), lo, hi, len(points), *at_lo, *at_hi))
     return out
 
 
 def _blocks(server: Server) -> list[tuple[Any, ...]]:
     b = MetricBlock
+    at = (b.min_at_step, b.min_at_epoch, b.min_at_time, b.max_at_step, b.max_at_epoch, b.max_at_time)
     with server.client.app.state.sessions() as session:
         rows = session.execute(
             select(
                 b.run_pk, b.type, b.name, b.block, b.first_step, b.last_step, b.min_value, b.max_value, b.count
-            ).add_columns(b.min_step, b.max_step)
+            ).add_columns(*at)
         ).all()
     return sorted(tuple(r) for r in rows)
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Table, case, func, literal, select, true, update
+from sqlalchemy import Table, and_, case, func, literal, select, true, update
 from sqlalchemy.orm import Session, aliased
 
 from ember.server import naming
@@ -175,9 +175,10 @@ def extremes(where: Iterable[Any], group: Callable[[Any], Any], *lead: Any) -> A
     """Per metric and group of points: what a block summary and a chart bucket keep of them.
 
     The select's columns: ``*lead``, name, group, first/last step, min/max epoch, min/max value,
-    count, and the first step holding the minimum and the one holding the maximum (NULL when
-    every value is NaN), so a chart draws each extreme where it happened without reading the
-    points again. ``where``: conditions on the points; ``group(step)``: a point's group.
+    count, then the step, epoch and time of the first point holding the minimum, and the same of
+    the maximum (NULL when every value is NaN), so a chart draws each extreme where it happened
+    without reading the points again. ``where``: conditions on the points; ``group(step)``: a
+    point's group.
     """
     p = MetricPoint
     grp = group(p.step).label("grp")
@@ -210,20 +211,34 @@ def extremes(where: Iterable[Any], group: Callable[[Any], Any], *lead: Any) -> A
             .scalar_subquery()
         )
 
-    return select(
-        *lead,
-        c.name,
-        c.grp,
-        c.first,
-        c.last,
-        c.min_epoch,
-        c.max_epoch,
-        c.lo,
-        c.hi,
-        c.count,
-        first_holding(c.lo),
-        first_holding(c.hi),
-    ).where(true())  # SQLite parses INSERT ... SELECT ... FROM t ON CONFLICT only with a WHERE
+    found = select(stats, first_holding(c.lo).label("at_lo"), first_holding(c.hi).label("at_hi")).subquery()
+    d, lo, hi = found.c, aliased(MetricPoint), aliased(MetricPoint)
+
+    def point_at(point: Any, step: Any) -> Any:  # the extreme's point, by key
+        return and_(point.run_pk == d.run_pk, point.type == d.type, point.name == d.name, point.step == step)
+
+    return (
+        select(
+            *lead,
+            d.name,
+            d.grp,
+            d.first,
+            d.last,
+            d.min_epoch,
+            d.max_epoch,
+            d.lo,
+            d.hi,
+            d.count,
+            d.at_lo,
+            lo.epoch,
+            lo.time,
+            d.at_hi,
+            hi.epoch,
+            hi.time,
+        )
+        .select_from(found.outerjoin(lo, point_at(lo, d.at_lo)).outerjoin(hi, point_at(hi, d.at_hi)))
+        .where(true())  # SQLite parses INSERT ... SELECT ... FROM t ON CONFLICT only with a WHERE
+    )
 
 
 def summarize(
@@ -248,7 +263,7 @@ def summarize(
     summary = extremes(where, lambda step: step // BLOCK, literal(run_pk), literal(type_))
     keys = ["run_pk", "type", "name", "block"]
     stats = ["first_step", "last_step", "min_epoch", "max_epoch", "min_value", "max_value", "count"]
-    stats += ["min_step", "max_step"]  # in the order of extremes()' columns
+    stats += ["min_at_step", "min_at_epoch", "min_at_time", "max_at_step", "max_at_epoch", "max_at_time"]
     insert = _dialect_insert(session)(MetricBlock).from_select(keys + stats, summary)
     session.execute(insert.on_conflict_do_update(index_elements=keys, set_={c: insert.excluded[c] for c in stats}))
 

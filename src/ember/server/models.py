@@ -149,7 +149,8 @@ class MetricBlock(Base):
     Written in the same transaction as the points (``ingest.store_metrics``), so a chart of a
     million points reads a few thousand of these rows instead of every point. ``count`` counts
     NaN points too; ``min_value``/``max_value`` ignore them (NULL when every point is NaN);
-    ``min_step``/``max_step`` are the first steps holding them, where a chart draws them.
+    ``min_at_*``/``max_at_*`` are the step, epoch and time of the first point holding each,
+    where a chart draws it.
     """
 
     __tablename__ = "metric_blocks"
@@ -168,8 +169,12 @@ class MetricBlock(Base):
     min_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     max_value: Mapped[float | None] = mapped_column(Float, nullable=True)
     count: Mapped[int] = mapped_column(BigInteger)
-    min_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    max_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_at_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    min_at_epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
+    min_at_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_at_step: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_at_epoch: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_at_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class LogChunk(Base):

@@ -3,16 +3,16 @@
 A series of at most ``2 * buckets`` points is sent whole. A longer one is cut into about
 ``buckets`` equal step ranges and each range gives its minimum and its maximum, each at the exact
 step (epoch, time) of the first point holding it: a one-point spike in a million still shows,
-where it happened. ``start``/``end`` narrow the series to a step range (a zoomed chart asks again for its
-visible range, and gets it finer: whole once few enough points are in it).
+where it happened. ``start``/``end`` narrow the series to a step range (a zoomed chart asks
+again for its visible range, and gets it finer: whole once few enough points are in it).
 
-Long series are read from their block summaries (``metric_blocks``: min, max, the steps holding
+Long series are read from their block summaries (``metric_blocks``: min, max, the points holding
 them and count per :data:`~ember.server.models.BLOCK` steps), which ingest writes in the same
 transaction as the points. A chart of 3 metrics x 1,000,000 points therefore reads about 23,000
-summary rows and the epoch and time of its 12,000 extremes (by key), the same on a cold server
-process as on a warm one, and every server process sees the same data. Medium series (too long
-to send whole, spanning too few blocks to fill the buckets) are bucketed in one SQL query over
-their points, at most ``buckets * BLOCK`` steps of each.
+summary rows and no point, the same on a cold server process as on a warm one, and every server
+process sees the same data. Medium series (too long to send whole, spanning too few blocks to
+fill the buckets) are bucketed in one SQL query over their points, at most ``buckets * BLOCK``
+steps of each.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ember.server import codec, ingest
 from ember.server.models import BLOCK, MetricBlock, MetricPoint
 
 # One block or bucket: [first step, last step, min epoch, max epoch, min value, max value, count,
-# first step holding the min, first step holding the max].
+# then the step, epoch and time of the first point holding the min, and the same of the max].
 Block = list[Any]
 
 
@@ -162,8 +162,12 @@ class SeriesReader:
             MetricBlock.min_value,
             MetricBlock.max_value,
             MetricBlock.count,
-            MetricBlock.min_step,
-            MetricBlock.max_step,
+            MetricBlock.min_at_step,
+            MetricBlock.min_at_epoch,
+            MetricBlock.min_at_time,
+            MetricBlock.max_at_step,
+            MetricBlock.max_at_epoch,
+            MetricBlock.max_at_time,
         ).where(MetricBlock.run_pk == run_pk, MetricBlock.type == type_)
         if start is not None or end is not None:
             query = query.where(MetricBlock.last_step >= lo, MetricBlock.first_step <= hi)
@@ -182,7 +186,7 @@ class SeriesReader:
             if count <= 2 * buckets:
                 out[name] = _raw(session, key, name, lo, hi, count)
             elif whole and len(blocks) >= buckets:
-                out[name] = _exact(session, key, name, _merge(blocks, buckets), count)
+                out[name] = _exact(_merge(blocks, buckets), count)
             else:
                 first = max(lo, min(b[0] for b in blocks.values()))
                 last = min(hi, max(b[1] for b in blocks.values()))
@@ -227,7 +231,7 @@ def _bucketed(
         MetricPoint.step.between(lo, hi),
     ]
     rows = session.connection().execute(ingest.extremes(where, lambda step: (step - lo) // width)).all()
-    return _exact(session, key, name, [list(r[2:]) for r in sorted(rows, key=lambda r: r[1])], count)
+    return _exact([list(r[2:]) for r in sorted(rows, key=lambda r: r[1])], count)
 
 
 def _merge(blocks: dict[int, Block], buckets: int) -> list[Block]:
@@ -243,9 +247,9 @@ def _merge(blocks: dict[int, Block], buckets: int) -> list[Block]:
         m[1] = max(m[1], b[1])
         m[2], m[3] = _lo(m[2], b[2]), _hi(m[3], b[3])
         if b[4] is not None and (m[4] is None or b[4] < m[4]):
-            m[4], m[7] = b[4], b[7]
+            m[4], m[7:10] = b[4], b[7:10]
         if b[5] is not None and (m[5] is None or b[5] > m[5]):
-            m[5], m[8] = b[5], b[8]
+            m[5], m[10:13] = b[5], b[10:13]
         m[6] += b[6]
     return [merged[k] for k in sorted(merged)]
 
@@ -258,26 +262,15 @@ def _hi(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def _exact(session: Session, key: tuple[int, str], name: str, rows: list[Block], count: int) -> dict[str, Any]:
+def _exact(rows: list[Block], count: int) -> dict[str, Any]:
     """Two points per bucket, its minimum and its maximum, each at the first point holding it.
 
-    ``rows``: blocks (or SQL buckets) in step order, each with the steps of its extremes; their
-    epoch and time are read by key, a few thousand at a time.
+    ``rows``: blocks (or SQL buckets) in step order, each with where its extremes are.
     """
-    steps = sorted({r[i] for r in rows for i in (7, 8) if r[i] is not None})
-    at: dict[int, tuple[float | None, float | None]] = {}
-    for chunk in range(0, len(steps), 5000):  # SQLite allows 32,766 bound values a statement
-        query = select(MetricPoint.step, MetricPoint.epoch, MetricPoint.time).where(
-            MetricPoint.run_pk == key[0],
-            MetricPoint.type == key[1],
-            MetricPoint.name == name,
-            MetricPoint.step.in_(steps[chunk : chunk + 5000]),
-        )
-        at.update((step, (epoch, time)) for step, epoch, time in session.connection().execute(query))
     points: list[tuple[int, float | None, float | None, float | None]] = []
-    for s0, _s1, e0, _e1, v0, v1, _, at0, at1 in rows:
-        pair = sorted({(step, *at[step], v) for step, v in ((at0, v0), (at1, v1)) if step is not None})
-        points += pair or [(s0, e0, None, None)]  # every point NaN: a gap at the bucket's first step
+    for s0, _s1, e0, _e1, v0, v1, _, *at in rows:
+        pair = {(at[0], at[1], at[2], v0), (at[3], at[4], at[5], v1)}
+        points += sorted(p for p in pair if p[0] is not None) or [(s0, e0, None, None)]  # all NaN: a gap
     return {
         "count": count,
         "downsampled": True,
