@@ -38,6 +38,7 @@ SERVICES = {
     "ingest",
     "keys",
     "listing",
+    "liveness",
     "lookup",
     "naming",
     "perms",

@@ -12,6 +12,8 @@ IMMEDIATE`` (:class:`WriterQueue`). Without it they wait inside SQLite's busy ha
 polls with sleeps of up to 100 ms: under load a writer could lose the lock again and again and
 wait seconds (the tail latency of the load benchmark). The busy timeout stays for writers of
 other processes (``ember server user add`` while the server runs).
+
+:func:`json_item` reads a key of a JSON column in SQL on either database.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import JSON, ColumnElement, Engine, Text, case, cast, create_engine, event, func, null, type_coerce
 from sqlalchemy.orm import Session, sessionmaker
 
 from ember.server.settings import ServerError
@@ -311,3 +313,17 @@ def check_database(engine: Engine) -> None:
     except OperationalError as e:
         where = engine.url.render_as_string(hide_password=True)
         raise ServerError(f"cannot connect to the database {where}: {e.orig}") from None
+
+
+def json_item(session: Session, column: Any, key: str | tuple[str, ...]) -> ColumnElement[Any]:
+    """``column[key]`` read in SQL, NULL for a row the database cannot parse as JSON.
+
+    Rows stored before the API refused them may hold NaN (which SQLite's JSON functions reject
+    as malformed) or ``\\u0000`` (which PostgreSQL's ``->`` cannot convert): one such run must
+    not make every listing that reads the column fail.
+    """
+    if session.get_bind().dialect.name == "sqlite":
+        readable = func.json_valid(column) == 1
+    else:
+        readable = func.strpos(cast(column, Text), "\\u0000") == 0
+    return type_coerce(case((readable, column[key]), else_=null()), JSON)

@@ -12,13 +12,14 @@ import math
 import operator
 import re
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, ColumnElement, ScalarSelect, Text, case, cast, false, func, null, or_, select, type_coerce
+from sqlalchemy import ColumnElement, ScalarSelect, false, func, or_, select
 from sqlalchemy.orm import Session
 
+from ember.server import liveness
 from ember.server.columns import RunPage, metric_summary, page_of
+from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
@@ -35,20 +36,6 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 _FILTER = re.compile(r"^(hp|m):([^<>=!~]{1,300}?)\s*(>=|<=|!=|=|>|<|~)\s*(.{0,300})$")
 SORT_KEYS = ("name", "status", "start", "duration", "folder")
-
-
-def json_item(session: Session, column: Any, key: str | tuple[str, ...]) -> ColumnElement[Any]:
-    """``column[key]`` read in SQL, NULL for a row the database cannot parse as JSON.
-
-    Rows stored before the API refused them may hold NaN (which SQLite's JSON functions reject
-    as malformed) or ``\\u0000`` (which PostgreSQL's ``->`` cannot convert): one such run must
-    not make every listing that reads the column fail.
-    """
-    if session.get_bind().dialect.name == "sqlite":
-        readable = func.json_valid(column) == 1
-    else:
-        readable = func.strpos(cast(column, Text), "\\u0000") == 0
-    return type_coerce(case((readable, column[key]), else_=null()), JSON)
 
 
 def hparam_item(session: Session, key: str) -> ColumnElement[Any]:
@@ -114,39 +101,6 @@ def _matches(value: Any, op: str, wanted: Any) -> bool:
         except (TypeError, ValueError):
             return False
     return bool(_OPS[op](str(value), str(wanted)) if op != "~" else _OPS[op](value, wanted))
-
-
-def duration_s(start: str | None, end: str | None) -> float | None:
-    """Seconds between two ISO 8601 times (None when either is missing or unreadable)."""
-    try:
-        a = datetime.fromisoformat(start) if start else None
-        b = datetime.fromisoformat(end) if end else None
-    except ValueError:
-        return None
-    if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
-        return None
-    return max(0.0, (b - a).total_seconds())
-
-
-def shown_status(status: str, meta: dict[str, Any] | None, now: float | None = None) -> str:
-    """The status to show for a run: the stored one, or ``Crashed`` for a Running run whose process is gone.
-
-    The same rule as the local store (:func:`ember.track.store.effective_status`): a run stays
-    ``Running`` in its run.json when its process dies without finishing (SIGKILL, OOM kill, power
-    loss). It is shown as ``Crashed`` (W&B's word for a run that stopped sending heartbeats) when
-    its heartbeat, rewritten every 10 s while it is open, is over 2 minutes old, or when it ran on
-    this machine and no process has its pid any more. Nothing is written: when the run is resumed
-    and uploaded again it shows as Running again.
-
-    Example:
-        >>> shown_status("Running", {"heartbeat": "2020-01-01T00:00:00+00:00"})
-        'Crashed'
-    """
-    if status != "Running":
-        return status
-    from ember.track.store import effective_status
-
-    return effective_status({**(meta or {}), "status": status}, now)
 
 
 def _last_value(key: str) -> ScalarSelect[Any]:
@@ -265,7 +219,7 @@ def list_runs(
         when = Run.start_time.desc() if descending else Run.start_time.asc()
         stmt = stmt.order_by(Run.start_time.is_(None), when, Run.pk).offset((page - 1) * per_page).limit(per_page)
         picked = list(session.execute(stmt))
-        live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+        live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
     else:
         # Rows stay the database's tuples until the page is cut: 10,000 dicts would cost more than the query.
         picked = list(session.execute(stmt.order_by(Run.pk)))  # ties keep one order, so pages do not overlap
@@ -277,7 +231,7 @@ def list_runs(
         ]
         if checks:
             picked = [r for r in picked if all(_matches(r[i], op, v) for i, op, v in checks)]
-        live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+        live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
         if status:
             picked = [r for r in picked if _status(r, live) == status]
         picked = _sorted(picked, descending, _sort_value(sort_key, hp_keys, m_keys, live))
@@ -301,7 +255,7 @@ def table_of(session: Session, run_ids: list[str], total: int, per_page: int) ->
         for r in session.execute(select(*columns).join(Folder, Folder.id == Run.folder_id).where(Run.id.in_(run_ids)))
     }
     picked = [found[i] for i in run_ids if i in found]
-    live = _liveness(session, [r.pk for r in picked if r.status == "Running"])
+    live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
     chosen = [_row(r, [], [], live) for r in picked]
     _fill_page(session, chosen)
     return page_of(total, 1, per_page, chosen, [], [])
@@ -322,81 +276,6 @@ def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int
     }
 
 
-def _liveness(session: Session, running: list[int]) -> dict[int, tuple[str, Any]]:
-    """Running runs whose process is gone, by primary key: ``("Crashed", last record)``.
-
-    The pair replaces the candidate row's status and end time: a crashed run lasted until its last
-    record (:func:`last_records`), as its run page says.
-    """
-    out: dict[int, tuple[str, Any]] = {}
-    for i in range(0, len(running), 500):
-        chunk = running[i : i + 500]
-        keys = ("heartbeat", "pid", "hostname")
-        found = session.execute(
-            select(Run.pk, Run.start_time, *(json_item(session, Run.meta, k) for k in keys)).where(Run.pk.in_(chunk))
-        )
-        crashed = {
-            pk: (start, heartbeat)
-            for pk, start, heartbeat, pid, host in found
-            if shown_status("Running", {"heartbeat": heartbeat, "pid": pid, "hostname": host}) == "Crashed"
-        }
-        out.update((pk, ("Crashed", end)) for pk, end in last_records(session, crashed).items())
-    return out
-
-
-def last_records(session: Session, runs: dict[int, tuple[Any, Any]]) -> dict[int, str | None]:
-    """When each run last recorded anything: its last metric point or its heartbeat, the later.
-
-    Where a Crashed run's time ends, on the runs table and on its run page alike. One query for
-    all the runs: each series' last point is found by one probe of the points' primary key from
-    the block summaries (no scan). The time is given with a zone when the run's start has one,
-    without one when it has none (so that the two can be subtracted).
-
-    Args:
-        runs: ``{run pk: (start_time, heartbeat)}``, both ISO 8601 text (or None).
-
-    Returns:
-        ``{run pk: ISO time}``, None for a run with neither points nor a readable heartbeat.
-
-    Example:
-        >>> last_records(session, {run.pk: (run.start_time, run.meta.get("heartbeat"))})
-        {7: '2026-01-02T11:30:00+00:00'}
-    """
-    found: dict[int, list[datetime]] = {pk: [] for pk in runs}
-    pks = list(runs)
-    b, pt = MetricBlock, MetricPoint
-    for i in range(0, len(pks), 500):
-        series = (  # each series' last step, from the block summaries
-            select(b.run_pk, b.type, b.name, func.max(b.last_step).label("step"))
-            .where(b.run_pk.in_(pks[i : i + 500]))
-            .group_by(b.run_pk, b.type, b.name)
-            .subquery()
-        )
-        c = series.c
-        at = (pt.run_pk == c.run_pk, pt.type == c.type, pt.name == c.name, pt.step == c.step)  # one key probe
-        for pk, t in session.execute(select(c.run_pk, select(pt.time).where(*at).scalar_subquery())):
-            if t is not None:
-                found[pk].append(datetime.fromtimestamp(t, tz=timezone.utc))
-    out: dict[int, str | None] = {}
-    for pk, (start, heartbeat) in runs.items():
-        beat = _iso(heartbeat)
-        times = found[pk] + ([beat if beat.tzinfo else beat.replace(tzinfo=timezone.utc)] if beat else [])
-        last = max(times) if times else None
-        start_at = _iso(start)
-        if last is not None and start_at is not None and start_at.tzinfo is None:
-            last = last.astimezone(timezone.utc).replace(tzinfo=None)  # a start without a zone: read as UTC
-        out[pk] = None if last is None else last.isoformat()
-    return out
-
-
-def _iso(value: Any) -> datetime | None:
-    """ISO 8601 text as a datetime; None for anything else."""
-    try:
-        return datetime.fromisoformat(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
-
-
 def _status(r: Sequence[Any], live: dict[int, tuple[str, Any]]) -> str:
     return live[r[0]][0] if r[0] in live else r[2]
 
@@ -412,7 +291,7 @@ def _sort_value(
     if key == "status":
         return lambda r: _status(r, live)
     if key == "duration":
-        return lambda r: duration_s(r[3], live[r[0]][1] if r[0] in live else r[4])
+        return lambda r: liveness.duration_s(r[3], live[r[0]][1] if r[0] in live else r[4])
     return operator.itemgetter({"name": 1, "start": 3, "folder": 5}[key])
 
 
@@ -430,7 +309,7 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
         r["metrics"] = summary.get(r["pk"], {})
-        r["duration"] = duration_s(r["start_time"], r["end_time"])
+        r["duration"] = liveness.duration_s(r["start_time"], r["end_time"])
         r.pop("pk")
 
 

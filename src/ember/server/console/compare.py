@@ -16,7 +16,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 
-from ember.server import listing, naming
+from ember.server import listing, liveness, naming
 from ember.server.auth import DbSession
 from ember.server.columns import metric_order, metric_summary, summary_modes
 from ember.server.console.session import PREFIX, require_viewer
@@ -150,7 +150,7 @@ def compare_page(
         metrics=metrics,
         modes=data["modes"],
         best=best_runs(runs, summary, metrics, modes),
-        statuses={r.id: listing.shown_status(r.status, r.meta) for r in runs},
+        statuses={r.id: liveness.shown_status(r.status, r.meta) for r in runs},
         data=data,
         folder=folder,
         line_runs=LINE_RUNS,

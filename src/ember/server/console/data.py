@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from ember.server import listing
+from ember.server import liveness
 from ember.server.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
@@ -43,7 +43,7 @@ def series(
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    head = {"id": run.id, "status": listing.shown_status(run.status, run.meta)}
+    head = {"id": run.id, "status": liveness.shown_status(run.status, run.meta)}
     body = request.app.state.series.series_json(session, run.pk, type, head, buckets, start, end)
     response = Response(body, media_type="application/json")
     secure(response)

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 
 from ember._format import format_time
-from ember.server import ingest, listing
+from ember.server import ingest, liveness
 from ember.server.auth import DbSession
 from ember.server.console import lineage
 from ember.server.console.assets import VERSION
@@ -82,10 +82,10 @@ def run_page(
     log_lines, total_lines, hits = _log_view(ingest.read_log(session, run.pk), log_q)
     platform = run.platform if isinstance(run.platform, dict) else {}
     system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
-    status = listing.shown_status(run.status, run.meta)
+    status = liveness.shown_status(run.status, run.meta)
     start = run.start_time if isinstance(run.start_time, str) else None
     if status == "Crashed":  # no end time: it lasted until its last record, as the runs table says
-        end = listing.last_records(session, {run.pk: (start, run.meta.get("heartbeat"))})[run.pk]
+        end = liveness.last_records(session, {run.pk: (start, run.meta.get("heartbeat"))})[run.pk]
     else:
         end = run.end_time
     return render(
@@ -100,7 +100,7 @@ def run_page(
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
-        duration=listing.duration_s(start, end),
+        duration=liveness.duration_s(start, end),
         started=_when(start),
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
@@ -126,7 +126,7 @@ def run_live(run_id: str, request: Request, session: DbSession) -> Response:
     run = get_run(session, user, run_id)
     lines, total, _ = _log_view(ingest.read_log(session, run.pk), "")
     body = {
-        "status": listing.shown_status(run.status, run.meta),
+        "status": liveness.shown_status(run.status, run.meta),
         "types": _types(metric_counts(session, run.pk)),
         "lines": lines,
         "total_lines": total,
