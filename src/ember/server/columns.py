@@ -10,7 +10,7 @@ summarised together recorded in their ``run.json`` (``Run.meta``; the one most o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,53 +41,36 @@ class RunPage:
 
 
 def page_of(
-    total: int, page: int, per_page: int, rows: list[dict[str, Any]], hp_asked: list[str], m_asked: list[str]
+    total: int,
+    page: int,
+    per_page: int,
+    rows: list[dict[str, Any]],
+    hp_asked: list[str],
+    m_asked: list[str],
+    modes: Mapping[str, Mode],
 ) -> RunPage:
     """A page with its columns: every flattened hparam and metric of its runs (the column chooser's
     choices), and those shown by default: the hparams that vary across the runs (all of them for
-    a single run) and those sorted or filtered on; the first metrics, train before val and test."""
+    a single run) and those sorted or filtered on; the first metrics, train before val and test.
+    ``modes``: each metric's mode (:attr:`Summaries.modes`), named in its column's header."""
     hp_all = sorted({k for r in rows for k in r["hparams"]})
     varying = [k for k in hp_all if len({json.dumps(r["hparams"].get(k), sort_keys=True) for r in rows}) > 1]
     default = varying if len(rows) > 1 else hp_all
     hp_shown = sorted({*default[:DEFAULT_HPARAMS], *(k for k in hp_asked if k in hp_all)})
     m_all = sorted({k for r in rows for k in r["metrics"]}, key=metric_order)
     m_shown = sorted({*m_all[:DEFAULT_METRICS], *(k for k in m_asked if k in m_all)}, key=metric_order)
-    modes: dict[str, str] = dict(summary_modes((r["metrics"] for r in rows), m_all))
-    return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, modes)
+    shown_modes: dict[str, str] = {k: modes.get(k) or metric_mode(k) for k in m_all}
+    return RunPage(total, page, per_page, rows, hp_shown, m_shown, hp_all, m_all, shown_modes)
 
 
-class MetricSummary(dict[str, float | None]):
-    """One metric of one run as :func:`metric_summary` gives it: ``{"last", "best", "min", "max"}``,
-    with :attr:`mode`, whether ``best`` is the minimum or the maximum.
+@dataclass(frozen=True)
+class Summaries:
+    """What :func:`metric_summary` gives: per run, per ``type/name``, ``{"last", "best", "min",
+    "max"}`` (``values``); and per ``type/name``, the mode ``best`` follows for all these runs
+    (``modes``)."""
 
-    A plain dict to the API and the templates; the mode rides along as an attribute so that the
-    page built from the rows can name it in the column's header (:func:`summary_modes`).
-
-    Example:
-        >>> s = MetricSummary("min", last=0.3, best=0.1, min=0.1, max=0.9)
-        >>> s["best"], s.mode
-        (0.1, 'min')
-    """
-
-    def __init__(self, mode: Mode, **values: float | None) -> None:
-        super().__init__(values)
-        self.mode: Mode = mode
-
-
-def summary_modes(per_run: Iterable[Mapping[str, Mapping[str, Any]]], keys: Iterable[str]) -> dict[str, Mode]:
-    """The mode of each metric ``key`` as the runs' summaries (``metric_summary``'s values) hold it;
-    the name rule for a key none of them has as a :class:`MetricSummary`.
-
-    Example:
-        >>> summary_modes([{"val/gap": MetricSummary("min", best=0.1)}], ["val/gap", "val/acc"])
-        {'val/gap': 'min', 'val/acc': 'max'}
-    """
-    found: dict[str, Mode] = {}
-    for metrics in per_run:
-        for key, s in metrics.items():
-            if isinstance(s, MetricSummary):
-                found.setdefault(key, s.mode)
-    return {k: found.get(k) or metric_mode(k) for k in keys}
+    values: dict[int, dict[str, dict[str, float | None]]]
+    modes: dict[str, Mode]
 
 
 def run_modes(session: Session, run_pks: list[int]) -> dict[int, dict[str, Mode]]:
@@ -98,7 +81,7 @@ def run_modes(session: Session, run_pks: list[int]) -> dict[int, dict[str, Mode]
     return out
 
 
-def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, MetricSummary]]:
+def metric_summary(session: Session, run_pks: list[int]) -> Summaries:
     """Per run, per ``type/name``: the last value (at the highest step), the best one, the minimum
     and the maximum.
 
@@ -112,7 +95,7 @@ def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, 
     as a short one. (A row-value ``IN`` list of keys would make SQLite scan every point.)
     """
     if not run_pks:
-        return {}
+        return Summaries({}, {})
     block = MetricBlock.__table__.alias("b")
     last = (
         select(MetricPoint.value)
@@ -130,14 +113,14 @@ def metric_summary(session: Session, run_pks: list[int]) -> dict[int, dict[str, 
     ).all()
     recorded = run_modes(session, run_pks)
     modes: dict[str, Mode] = {}
-    out: dict[int, dict[str, MetricSummary]] = {pk: {} for pk in run_pks}
+    out: dict[int, dict[str, dict[str, float | None]]] = {pk: {} for pk in run_pks}
     for pk, type_, name, lo, hi, value in rows:
         key = f"{type_}/{name}"
         mode = modes.get(key)
         if mode is None:
             mode = modes[key] = majority_mode(key, (r.get(key) for r in recorded.values()))
-        out[pk][key] = MetricSummary(mode, last=value, best=best_value(key, lo, hi, mode), min=lo, max=hi)
-    return out
+        out[pk][key] = {"last": value, "best": best_value(key, lo, hi, mode), "min": lo, "max": hi}
+    return Summaries(out, modes)
 
 
 def metric_order(key: str) -> tuple[int, str]:

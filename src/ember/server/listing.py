@@ -23,6 +23,7 @@ from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
 from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
+from ember.track.best import Mode
 from ember.track.hparams import flatten
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -239,8 +240,8 @@ def list_runs(
         page = max(1, min(page, math.ceil(total / per_page)))
         picked = picked[(page - 1) * per_page : page * per_page]
     chosen = [_row(r, hp_keys, m_keys, live) for r in picked]
-    _fill_page(session, chosen)
-    return page_of(total, page, per_page, chosen, hp_keys, m_keys)
+    modes = _fill_page(session, chosen)
+    return page_of(total, page, per_page, chosen, hp_keys, m_keys, modes)
 
 
 def table_of(session: Session, run_ids: list[str], total: int, per_page: int) -> RunPage:
@@ -257,8 +258,8 @@ def table_of(session: Session, run_ids: list[str], total: int, per_page: int) ->
     picked = [found[i] for i in run_ids if i in found]
     live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
     chosen = [_row(r, [], [], live) for r in picked]
-    _fill_page(session, chosen)
-    return page_of(total, 1, per_page, chosen, [], [])
+    modes = _fill_page(session, chosen)
+    return page_of(total, 1, per_page, chosen, [], [], modes)
 
 
 def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
@@ -295,8 +296,9 @@ def _sort_value(
     return operator.itemgetter({"name": 1, "start": 3, "folder": 5}[key])
 
 
-def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
-    """Complete one page's rows: id, labels, every hparam, the status's reason, metric summaries; drop the pk."""
+def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> dict[str, Mode]:
+    """Complete one page's rows: id, labels, every hparam, the status's reason, metric summaries; drop
+    the pk. Returns each metric's mode (:attr:`ember.server.columns.Summaries.modes`)."""
     by_pk = {r["pk"]: r for r in chosen}
     if by_pk:
         reason = json_item(session, Run.meta, "reason")
@@ -308,9 +310,10 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> None:
             by_pk[pk].update(id=id_, labels=list(labels or []), hparams=flat, reason=why)
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
-        r["metrics"] = summary.get(r["pk"], {})
+        r["metrics"] = summary.values.get(r["pk"], {})
         r["duration"] = liveness.duration_s(r["start_time"], r["end_time"])
         r.pop("pk")
+    return summary.modes
 
 
 def _sorted(rows: list[Any], descending: bool, get: Callable[[Any], Any]) -> list[Any]:

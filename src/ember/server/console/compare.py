@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from ember.server import listing, liveness, naming
 from ember.server.auth import DbSession
-from ember.server.columns import metric_order, metric_summary, summary_modes
+from ember.server.columns import metric_order, metric_summary
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.lookup import get_run
@@ -107,7 +107,8 @@ def compare_page(
         raise HTTPException(422, "pick at least two runs to compare (tick them in the runs table)")
     if len(runs) > MAX_RUNS:
         raise HTTPException(422, f"compare up to {MAX_RUNS} runs at once, not {len(runs)}")
-    summary = metric_summary(session, [r.pk for r in runs])
+    summaries = metric_summary(session, [r.pk for r in runs])
+    summary = summaries.values
     flat = {r.pk: flatten(r.hparams) if isinstance(r.hparams, dict) else {} for r in runs}
     keys = sorted({k for r in runs for k in flat[r.pk]})
     differing = [k for k in keys if len({repr(flat[r.pk].get(k)) for r in runs}) > 1]
@@ -118,7 +119,7 @@ def compare_page(
             counts[m] = counts.get(m, 0) + 1
     metrics = sorted(counts, key=compare_order)
     shared = [m for m in metrics if counts[m] >= 2] or metrics
-    modes = summary_modes(summary.values(), metrics)
+    modes = {m: summaries.modes[m] for m in metrics}
     colors = palette(len(runs))
     data = {
         "prefix": PREFIX,
