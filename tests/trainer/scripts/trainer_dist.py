@@ -263,7 +263,7 @@ def main() -> None:
         "epoch_error": one_rank_raises("epoch", raising_rank=0),
         "hook_stop": one_rank_stops("hook"),
         "nan_stop": one_rank_stops("nan"),
-        "hook_stop_spaced": one_rank_stops("hook", check_every_s=0.05),
+        "hook_stop_spaced": one_rank_stops("hook", check_every_s=1.0),
         "unsharded": unsharded_test_loaders(),
         "train_averages": train_averages(),
     })  # fmt: skip
