@@ -28,8 +28,10 @@ DEFAULTS: dict[str, Any] = {
     "gradient_handler": [],
     "parallel": {
         "data": None,
-        "tensor": {"size": 1, "mode": None, "plan": None},
+        "tensor": {"size": 1, "mode": None, "depth": None, "plan": None},
         "pipeline": {"size": 1, "microbatches": None, "schedule": "gpipe", "split_points": None},
+        "context": None,
+        "expert": None,
     },
     "zero": None,
     "compile": False,
@@ -198,7 +200,7 @@ def test_fp16_agrees_with_amp_fp16_and_an_equal_grad_scaler_value() -> None:
 @pytest.mark.parametrize(
     ("given", "path", "expected"),
     [
-        ({"parallel": {"tensor": 4}}, ("parallel", "tensor"), {"size": 4, "mode": None, "plan": None}),
+        ({"parallel": {"tensor": 4}}, ("parallel", "tensor"), {"size": 4, "mode": None, "depth": None, "plan": None}),
         ({"parallel": {"pipeline": 2}}, ("parallel", "pipeline", "size"), 2),
         ({"zero": 3}, ("zero", "stage"), 3),
         ({"zero": False}, ("zero",), None),
@@ -312,7 +314,7 @@ def test_merge_extra_wins_and_partial_sections_keep_the_rest() -> None:
     extra = {"gradient_accumulation": 4, "parallel": {"tensor": {"mode": "2d"}}, "k": [2]}
     cfg = merge_configs(base, extra)
     assert cfg.amp == "bf16" and cfg.gradient_accumulation == 4
-    assert cfg.parallel.tensor.to_dict() == {"size": 2, "mode": "2d", "plan": None}
+    assert cfg.parallel.tensor.to_dict() == {"size": 2, "mode": "2d", "depth": None, "plan": None}
     assert cfg.zero.stage == 2
     assert cfg.k == [2]  # lists are replaced, not concatenated
 

@@ -61,7 +61,7 @@ def test_compat_uses_only_embers_public_names(path: Path) -> None:
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "_version", "_exit", "_atomic", "_format", "_subcommands", "_same_config", "_rendezvous"),
     ("config",),
-    ("distributed", "logging", "context"),
+    ("distributed", "logging", "layout", "context"),
     ("data", "amp", "loss_check", "launcher", "batch", "track"),
     ("parallel",),
     ("engine",),

@@ -5,122 +5,31 @@
 (``ember.initialize`` in a plain single-process script) calls :func:`get_context` with
 ``default=True`` to get a single-process context that is not stored.
 
-The job's processes form a grid, the :class:`ParallelLayout`: ``pipeline × data × tensor``
-(tensor innermost, so the ranks of one tensor-parallel group are neighbours). With more than
-one process the launch builds one :class:`~torch.distributed.device_mesh.DeviceMesh` over that
-grid with the dimension names :data:`MESH_DIMS`; ``ember.context.coords`` is this rank's
-position in it.
+The job's processes form a grid, the :class:`~ember.layout.ParallelLayout`:
+``pipeline × data × context × tensor`` (tensor innermost, so the ranks of one tensor-parallel
+group are neighbours). With more than one process the launch builds one
+:class:`~torch.distributed.device_mesh.DeviceMesh` over that grid with the dimension names
+:data:`~ember.layout.MESH_DIMS`, and the process groups of the sub-dimensions that the tensor
+modes and expert parallelism split it into; ``ember.context.coords`` is this rank's position in
+every group, :func:`get_group` its process group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from ember.errors import ConfigError, ContextError, LaunchError
+from ember.errors import ContextError, LaunchError
+from ember.layout import MESH_DIMS as MESH_DIMS
+from ember.layout import ParallelLayout, build_groups
 
 if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
     from torch.distributed.device_mesh import DeviceMesh
 
     from ember.config import Config
-
-MESH_DIMS = ("pipeline", "data", "tensor")
-"""The DeviceMesh's dimension names, outermost first (ranks ``(p * data + d) * tensor + t``)."""
-
-
-@dataclass(frozen=True)
-class ParallelLayout:
-    """How many ranks each kind of parallelism spans; their product is the world size.
-
-    Attributes:
-        pipeline: pipeline stages (``parallel.pipeline.size``).
-        data: data-parallel replicas (``parallel.data``; ZeRO/FSDP shard over this dimension).
-        tensor: tensor-parallel ranks (``parallel.tensor.size``); they see the same batches.
-
-    Example:
-        >>> layout = ParallelLayout.from_config({"tensor": 2}, world_size=4)
-        >>> layout, layout.coords(3)
-        (ParallelLayout(pipeline=1, data=2, tensor=2), {'pipeline': 0, 'data': 1, 'tensor': 1})
-    """
-
-    pipeline: int = 1
-    data: int = 1
-    tensor: int = 1
-
-    @property
-    def world_size(self) -> int:
-        """The number of processes the layout needs."""
-        return self.pipeline * self.data * self.tensor
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """The mesh shape, in the order of :data:`MESH_DIMS`."""
-        return (self.pipeline, self.data, self.tensor)
-
-    def coords(self, rank: int) -> dict[str, int]:
-        """The position of global ``rank`` in the grid, e.g. ``{"pipeline": 0, "data": 1, "tensor": 0}``."""
-        if not 0 <= rank < self.world_size:
-            raise LaunchError(f"rank {rank} is outside the {self.world_size} ranks of {self}")
-        rest, t = divmod(rank, self.tensor)
-        p, d = divmod(rest, self.data)
-        return {"pipeline": p, "data": d, "tensor": t}
-
-    def build_mesh(self, device_type: str) -> DeviceMesh:
-        """Create the DeviceMesh over the default process group (a collective: every rank calls it)."""
-        from torch.distributed.device_mesh import init_device_mesh
-
-        return init_device_mesh(device_type, self.shape, mesh_dim_names=MESH_DIMS)
-
-    @classmethod
-    def from_config(cls, parallel: Mapping[str, Any] | None, world_size: int) -> ParallelLayout:
-        """The layout that the config's ``parallel`` section asks for, checked against the world.
-
-        ``parallel.data`` left unset fills what the tensor and pipeline sizes leave over.
-
-        Raises:
-            ConfigError: the sizes do not multiply to ``world_size``; the message lists the
-                layouts that do.
-        """
-        parallel = parallel or {}
-        tensor = _size(parallel.get("tensor"))
-        pipeline = _size(parallel.get("pipeline"))
-        data = parallel.get("data")
-        inner = tensor * pipeline
-        if data is None and world_size % inner == 0:
-            return cls(pipeline=pipeline, data=world_size // inner, tensor=tensor)
-        if data is not None and data * inner == world_size:
-            return cls(pipeline=pipeline, data=data, tensor=tensor)
-        asked = f"parallel.data={'unset' if data is None else data} × parallel.tensor.size={tensor} × "
-        asked += f"parallel.pipeline.size={pipeline}"
-        raise ConfigError(
-            f"config {asked} does not fit the job's {world_size} process(es): data × tensor × pipeline "
-            f"must equal {world_size}. Sizes that fit: {_factorizations(world_size)} (or launch "
-            f"{(data or 1) * inner} processes)"
-        )
-
-
-def _size(section: Any) -> int:
-    if section is None:
-        return 1
-    if isinstance(section, Mapping):
-        return int(section.get("size") or 1)
-    return int(section)
-
-
-def _factorizations(world_size: int, limit: int = 12) -> str:
-    """``"data=4; data=2 tensor=2; ..."`` for every (data, tensor, pipeline) with that product."""
-    fits = [
-        (d, t, world_size // (d * t))
-        for t in range(1, world_size + 1)
-        for d in range(world_size, 0, -1)
-        if world_size % (d * t) == 0
-    ]
-    fits.sort(key=lambda f: (f[2], f[1]))
-    shown = [f"data={d} tensor={t} pipeline={p}" for d, t, p in fits[:limit]]
-    return "; ".join(shown) + ("; ..." if len(fits) > limit else "")
 
 
 @dataclass(frozen=True)
@@ -152,7 +61,8 @@ class Context:
 
     @property
     def coords(self) -> dict[str, int]:
-        """This rank's position in the grid: ``{"pipeline": p, "data": d, "tensor": t}``."""
+        """This rank's position in the grid: ``{"pipeline": p, "data": d, "context": c, "tensor": t}``,
+        plus its place in each sub-dimension of the layout (``"tensor_row"``, ``"expert"``, ...)."""
         return self.layout.coords(self.rank)
 
     @property
@@ -178,6 +88,7 @@ class Context:
 
 _CONTEXT: Context | None = None
 _MESHES: dict[ParallelLayout, DeviceMesh] = {}
+_GROUPS: dict[ParallelLayout, dict[str, ProcessGroup]] = {}
 
 
 def default_device() -> torch.device:
@@ -233,8 +144,10 @@ def set_context(ctx: Context) -> None:
 def get_mesh(layout: ParallelLayout) -> DeviceMesh | None:
     """The DeviceMesh for ``layout``: the launched one, or one built (once) for a per-Engine layout.
 
-    Building a mesh is a collective, so every rank must ask for the same layout at the same
-    point (``ember.initialize`` with the same config on every rank does). None in one process.
+    The layout's process groups (:func:`get_group`) are created with it. Building a mesh is a
+    collective, so every rank must ask for the same layout at the same point (the launch does
+    for the launched layout; ``ember.initialize`` with the same config on every rank for its
+    own). None in one process.
     """
     ctx = get_context(default=True)
     if layout.world_size != ctx.world_size:
@@ -242,16 +155,42 @@ def get_mesh(layout: ParallelLayout) -> DeviceMesh | None:
     if ctx.world_size == 1:
         return None
     if layout == ctx.layout and ctx.mesh is not None:
-        return ctx.mesh
-    if layout not in _MESHES:
-        _MESHES[layout] = layout.build_mesh(ctx.device.type)
-    return _MESHES[layout]
+        mesh = ctx.mesh
+    else:
+        if layout not in _MESHES:
+            _MESHES[layout] = layout.build_mesh(ctx.device.type)
+        mesh = _MESHES[layout]
+    if layout not in _GROUPS:
+        _GROUPS[layout] = build_groups(layout, mesh)
+    return mesh
+
+
+def get_group(name: str, layout: ParallelLayout | None = None) -> ProcessGroup | None:
+    """This rank's process group ``name`` of the launched layout (or of ``layout``).
+
+    ``name`` is a mesh dim (``"data"``, ``"tensor"``, ...), a sub-dimension (``"tensor_row"``,
+    ``"expert"``, ...) or a combined group (``"tensor_xz"``); see :mod:`ember.layout`.
+
+    Returns:
+        The group, or None when it has one rank (nothing to communicate) or the job has one process.
+
+    Raises:
+        LaunchError: the layout has no such group (the message lists those it has).
+
+    Example:
+        >>> row = ember.context.get_group("tensor_row")   # parallel.tensor = dict(size=4, mode="2d")
+    """
+    layout = layout or get_context(default=True).layout
+    layout.size(name)  # an unknown name fails here, the same on every rank
+    get_mesh(layout)
+    return _GROUPS.get(layout, {}).get(name)
 
 
 def reset() -> None:
     """Forget the context and destroy the process group ember created (tests, notebooks)."""
     global _CONTEXT
     _MESHES.clear()
+    _GROUPS.clear()
     if _CONTEXT is not None and _CONTEXT.backend is not None:
         import torch.distributed as dist
 

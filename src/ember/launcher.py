@@ -132,11 +132,14 @@ def launch(
         mesh=mesh,
     )
     _context.set_context(ctx)
+    if mesh is not None:
+        _build_groups(layout, device)
     if verbose and rank == 0:
         get_dist_logger().info(
             f"launched {world_size} process(es), backend={group_backend or 'none'}, "
-            f"device={device.type}, seed={base_seed}, mesh pipeline×data×tensor="
-            f"{layout.pipeline}×{layout.data}×{layout.tensor}"
+            f"device={device.type}, seed={base_seed}, mesh pipeline×data×context×tensor="
+            f"{layout.pipeline}×{layout.data}×{layout.context}×{layout.tensor}"
+            + "".join(f", {name} {value}" for name, value in _sub_dims(layout))
         )
     return ctx
 
@@ -296,6 +299,21 @@ def _build_mesh(layout: _context.ParallelLayout, device: torch.device) -> Any:
         return layout.build_mesh(device.type)
     except (RuntimeError, ValueError) as exc:
         raise LaunchError(f"could not build the device mesh {layout} on {device.type}: {exc}") from None
+
+
+def _build_groups(layout: _context.ParallelLayout, device: torch.device) -> None:
+    """The process groups of the layout's sub-dimensions (all ranks create them, in one order)."""
+    try:
+        _context.get_mesh(layout)
+    except (RuntimeError, ValueError) as exc:
+        raise LaunchError(f"could not create the process groups of {layout} on {device.type}: {exc}") from None
+
+
+def _sub_dims(layout: _context.ParallelLayout) -> list[tuple[str, Any]]:
+    """The layout's settings beyond the four mesh sizes, for the launch line (``mode 2d``, ``expert 2``)."""
+    shown: list[tuple[str, Any]] = [("tensor mode", layout.tensor_mode)] if layout.tensor_mode != "1d" else []
+    shown += [("depth", layout.tensor_depth)] if layout.tensor_depth > 1 else []
+    return shown + ([("expert", layout.expert)] if layout.expert > 1 else [])
 
 
 def seed_everything(seed: int, deterministic: bool = False) -> None:

@@ -61,13 +61,27 @@ def test_fsdp_times_tensor_parallel_on_2x2_matches_one_process(four: dict[int, d
 def test_mesh_coordinates_and_data_parallel_rank(
     two: dict[int, dict[str, Any]], four: dict[int, dict[str, Any]]
 ) -> None:
-    assert two[1]["mesh_dims"] == ["pipeline", "data", "tensor"] and two[1]["mesh_shape"] == [1, 2, 1]
-    assert two[1]["coords"] == {"pipeline": 0, "data": 1, "tensor": 0} and two[1]["dp"] == [1, 2]
+    assert two[1]["mesh_dims"] == ["pipeline", "data", "context", "tensor"] and two[1]["mesh_shape"] == [1, 2, 1, 1]
+    assert two[1]["coords"] == {"pipeline": 0, "data": 1, "context": 0, "tensor": 0} and two[1]["dp"] == [1, 2]
     expected = {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}  # tensor is the innermost dim
     for rank, (data, tensor) in expected.items():
-        assert four[rank]["coords"] == {"pipeline": 0, "data": data, "tensor": tensor}
+        assert four[rank]["coords"] == {"pipeline": 0, "data": data, "context": 0, "tensor": tensor}
         assert four[rank]["context_module"][0] == four[rank]["coords"]
         assert four[rank]["dp"] == [data, 2]
+
+
+def test_sub_dimension_groups_hold_the_ranks_the_layout_names(four: dict[int, dict[str, Any]]) -> None:
+    """2-D, 2.5-D (depth 1) and expert layouts on 4 ranks: each group's members, gathered through
+    the group itself, are the layout's ``group_ranks``, and a rank's place in them its coordinate."""
+    names = {key.split(".")[2] for key in four[0] if key.startswith("groups.2d.")}
+    assert names == {"pipeline", "data", "context", "tensor", "tensor_col", "tensor_row"}
+    for rank, r in four.items():
+        for key, (members, expected, coordinate) in ((k, v) for k, v in r.items() if k.startswith("groups.")):
+            assert members == expected, key
+            assert members[coordinate] == rank, key
+    # 2-D on ranks 0..3 (q = 2): the rows are {0, 1} and {2, 3}, the columns {0, 2} and {1, 3}.
+    assert four[1]["groups.2d.tensor_row"][0] == [0, 1] and four[1]["groups.2d.tensor_col"][0] == [1, 3]
+    assert four[3]["groups.expert.expert"][0] == [2, 3] and four[3]["groups.expert.expert_data"][0] == [1, 3]
 
 
 def test_tensor_parallel_ranks_see_the_same_batches(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader
 import ember
 from ember.context import ParallelLayout
 from ember.data import ResumableSampler, make_resumable
+from ember.errors import ConfigError, LaunchError
 from ember.parallel import plans
 from ember.parallel.optim import make_view, parameter_names, rebuild_optimizer, retarget_scheduler, shares_param_groups
 from ember.parallel.tensor import resolve_plan
@@ -36,17 +38,99 @@ def test_layout_fills_data_from_the_world(parallel: dict, world: int, expected: 
 def test_coordinates_put_tensor_innermost_and_cover_every_rank_once() -> None:
     layout = ParallelLayout(pipeline=2, data=3, tensor=2)
     coords = [layout.coords(r) for r in range(12)]
-    assert coords[1] == {"pipeline": 0, "data": 0, "tensor": 1}
-    assert coords[2] == {"pipeline": 0, "data": 1, "tensor": 0}
-    assert coords[6] == {"pipeline": 1, "data": 0, "tensor": 0}
+    assert coords[1] == {"pipeline": 0, "data": 0, "context": 0, "tensor": 1}
+    assert coords[2] == {"pipeline": 0, "data": 1, "context": 0, "tensor": 0}
+    assert coords[6] == {"pipeline": 1, "data": 0, "context": 0, "tensor": 0}
     assert len({tuple(c.values()) for c in coords}) == 12
     for rank, c in enumerate(coords):  # the same order as DeviceMesh's row-major ranks
         assert (c["pipeline"] * 3 + c["data"]) * 2 + c["tensor"] == rank
 
 
+def test_context_sits_between_data_and_tensor() -> None:
+    layout = ParallelLayout.from_config({"context": 2, "tensor": 2, "pipeline": 2}, 16)
+    assert (layout.data, layout.world_size, layout.shape) == (2, 16, (2, 2, 2, 2))
+    for rank in range(16):
+        c = layout.coords(rank)
+        assert ((c["pipeline"] * 2 + c["data"]) * 2 + c["context"]) * 2 + c["tensor"] == rank
+    assert layout.group_ranks("context")[:2] == [[0, 2], [1, 3]]
+
+
+@pytest.mark.parametrize(
+    ("tensor", "names", "sizes"),
+    [
+        ({"size": 4, "mode": "2d"}, ("tensor_col", "tensor_row"), (2, 2)),
+        ({"size": 8, "mode": "2.5d", "depth": 2}, ("tensor_dep", "tensor_col", "tensor_row"), (2, 2, 2)),
+        ({"size": 8, "mode": "3d"}, ("tensor_output", "tensor_weight", "tensor_input"), (2, 2, 2)),
+        ({"size": 9, "mode": "2d"}, ("tensor_col", "tensor_row"), (3, 3)),
+    ],
+)
+def test_tensor_modes_split_the_tensor_dim_row_major(tensor: dict, names: tuple, sizes: tuple) -> None:
+    world = tensor["size"] * 2
+    layout = ParallelLayout.from_config({"tensor": tensor}, world)
+    assert layout.fine_dims[-len(names) :] == tuple(zip(names, sizes, strict=True))
+    for rank in range(world):
+        c = layout.coords(rank)
+        flat = 0
+        for name, size in zip(names, sizes, strict=True):
+            flat = flat * size + c[name]
+        assert flat == c["tensor"] and c["data"] * tensor["size"] + c["tensor"] == rank
+    for name in names:  # each sub-dimension's groups partition the world, each member at its coordinate
+        groups = layout.group_ranks(name)
+        assert sorted(r for g in groups for r in g) == list(range(world))
+        assert all(layout.coords(r)[name] == i for g in groups for i, r in enumerate(g))
+
+
+def test_two_d_rows_are_neighbours_and_columns_stride_by_q() -> None:
+    layout = ParallelLayout.from_config({"tensor": {"size": 9, "mode": "2d"}}, 9)
+    assert layout.group_ranks("tensor_row") == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert layout.group_ranks("tensor_col") == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
+    assert layout.size("tensor") == 9 and layout.group_ranks("tensor") == [list(range(9))]
+
+
+def test_combined_groups_span_two_sub_dimensions() -> None:
+    layout = ParallelLayout.from_config({"tensor": {"size": 8, "mode": "3d"}}, 8)
+    assert layout.size("tensor_input_x_weight") == 4
+    assert layout.group_ranks("tensor_input_x_weight") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert layout.group_ranks("tensor_output_x_weight") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert ParallelLayout.from_config({"tensor": {"size": 8, "mode": "2.5d", "depth": 2}}, 8).group_ranks(
+        "tensor_xz"
+    ) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
+def test_expert_splits_data_with_the_expert_ranks_innermost() -> None:
+    layout = ParallelLayout.from_config({"expert": 2, "tensor": 2}, 8)
+    assert (layout.data, layout.expert) == (4, 2)
+    assert layout.group_ranks("expert") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert layout.group_ranks("expert_data") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert layout.group_ranks("data") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert [layout.coords(r)["data"] for r in (0, 2, 4, 6)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("parallel", "world", "message"),
+    [
+        ({"tensor": {"size": 6, "mode": "2d"}}, 6, "sizes that fit are 1, 4, 9, 16"),
+        ({"tensor": {"size": 4, "mode": "3d"}}, 4, "sizes that fit are 1, 8, 27, 64"),
+        ({"tensor": {"size": 6, "mode": "2.5d", "depth": 2}}, 6, "sizes that fit are 2, 8, 18, 32"),
+        ({"tensor": {"size": 8, "mode": "2.5d"}}, 8, "needs parallel.tensor.depth"),
+        ({"tensor": {"size": 4, "mode": "2d", "depth": 2}}, 4, "applies to mode='2.5d' only"),
+        ({"expert": 3}, 4, "use one of [1, 2, 4]"),
+        ({"context": 3}, 4, "does not fit the job's 4 process(es)"),
+    ],
+)
+def test_layouts_that_do_not_fit_name_the_sizes_that_do(parallel: dict, world: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ParallelLayout.from_config(parallel, world)
+
+
+def test_unknown_group_names_the_groups_there_are() -> None:
+    with pytest.raises(LaunchError, match="has no 'tensor_row' group; its groups are pipeline, data, context, tensor"):
+        ParallelLayout(data=2).size("tensor_row")
+
+
 def test_single_process_context_has_zero_coordinates_and_no_mesh() -> None:
     ember.launch(verbose=False)
-    assert ember.context.coords == {"pipeline": 0, "data": 0, "tensor": 0}
+    assert ember.context.coords == {"pipeline": 0, "data": 0, "context": 0, "tensor": 0}
     assert ember.context.mesh is None
     assert (ember.context.data_parallel_rank, ember.context.data_parallel_size) == (0, 1)
 

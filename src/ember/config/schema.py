@@ -219,7 +219,13 @@ _COMPILE = _Section(
     }
 )
 _TENSOR = _Section(
-    {"size": _Field(_int(1), 1), "mode": _Field(_OPT_STR, None), "plan": _Field(_ANY, None)}, shorthand="size"
+    {
+        "size": _Field(_int(1), 1),
+        "mode": _Field(_choice("1d", "2d", "2.5d", "3d", optional=True), None),
+        "depth": _Field(_int(1, optional=True), None),  # the 2.5-D mode's d (size = d × q²)
+        "plan": _Field(_ANY, None),
+    },
+    shorthand="size",
 )
 _PIPELINE = _Section(
     {
@@ -231,7 +237,13 @@ _PIPELINE = _Section(
     shorthand="size",
 )
 _PARALLEL = _Section(
-    {"data": _Field(_int(1, optional=True), None), "tensor": _Field(_TENSOR, None), "pipeline": _Field(_PIPELINE, None)}
+    {
+        "data": _Field(_int(1, optional=True), None),
+        "tensor": _Field(_TENSOR, None),
+        "pipeline": _Field(_PIPELINE, None),
+        "context": _Field(_int(1, optional=True), None),  # splits each sequence (ember.layout)
+        "expert": _Field(_int(1, optional=True), None),  # splits data: the ranks that exchange tokens
+    }
 )
 _DDP = _Section(
     {

@@ -105,9 +105,21 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
                 f"config zero.stage=1 with parallel.tensor.size={tensor.size}: ZeRO-1 runs on DDP, which cannot "
                 "hold tensor-parallel (DTensor) parameters; use zero=dict(stage=2) or stage=3 (FSDP2)"
             )
-    if tensor.mode not in (None, "1d"):
-        raise ConfigError(f"config parallel.tensor.mode={tensor.mode!r}; ember supports '1d' (or None) only")
     layout = ParallelLayout.from_config(cfg.parallel, world_size)
+    unbuilt = [
+        setting
+        for setting, asked in {
+            f"parallel.tensor.mode={layout.tensor_mode!r}": layout.tensor_mode != "1d",
+            f"parallel.context={layout.context}": layout.context > 1,
+            f"parallel.expert={layout.expert}": layout.expert > 1,
+        }.items()
+        if asked
+    ]
+    if unbuilt:
+        raise ConfigError(
+            f"config {', '.join(unbuilt)}: the layout and its process groups exist, but ember builds no "
+            "model for it yet"
+        )
     # Under pipeline parallelism the stage's gradients are averaged over "data" by the policy, not DDP.
     if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None:
         raise ConfigError(

@@ -15,6 +15,7 @@ from tests.parallel.scripts.pipeline_ranks import pipeline
 from torch import nn
 
 import ember
+from ember.context import ParallelLayout
 from ember.parallel import plans
 
 torch.set_num_threads(1)
@@ -63,6 +64,30 @@ def two_by_two(gpt: bool) -> dict[str, Any]:
     return out
 
 
+def group_members() -> dict[str, Any]:
+    """Per-Engine-style layouts of the 4 ranks: every sub-dimension's group holds the ranks that
+    ``ParallelLayout.group_ranks`` names, and this rank's place in it is its coordinate."""
+    out: dict[str, Any] = {}
+    layouts = {
+        "2d": ParallelLayout(data=1, tensor=4, tensor_mode="2d"),
+        "2.5d": ParallelLayout(data=1, tensor=4, tensor_mode="2.5d", tensor_depth=1),
+        "expert": ParallelLayout(data=4, expert=2),
+    }
+    rank = ember.context.rank
+    for key, layout in layouts.items():
+        for name in layout.group_names:
+            group = ember.context.get_group(name, layout)
+            size = layout.size(name)
+            members = [torch.zeros((), dtype=torch.long) for _ in range(size)]
+            if group is None:
+                members = [torch.tensor(rank)]
+            else:
+                torch.distributed.all_gather(members, torch.tensor(rank), group=group)
+            mine = next(g for g in layout.group_ranks(name) if rank in g)
+            out[f"groups.{key}.{name}"] = [[int(m) for m in members], mine, layout.coords(rank)[name]]
+    return out
+
+
 def main() -> None:
     ctx = ember.launch_from_torch(config=CONFIG, verbose=False)
     out: dict[str, Any] = {
@@ -71,6 +96,7 @@ def main() -> None:
         "mesh_shape": list(ctx.mesh.shape),
         "context_module": [ember.context.coords, ember.context.data_parallel_size],
     }
+    out.update(group_members())
     out.update(two_by_two(gpt=True))
     out.update(two_by_two(gpt=False))
     # Pipeline 2 × data 2 (DDP inside each stage), a per-Engine layout: batches of 16 per replica.
