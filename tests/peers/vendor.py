@@ -1,0 +1,88 @@
+"""Re-create the vendored peer tests from the peers' published source, with only their imports rewritten.
+
+    python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
+    python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout (git)
+
+The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares),
+so the only change to the peers' tests is the import rewrite below; ``README.md`` beside them
+says which version they come from and under which license.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+PEERS = {
+    # peer: (where its tests are in the source, the files, the rewrite of its import name)
+    "pytorch_accelerated": (
+        "test",
+        ["test_finetuning.py", "test_loss_tracking.py", "test_placeholders.py", "test_run_history.py",
+         "test_trainer.py", "test_utils.py", "scheduler/test_cosine_scheduler.py",
+         "scheduler/test_scheduler_base.py", "scheduler/test_wsd_scheduler.py"],
+        (r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
+    ),
+    "detectron2": (
+        "tests",
+        ["test_events.py", "test_engine.py"],
+        (r"\bdetectron2\b", "ember.compat.detectron2"),
+    ),
+}  # fmt: skip
+
+HEADER = "# Vendored from {peer} (see README.md); only the imports are rewritten, by tests/peers/vendor.py.\n"
+
+
+def rewrite(peer: str, text: str) -> str:
+    """``text`` with the peer's import name replaced by ember's compat package."""
+    pattern, replacement = PEERS[peer][2]
+    return HEADER.format(peer=peer) + re.sub(pattern, replacement, text)
+
+
+def read_sources(peer: str, source: Path) -> dict[str, str]:
+    """The peer's test files, by their path under its test folder."""
+    folder, files, _ = PEERS[peer]
+    if source.is_dir():
+        return {f: (source / folder / f).read_text() for f in files}
+    with tarfile.open(source) as tar:
+        members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name}
+        out = {}
+        for f in files:
+            handle = tar.extractfile(members[f"{folder}/{f}"])
+            assert handle is not None
+            out[f] = handle.read().decode()
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("peer", choices=sorted(PEERS))
+    parser.add_argument("source", type=Path, help="the sdist (.tar.gz) or a checkout")
+    parser.add_argument("--check", action="store_true", help="compare with the vendored files, write nothing")
+    args = parser.parse_args(argv)
+    target = HERE / args.peer
+    differ = []
+    for name, text in read_sources(args.peer, args.source).items():
+        path = target / name
+        new = rewrite(args.peer, text)
+        if args.check:
+            if not path.is_file() or path.read_text() != new:
+                differ.append(name)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(new)
+        init = path.parent / "__init__.py"
+        if not init.exists():
+            init.write_text("")
+    if differ:
+        print(f"differ from the source: {', '.join(differ)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
