@@ -1,11 +1,12 @@
 """Re-create the vendored peer tests from the peers' published source, with only their imports rewritten.
 
     python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
-    python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout (git)
+    python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout
 
-The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares),
-so the only change to the peers' tests is the import rewrite below; ``README.md`` beside them
-says which version they come from and under which license.
+The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares):
+the peers' tests with their imports rewritten, and for detectron2's ``test_engine.py`` the
+parts that need detectron2's config system taken out (:data:`CONFIG_SYSTEM`); ``README.md``
+beside them says which version they come from and under which license.
 """
 
 from __future__ import annotations
@@ -25,22 +26,62 @@ PEERS = {
         ["test_finetuning.py", "test_loss_tracking.py", "test_placeholders.py", "test_run_history.py",
          "test_trainer.py", "test_utils.py", "scheduler/test_cosine_scheduler.py",
          "scheduler/test_scheduler_base.py", "scheduler/test_wsd_scheduler.py"],
-        (r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
+        [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated")],
     ),
     "detectron2": (
         "tests",
         ["test_events.py", "test_engine.py"],
-        (r"\bdetectron2\b", "ember.compat.detectron2"),
+        [(r"\bdetectron2\b", "ember.compat.detectron2"),
+         (r"\bfvcore\.common\.checkpoint\b", "ember.compat.detectron2.checkpoint")],
     ),
 }  # fmt: skip
 
-HEADER = "# Vendored from {peer} (see README.md); only the imports are rewritten, by tests/peers/vendor.py.\n"
+CONFIG_SYSTEM = {
+    # detectron2's test_engine.py: what needs detectron2's config system (yacs configs, the model
+    # zoo, registries, DefaultTrainer), which ember does not provide, is taken out whole; the rest
+    # of the file is as detectron2 wrote it.
+    "test_engine.py": {
+        "lines": ["from detectron2 import model_zoo\n", "from detectron2.config import configurable, get_cfg\n",
+                  "from detectron2.modeling.meta_arch import META_ARCH_REGISTRY\n",
+                  "@META_ARCH_REGISTRY.register()\n", "    @configurable\n"],
+        "replace": [("from detectron2.engine import DefaultTrainer, SimpleTrainer, default_setup, hooks",
+                     "from detectron2.engine import SimpleTrainer, default_setup, hooks")],
+        "methods": ["test_default_trainer", "test_setup_config"],
+    },
+}  # fmt: skip
+"""Per file: whole lines, replacements and test methods taken out before the import rewrite."""
+
+
+def without_config_system(name: str, text: str) -> str:
+    """``text`` without :data:`CONFIG_SYSTEM`'s parts for file ``name`` (each must be found)."""
+    edits = CONFIG_SYSTEM.get(name)
+    if edits is None:
+        return text
+    for line in edits["lines"]:
+        assert line in text, f"{name}: {line!r} not found"
+        text = text.replace(line, "", 1)
+    for old, new in edits["replace"]:
+        assert old in text, f"{name}: {old!r} not found"
+        text = text.replace(old, new)
+    for method in edits["methods"]:
+        start = text.index(f"    def {method}(")
+        nxt = re.search(r"\n    (def |@)", text[start + 1 :])
+        end = start + 1 + nxt.start() + 1 if nxt else len(text)
+        text = text[:start] + text[end:]
+    return text
+
+
+HEADER = (
+    "# Vendored from {peer} (see README.md), rewritten by tests/peers/vendor.py: its imports (and, in\n"
+    "# test_engine.py, what needs detectron2's config system) only.\n"
+)
 
 
 def rewrite(peer: str, text: str) -> str:
-    """``text`` with the peer's import name replaced by ember's compat package."""
-    pattern, replacement = PEERS[peer][2]
-    return HEADER.format(peer=peer) + re.sub(pattern, replacement, text)
+    """``text`` with the peer's import names replaced by ember's compat packages."""
+    for pattern, replacement in PEERS[peer][2]:
+        text = re.sub(pattern, replacement, text)
+    return HEADER.format(peer=peer) + text
 
 
 def read_sources(peer: str, source: Path) -> dict[str, str]:
@@ -68,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     differ = []
     for name, text in read_sources(args.peer, args.source).items():
         path = target / name
-        new = rewrite(args.peer, text)
+        new = rewrite(args.peer, without_config_system(name, text))
         if args.check:
             if not path.is_file() or path.read_text() != new:
                 differ.append(name)

@@ -369,8 +369,10 @@ def test_register_hooks_drops_none_and_explains_what_is_not_a_hook() -> None:
         _ = hooks.IterationTimer().trainer
     with pytest.raises(TrainerError, match="0 <= start_iter <= max_iter"):
         trainer.train(5, 3)
-    with pytest.raises(CheckpointError, match="trainer=trainer only"):
-        DetectionCheckpointer(trainer.model, "out", optimizer=trainer.optimizer)
+    with pytest.raises(CheckpointError, match=r"Checkpointer\(scheduler=...\) needs an object with state_dict"):
+        DetectionCheckpointer(trainer.model, "out", optimizer=trainer.optimizer, scheduler=3)
+    with pytest.raises(CheckpointError, match=r"the names \['engine'\] are the checkpoint's own"):
+        DetectionCheckpointer(trainer.model, "out", engine=trainer.optimizer)
 
 
 def test_event_storage_is_detectron2s_over_one_step_storage() -> None:

@@ -17,7 +17,7 @@ import torch
 
 from ember import checkpoint
 from ember.checkpoint.sharded import is_checkpoint_dir, is_sharded
-from ember.checkpoint.snapshot import capture
+from ember.compat._views import EMBER_SECTIONS, save_with_view
 from ember.errors import CheckpointError, TrainerError, describe
 
 __all__ = ["PTA_VIEW", "CheckpointMethods"]
@@ -25,8 +25,7 @@ __all__ = ["PTA_VIEW", "CheckpointMethods"]
 PTA_VIEW = ("model_state_dict", "optimizer_state_dict", "scheduler_state_dict")
 """The keys a pytorch-accelerated user reads from ``torch.load(path)`` of a checkpoint."""
 
-_RESERVED = frozenset({"format", "version", "meta", "engine", "trainer", "hooks", "sampler", "ranks", "shards",
-                       *PTA_VIEW})  # fmt: skip
+_RESERVED = EMBER_SECTIONS | set(PTA_VIEW)
 """Top-level checkpoint keys that ``checkpoint_kwargs`` may not use."""
 
 
@@ -75,23 +74,20 @@ class CheckpointMethods:
         if is_sharded(self.engine):
             checkpoint.save(save_path, self._state(), extra=extra)
             return
-        state = capture(self._state(), reason="manual", extra=extra)
-        error: Exception | None = None
-        if state is not None:
+        scheduler = self.scheduler if save_scheduler else None
+
+        def view(state: dict[str, Any]) -> dict[str, Any]:
             engine = state["engine"]
-            state["model_state_dict"] = engine["model"]
+            top = {"model_state_dict": engine["model"]}
             if save_optimizer:
-                state["optimizer_state_dict"] = engine["optimizer"]
+                top["optimizer_state_dict"] = engine["optimizer"]
             else:
                 engine["optimizer"] = {}
-            if save_scheduler and self.scheduler is not None:
-                state["scheduler_state_dict"] = self.scheduler.state_dict()
-            state.update(extra)
-            try:
-                checkpoint.save_file(state, save_path)
-            except (OSError, CheckpointError) as exc:
-                error = exc if isinstance(exc, CheckpointError) else checkpoint.write_error(save_path, exc)
-        checkpoint.agree_on_error(error, f"rank 0 could not write checkpoint {str(save_path)!r}")
+            if scheduler is not None:
+                top["scheduler_state_dict"] = scheduler.state_dict()
+            return {**top, **extra}
+
+        save_with_view(save_path, self._state(), view, extra=extra)
 
     @staticmethod
     def _checkpoint_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-# Vendored from pytorch_accelerated (see README.md); only the imports are rewritten, by tests/peers/vendor.py.
+# Vendored from pytorch_accelerated (see README.md), rewritten by tests/peers/vendor.py: its imports (and, in
+# test_engine.py, what needs detectron2's config system) only.
 import math
 import pytest
 from ember.compat.pytorch_accelerated.schedulers.wsd_scheduler import WSDLrScheduler
