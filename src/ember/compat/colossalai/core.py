@@ -96,6 +96,11 @@ class ParallelContext:
             raise ContextError(f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE and TENSOR")
         return ctx.mesh[_MESH_DIM[mode]].get_group()
 
+    def destroy(self) -> None:
+        """End the job's process group and forget the launch (``ember.context.reset()``), as
+        Colossal-AI's ``gpc.destroy()`` at a program's end; nothing happens when not launched."""
+        _context.reset()
+
     @property
     def data_parallel_size(self) -> int:
         """The number of data-parallel replicas."""
