@@ -26,7 +26,8 @@ PEERS = {
         ["test_finetuning.py", "test_loss_tracking.py", "test_placeholders.py", "test_run_history.py",
          "test_trainer.py", "test_utils.py", "scheduler/test_cosine_scheduler.py",
          "scheduler/test_scheduler_base.py", "scheduler/test_wsd_scheduler.py"],
-        [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated")],
+        [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
+         (r"^from test\.", "from tests.peers.pytorch_accelerated.")],
     ),
     "detectron2": (
         "tests",
@@ -80,7 +81,7 @@ HEADER = (
 def rewrite(peer: str, text: str) -> str:
     """``text`` with the peer's import names replaced by ember's compat packages."""
     for pattern, replacement in PEERS[peer][2]:
-        text = re.sub(pattern, replacement, text)
+        text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
     return HEADER.format(peer=peer) + text
 
 

@@ -527,7 +527,7 @@ def test_names_ember_leaves_out_say_the_ember_way() -> None:
         ("ember.compat.colossalai.engine", "ophooks", "no op hooks"),
         ("ember.compat.pytorch_accelerated.callbacks", "ModelEmaCallback", "EMAHook"),
         ("ember.compat.pytorch_accelerated.utils", "ModelEma", "EMAHook"),
-        ("ember.compat.pytorch_accelerated.schedulers", "WSDLrScheduler", "CosineLrScheduler"),
+        ("ember.compat.pytorch_accelerated", "notebook_launcher", "ember run --nproc N"),
         ("ember.compat.detectron2.engine", "DefaultTrainer", "SimpleTrainer"),
         ("ember.compat.detectron2.engine", "AMPTrainer", "amp='fp16'"),
     ]

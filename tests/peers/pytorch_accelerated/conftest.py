@@ -46,13 +46,10 @@ SET_ASIDE: dict[str, str] = {
     "test_trainer.py::test_max_steps_overrides_num_epochs": PRIVATE.format("_accelerator") + "; " + MOCKS,
     "test_trainer.py::test_no_max_steps_completes_all_epochs": PRIVATE.format("_accelerator") + "; " + MOCKS,
     "test_trainer.py::test_train_resume_from_sets_epoch": PRIVATE.format("_run_training"),
-    "test_trainer.py::TestWSDCheckpointCallback": "WSDCheckpointCallback (and WSDLrScheduler) are not provided yet",
     "test_utils.py::test_can_limit_batches_with_manager": MOCKS,
     "test_utils.py::test_limit_batches_not_present_outside_manager": MOCKS,
 }
 """Test (node id below this folder, or a class) -> why it is set aside."""
-
-collect_ignore = ["scheduler/test_wsd_scheduler.py"]  # WSDLrScheduler is not provided yet
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -90,6 +90,8 @@ def replace_trainer_placeholder_values(trainer: Any, instance: Any) -> Any:
     if config is not None:
         values[Placeholders.NUM_EPOCHS] = config.num_epochs
         values[Placeholders.NUM_UPDATE_STEPS_PER_EPOCH] = config.num_update_steps_per_epoch
+        local = getattr(config, "num_local_update_steps_per_epoch", config.num_update_steps_per_epoch)
+        values[Placeholders.PER_PROCESS_NUM_UPDATE_STEPS_PER_EPOCH] = local
         values[Placeholders.TOTAL_UPDATE_STEPS] = config.num_epochs * config.num_update_steps_per_epoch
     loaders = {Placeholders.TRAIN_DATALOADER_LEN: getattr(trainer, "_train_dataloader", None),
                Placeholders.EVAL_DATALOADER_LEN: getattr(trainer, "_eval_dataloader", None)}  # fmt: skip

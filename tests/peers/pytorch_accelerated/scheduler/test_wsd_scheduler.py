@@ -3,7 +3,7 @@
 import math
 import pytest
 from ember.compat.pytorch_accelerated.schedulers.wsd_scheduler import WSDLrScheduler
-from test.scheduler.test_cosine_scheduler import create_model_and_optimizer
+from tests.peers.pytorch_accelerated.scheduler.test_cosine_scheduler import create_model_and_optimizer
 
 
 def collect_lrs_for_scheduler(scheduler, num_steps):
