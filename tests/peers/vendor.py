@@ -1,6 +1,7 @@
 """Re-create the vendored peer tests from the peers' published source, with only their imports rewritten.
 
     python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
+    python -m tests.peers.vendor pytorch_accelerated_examples SDIST.tar.gz   # its examples/core
     python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout
 
 The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares):
@@ -18,6 +19,8 @@ import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
+TARGETS = {"pytorch_accelerated_examples": HERE.parent / "seeds" / "programs" / "pytorch_accelerated"}
+"""Where a peer's files go, when not ``tests/peers/<peer>``."""
 
 PEERS = {
     # peer: (where its tests are in the source, the files, the rewrite of its import name)
@@ -29,6 +32,13 @@ PEERS = {
         [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
          (r"^from test\.", "from tests.peers.pytorch_accelerated.")],
     ),
+    "pytorch_accelerated_examples": (
+        "examples/core",
+        ["train_mnist.py", "custom_callback_event.py", "train_with_metrics_in_callback.py",
+         "train_with_metrics_in_loop.py"],
+        [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
+         (r"\btorchvision\b", "tests.seeds.standins.torchvision")],
+    ),
     "detectron2": (
         "tests",
         ["test_events.py", "test_engine.py"],
@@ -36,6 +46,8 @@ PEERS = {
          (r"\bfvcore\.common\.checkpoint\b", "ember.compat.detectron2.checkpoint")],
     ),
 }  # fmt: skip
+
+CONFIG_SYSTEM_PEERS = ("detectron2",)
 
 CONFIG_SYSTEM = {
     # detectron2's test_engine.py: what needs detectron2's config system (yacs configs, the model
@@ -72,17 +84,15 @@ def without_config_system(name: str, text: str) -> str:
     return text
 
 
-HEADER = (
-    "# Vendored from {peer} (see README.md), rewritten by tests/peers/vendor.py: its imports (and, in\n"
-    "# test_engine.py, what needs detectron2's config system) only.\n"
-)
+HEADER = "# Vendored from {peer} (see README.md), rewritten by tests/peers/vendor.py: {what} only.\n"
 
 
 def rewrite(peer: str, text: str) -> str:
     """``text`` with the peer's import names replaced by ember's compat packages."""
     for pattern, replacement in PEERS[peer][2]:
         text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
-    return HEADER.format(peer=peer) + text
+    what = "its imports (and what needs detectron2's config system)" if peer in CONFIG_SYSTEM_PEERS else "its imports"
+    return HEADER.format(peer=peer, what=what) + text
 
 
 def read_sources(peer: str, source: Path) -> dict[str, str]:
@@ -106,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("source", type=Path, help="the sdist (.tar.gz) or a checkout")
     parser.add_argument("--check", action="store_true", help="compare with the vendored files, write nothing")
     args = parser.parse_args(argv)
-    target = HERE / args.peer
+    target = TARGETS.get(args.peer, HERE / args.peer)
     differ = []
     for name, text in read_sources(args.peer, args.source).items():
         path = target / name

@@ -1,5 +1,4 @@
-# Vendored from detectron2 (see README.md), rewritten by tests/peers/vendor.py: its imports (and, in
-# test_engine.py, what needs detectron2's config system) only.
+# Vendored from detectron2 (see README.md), rewritten by tests/peers/vendor.py: its imports (and what needs detectron2's config system) only.
 # Copyright (c) Facebook, Inc. and its affiliates.
 import json
 import os

@@ -1,5 +1,4 @@
-# Vendored from pytorch_accelerated (see README.md), rewritten by tests/peers/vendor.py: its imports (and, in
-# test_engine.py, what needs detectron2's config system) only.
+# Vendored from pytorch_accelerated (see README.md), rewritten by tests/peers/vendor.py: its imports only.
 import torch
 from ember.compat.pytorch_accelerated.tracking import LossTracker
 
