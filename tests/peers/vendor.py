@@ -2,6 +2,7 @@
 
     python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
     python -m tests.peers.vendor pytorch_accelerated_examples SDIST.tar.gz   # its examples/core
+    python -m tests.peers.vendor colossalai_examples CHECKOUT        # ColossalAI-Examples' features/
     python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout
 
 The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares):
@@ -19,7 +20,10 @@ import tarfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-TARGETS = {"pytorch_accelerated_examples": HERE.parent / "seeds" / "programs" / "pytorch_accelerated"}
+TARGETS = {
+    "pytorch_accelerated_examples": HERE.parent / "seeds" / "programs" / "pytorch_accelerated",
+    "colossalai_examples": HERE.parent / "seeds" / "programs" / "colossalai",
+}
 """Where a peer's files go, when not ``tests/peers/<peer>``."""
 
 PEERS = {
@@ -38,6 +42,16 @@ PEERS = {
          "train_with_metrics_in_loop.py"],
         [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
          (r"\btorchvision\b", "tests.seeds.standins.torchvision")],
+    ),
+    "colossalai_examples": (
+        "features",
+        ["gradient_accumulation/train.py", "gradient_accumulation/config.py", "gradient_clipping/train.py",
+         "gradient_clipping/config.py", "amp/train.py", "amp/config/config_fp32.py", "amp/config/config_AMP_torch.py"],
+        [(r"^import colossalai$", "import ember.compat.colossalai as colossalai"),
+         (r"^from colossalai\b", "from ember.compat.colossalai"),
+         (r"\btorchvision\b", "tests.seeds.standins.torchvision"),
+         (r"\btitans\b", "tests.seeds.standins.titans"),
+         (r"^from timm\b", "from tests.seeds.standins.timm")],
     ),
     "detectron2": (
         "tests",

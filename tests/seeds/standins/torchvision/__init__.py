@@ -5,6 +5,6 @@ The programs are the peers' own, vendored with their imports rewritten (``torchv
 small model learns, :mod:`.transforms` the transforms they use.
 """
 
-from . import datasets, transforms
+from . import datasets, models, transforms
 
-__all__ = ["datasets", "transforms"]
+__all__ = ["datasets", "models", "transforms"]

@@ -2,7 +2,8 @@
 
 Each image is a function of its index (no file, no download): the class's own bright stripe on
 noise, so a small model learns it within a few batches. Lengths are the real ones (the example
-programs split them with fixed sizes), and nothing is held in memory.
+programs split them with fixed sizes), and nothing is held in memory; a ``SIZE`` file in the
+dataset's root folder (a test's small "download") sets the number of training images instead.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class _Synthetic:
         self._offset = 0 if train else 10**7
 
     def __len__(self) -> int:
+        size = Path(self.root) / "SIZE" if str(self.root) else None
+        if self.train and size is not None and size.is_file():
+            return int(size.read_text())
         return self.lengths[0] if self.train else self.lengths[1]
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
