@@ -4,9 +4,10 @@
 (``runpy``), from its own folder and with its own command line, and reports per program the
 lines it printed and logged. Each program starts as a fresh job would: the launch of the one
 before is forgotten (``ember.context.reset()``) and, under torchrun, the next one meets at a
-new port that rank 0 hosts (a process group cannot be set up twice on one torchrun store). On a machine without CUDA the
-programs' ``tensor.cuda()`` and ``torch.cuda.synchronize()`` (ColossalAI-Examples call them
-unconditionally) stay on the CPU: the harness maps them to no-ops, the programs are unchanged.
+new port that rank 0 hosts (a process group cannot be set up twice on one torchrun store).
+On a machine without CUDA the programs' ``tensor.cuda()`` and ``torch.cuda.synchronize()``
+(ColossalAI-Examples call them unconditionally) stay on the CPU: the harness maps them to
+no-ops, the programs are unchanged.
 """
 
 from __future__ import annotations
