@@ -16,9 +16,9 @@ from ember import checkpoint
 from ember.checkpoint.snapshot import capture
 from ember.errors import CheckpointError
 
-__all__ = ["EMBER_SECTIONS", "save_with_view"]
+__all__ = ["CHECKPOINT_SECTIONS", "save_with_view"]
 
-EMBER_SECTIONS = frozenset({"format", "version", "meta", "engine", "trainer", "hooks", "sampler", "ranks", "shards"})
+CHECKPOINT_SECTIONS = frozenset({"format", "version", "meta", "engine", "trainer", "hooks", "sampler", "ranks", "shards"})
 """The top-level keys of an ember checkpoint: a peer's view may not use them."""
 
 
@@ -44,7 +44,7 @@ def save_with_view(
     error: Exception | None = None
     if state is not None:
         top = dict(view(state))
-        taken = sorted(set(top) & EMBER_SECTIONS)
+        taken = sorted(set(top) & CHECKPOINT_SECTIONS)
         if taken:
             error = CheckpointError(f"the checkpoint's own keys {taken} cannot hold your entries: rename them")
         else:

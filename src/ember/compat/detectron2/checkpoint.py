@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from ember import checkpoint, distributed
 from ember.checkpoint.io import write_pointer
 from ember.compat._not_provided import module_getattr
-from ember.compat._views import EMBER_SECTIONS, save_with_view
+from ember.compat._views import CHECKPOINT_SECTIONS, save_with_view
 from ember.errors import CheckpointError, describe
 from ember.logging import get_dist_logger
 from ember.trainer.hooks import BaseHook, Priority
@@ -100,7 +100,7 @@ class Checkpointer:
                     f"Checkpointer({name}=...) needs an object with state_dict() and load_state_dict(), "
                     f"got {describe(obj)}"
                 )
-        taken = sorted((set(checkpointables) & EMBER_SECTIONS) | ({"model"} & set(checkpointables)))
+        taken = sorted((set(checkpointables) & CHECKPOINT_SECTIONS) | ({"model"} & set(checkpointables)))
         if taken:
             raise CheckpointError(f"Checkpointer: the names {taken} are the checkpoint's own; name the objects else")
         if trainer is not None and not save_to_disk and distributed.rank() == 0:
@@ -127,7 +127,7 @@ class Checkpointer:
         objects = self.checkpointables
         if self.trainer is not None:
             kwargs.setdefault("iteration", self.trainer.iter)
-            taken = sorted(set(kwargs) & (EMBER_SECTIONS | {"model"} | set(objects)))
+            taken = sorted(set(kwargs) & (CHECKPOINT_SECTIONS | {"model"} | set(objects)))
             if taken:
                 raise CheckpointError(f"Checkpointer.save: {taken} are the checkpoint's own entries; rename them")
 
@@ -196,7 +196,7 @@ class Checkpointer:
         for name, state in states.items():
             if state is not None:
                 self.checkpointables[name].load_state_dict(state)
-        rest = {k: v for k, v in saved.items() if k not in EMBER_SECTIONS and k != "model" and k not in names}
+        rest = {k: v for k, v in saved.items() if k not in CHECKPOINT_SECTIONS and k != "model" and k not in names}
         if self.trainer is not None and whole:
             rest["iteration"] = self.trainer.iter
         return rest

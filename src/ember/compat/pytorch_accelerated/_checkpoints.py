@@ -17,7 +17,7 @@ import torch
 
 from ember import checkpoint
 from ember.checkpoint.sharded import is_checkpoint_dir, is_sharded
-from ember.compat._views import EMBER_SECTIONS, save_with_view
+from ember.compat._views import CHECKPOINT_SECTIONS, save_with_view
 from ember.errors import CheckpointError, TrainerError, describe
 
 __all__ = ["PTA_VIEW", "CheckpointMethods"]
@@ -25,7 +25,7 @@ __all__ = ["PTA_VIEW", "CheckpointMethods"]
 PTA_VIEW = ("model_state_dict", "optimizer_state_dict", "scheduler_state_dict")
 """The keys a pytorch-accelerated user reads from ``torch.load(path)`` of a checkpoint."""
 
-_RESERVED = EMBER_SECTIONS | set(PTA_VIEW)
+_RESERVED = CHECKPOINT_SECTIONS | set(PTA_VIEW)
 """Top-level checkpoint keys that ``checkpoint_kwargs`` may not use."""
 
 
