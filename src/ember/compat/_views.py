@@ -18,7 +18,9 @@ from ember.errors import CheckpointError
 
 __all__ = ["CHECKPOINT_SECTIONS", "save_with_view"]
 
-CHECKPOINT_SECTIONS = frozenset({"format", "version", "meta", "engine", "trainer", "hooks", "sampler", "ranks", "shards"})
+CHECKPOINT_SECTIONS = frozenset(
+    {"format", "version", "meta", "engine", "trainer", "hooks", "sampler", "ranks", "shards"}
+)
 """The top-level keys of an ember checkpoint: a peer's view may not use them."""
 
 
