@@ -450,6 +450,10 @@ def test_fused_optimizers_are_torchs_and_refuse_what_torch_cannot_do() -> None:
         FusedAdam(tiny_mlp().parameters(), bias_correction=False)
     with pytest.raises(ConfigError, match="wd_after_momentum=True"):
         FusedSGD(tiny_mlp().parameters(), wd_after_momentum=True)
+    with pytest.raises(ConfigError, match="FusedSGD: Invalid learning rate"):
+        FusedSGD(tiny_mlp().parameters(), lr=-1.0)
+    with pytest.raises(ConfigError, match="FusedAdam needs the model's parameters"):
+        FusedAdam(5)  # type: ignore[arg-type]
     # LAMB by hand for one tensor: no bias correction, trust ratio min(||p||, 10) / ||step||
     p = torch.nn.Parameter(torch.tensor([3.0, -4.0]))
     p.grad = torch.tensor([0.5, 1.0])

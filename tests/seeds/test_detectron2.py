@@ -404,3 +404,16 @@ def test_event_storage_is_detectron2s_over_one_step_storage() -> None:
             storage.history("time")
     with pytest.raises(TrainerError, match="no open EventStorage"):
         get_event_storage()  # the block closed
+
+
+def test_comm_works_alone_and_refuses_what_it_cannot_reduce() -> None:
+    from ember.compat.detectron2.utils import comm
+
+    assert (comm.get_world_size(), comm.get_rank(), comm.get_local_rank(), comm.get_local_size()) == (1, 0, 0, 1)
+    assert comm.is_main_process() and comm.all_gather({"a": 1}) == [{"a": 1}] and comm.gather(3) == [3]
+    losses = {"loss_cls": torch.tensor(0.5), "loss_box": torch.tensor(1.5)}
+    assert comm.reduce_dict(losses) is losses
+    assert isinstance(comm.shared_random_seed(), int)
+    comm.synchronize()
+    with pytest.raises(TrainerError, match=r"reduce_dict takes one-element tensors.*\['a'\]"):
+        comm.reduce_dict({"a": "x"})  # type: ignore[dict-item]

@@ -91,12 +91,12 @@ def reduce_dict(input_dict: dict[str, torch.Tensor], average: bool = True) -> di
     Raises:
         TrainerError: a value that is not a one-element tensor.
     """
-    if not distributed.is_active() or not input_dict:
-        return input_dict
     names = sorted(input_dict)
     bad = [n for n in names if not isinstance(input_dict[n], torch.Tensor) or input_dict[n].numel() != 1]
     if bad:
         raise TrainerError(f"reduce_dict takes one-element tensors, got other values for {bad}")
+    if not distributed.is_active() or not input_dict:
+        return input_dict
     values = torch.stack([input_dict[n].detach().reshape(()) for n in names])
     device = values.device
     values = values.to(distributed.collective_device())

@@ -28,8 +28,18 @@ def _kernels(params: list[Any]) -> dict[str, bool]:
     return {"fused": True} if on_cuda else {"foreach": True}
 
 
-def _params(params: Iterable[Any]) -> list[Any]:
+def _params(params: Iterable[Any], owner: str) -> list[Any]:
+    if isinstance(params, torch.Tensor) or not isinstance(params, Iterable):
+        raise ConfigError(f"{owner} needs the model's parameters (or parameter groups), got {type(params).__name__}")
     return list(params)
+
+
+def _build(owner: str, cls: type[torch.optim.Optimizer], groups: list[Any], **kwargs: Any) -> torch.optim.Optimizer:
+    """``cls(groups, **kwargs)``, torch's refusal of a value (a negative rate...) as a ConfigError."""
+    try:
+        return cls(groups, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"{owner}: {exc}") from None
 
 
 def FusedAdam(
@@ -55,16 +65,17 @@ def FusedAdam(
         The torch optimizer.
 
     Raises:
-        ConfigError: ``bias_correction=False``.
+        ConfigError: ``bias_correction=False``, or a value torch refuses (a negative rate...).
 
     Example:
         >>> optimizer = FusedAdam(model.parameters(), lr=3e-4, weight_decay=0.05)
     """
     if not bias_correction:
         raise ConfigError("FusedAdam(bias_correction=False) has no torch counterpart: torch's Adam corrects the bias")
-    groups = _params(params)
+    groups = _params(params, "FusedAdam")
     cls = torch.optim.AdamW if adam_w_mode else torch.optim.Adam
-    return cls(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad, **_kernels(groups))
+    return _build("FusedAdam", cls, groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                  **_kernels(groups))  # fmt: skip
 
 
 def FusedSGD(
@@ -89,13 +100,13 @@ def FusedSGD(
         The torch optimizer.
 
     Raises:
-        ConfigError: ``wd_after_momentum=True``.
+        ConfigError: ``wd_after_momentum=True``, or a value torch refuses.
     """
     if wd_after_momentum:
         raise ConfigError("FusedSGD(wd_after_momentum=True) has no torch counterpart: torch's SGD decays first")
-    groups = _params(params)
-    return torch.optim.SGD(groups, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                           nesterov=nesterov, **_kernels(groups))  # fmt: skip
+    groups = _params(params, "FusedSGD")
+    return _build("FusedSGD", torch.optim.SGD, groups, lr=lr, momentum=momentum, dampening=dampening,
+                  weight_decay=weight_decay, nesterov=nesterov, **_kernels(groups))  # fmt: skip
 
 
 class Lamb(torch.optim.Optimizer):
