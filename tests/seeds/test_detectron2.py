@@ -226,6 +226,12 @@ def test_two_processes_with_the_checkpointer_and_writer_on_the_main_process_only
     # rank 0 wrote each save once; rank 1, without a PeriodicCheckpointer of its own, took part in it
     assert {int(name.split("-s")[1][:9]) for name in first["files"]} == {5, 10, 15, 20}
     assert all("PeriodicCheckpointer differs between ranks" in r["mismatch"] for r in (first, second))
+    # detectron2's utils.comm on ember's process group
+    for r, mine in enumerate((first["comm"], second["comm"])):
+        assert (mine["world"], mine["rank"], mine["local_rank"], mine["main"]) == (2, r, r, r == 0)
+        assert mine["all_gather"] == [{"rank": 0}, {"rank": 1}] and mine["seed"] == first["comm"]["seed"]
+    assert first["comm"]["gather"] == [0, 10] and second["comm"]["gather"] == []
+    assert first["comm"]["reduced"] == 1.5  # (1 + 2) / 2 on rank 0, detectron2's reduce_dict average
     # the crash stops every rank at an agreed update after it; the resumed job continues bit-identically
     for rank in (first, second):
         assert rank["crashed"] == "killed" and rank["resumed_equal"]
