@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from ember.parallel.context_parallel import positions
+from tests.parallel.common import reference, sgd
 
 VOCAB, DIM, HEADS, MAX_LEN = 16, 16, 2, 64
 
@@ -56,7 +57,7 @@ class Block(nn.Module):
 
 class TinyLM(nn.Module):
     """Token + position embeddings, ``layers`` blocks, a LayerNorm and a vocabulary head:
-    ``(batch, length)`` token ids -> ``(batch, length, VOCAB)`` logits."""
+    ``(batch, length)`` token ids -> ``(batch, VOCAB, length)`` logits (as cross-entropy takes them)."""
 
     def __init__(self, causal: bool = True, layers: int = 2, dropout: float = 0.0) -> None:
         super().__init__()
@@ -68,7 +69,7 @@ class TinyLM(nn.Module):
         x = self.wte(idx) + self.wpe(positions(idx.size(1), idx.device))
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln(x))
+        return self.head(self.ln(x)).transpose(1, 2)
 
 
 def tiny_lm(seed: int = 0, causal: bool = True, layers: int = 2, dropout: float = 0.0) -> TinyLM:
@@ -76,9 +77,8 @@ def tiny_lm(seed: int = 0, causal: bool = True, layers: int = 2, dropout: float 
     return TinyLM(causal, layers, dropout)
 
 
-def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over every token: logits ``(B, T, V)``, labels ``(B, T)``."""
-    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+token_loss = nn.functional.cross_entropy
+"""Cross-entropy over every token: logits ``(B, V, T)``, labels ``(B, T)``."""
 
 
 def corpus(n: int, length: int, seed: int = 1) -> TensorDataset:
@@ -95,16 +95,4 @@ def lm_reference(
     model: nn.Module, ds: TensorDataset, batch: int, steps: int, clip: float | None = None
 ) -> dict[str, Any]:
     """One process, plain PyTorch, SGD with momentum: ``steps`` updates on batches of ``batch``."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    losses, norms = [], []
-    for i, (x, y) in enumerate(DataLoader(ds, batch_size=batch)):
-        if i == steps:
-            break
-        opt.zero_grad()
-        loss = token_loss(model(x), y)
-        loss.backward()
-        if clip is not None:
-            norms.append(nn.utils.clip_grad_norm_(model.parameters(), clip).item())
-        opt.step()
-        losses.append(loss.item())
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "norms": norms}
+    return reference(model, sgd, ds, batch, steps, clip)

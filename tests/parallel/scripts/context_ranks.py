@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from tests.dist import report
-from tests.parallel.common import max_diff, optimizer_state_diff, run_engine
+from tests.parallel.common import max_diff, optimizer_state_diff, run_engine, sgd
 from tests.parallel.context_common import corpus, lm_reference, tiny_lm, token_loss
 from torch import nn
 from torch.nn import functional as F
@@ -91,10 +91,6 @@ def engine_layout(
 def cp(size: int, balanced: bool = True) -> dict[str, Any]:
     """A ``parallel.context`` section (the launched one is contiguous: per-Engine configs say which)."""
     return {"size": size, "load_balance": balanced}
-
-
-def sgd(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
 def trainer_on_the_launched_layout() -> dict[str, Any]:
