@@ -60,7 +60,7 @@ def test_context_parallel_engine_matches_one_process(ranks: dict[int, dict[str, 
     assert ranks[0]["cp4.local_shape"] == [8, 4]  # each rank got a quarter of every 16-token sequence
 
 
-def test_trainer_on_the_launched_colossalai_sequence_layout_matches_one_process(
+def test_trainer_on_the_launched_colossalai_sequence_layout_matches_one_process_and_resumes_exactly(
     ranks: dict[int, dict[str, Any]],
 ) -> None:
     assert ranks[0]["launched"] == "ParallelLayout(pipeline=1, data=2, tensor=1, context=2)"
@@ -69,6 +69,7 @@ def test_trainer_on_the_launched_colossalai_sequence_layout_matches_one_process(
         assert r["trainer.steps"] == 4 and r["trainer.eval_diff"] <= TOL
         assert r["trainer.policy"] == "context parallel ×2 (contiguous)"
     assert all(r["trainer.other_rank_state"] for rank, r in ranks.items() if rank)  # full state on rank 0
+    assert ranks[0]["trainer.resumed_bitwise"]  # from update 2's checkpoint: the same weights at update 4
 
 
 @pytest.mark.parametrize("layout", ["ddp", "fsdp_tp", "cp"])

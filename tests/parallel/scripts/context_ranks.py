@@ -6,6 +6,8 @@ FSDP2 × tensor parallel and context parallelism; the bad inputs; Colossal-AI's 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -94,28 +96,37 @@ def cp(size: int, balanced: bool = True) -> dict[str, Any]:
 
 
 def trainer_on_the_launched_layout() -> dict[str, Any]:
-    """Trainer.fit + evaluate on the launched layout (context 2 contiguous × data 2)."""
+    """Trainer.fit + evaluate on the launched layout (context 2 contiguous × data 2), saving a
+    checkpoint every 2 updates; then a fresh Engine resumes from update 2 and finishes."""
     ds, test_ds = corpus(GLOBAL * STEPS, LENGTH), corpus(8, LENGTH, seed=5)
     ref_model = tiny_lm()
     ref = lm_reference(ref_model, ds, GLOBAL, STEPS)
     with torch.no_grad():
         ref_eval = float(token_loss(ref_model(test_ds.tensors[0]), test_ds.tensors[1]))
-    model = tiny_lm()
-    train_dl = ember.get_dataloader(ds, batch_size=GLOBAL // 2)
-    test_dl = ember.get_dataloader(test_ds, batch_size=4)
-    engine, train_dl, test_dl, _ = ember.initialize(model, sgd(model), token_loss, train_dl, test_dl)
-    trainer = Trainer(engine)
-    trainer.fit(train_dl, epochs=1, hooks=[hooks.LossHook()])
-    metrics = trainer.evaluate(test_dl, hooks=[hooks.LossHook()])
-    state = engine.state_dict()
+    saves = Path(os.environ["EMBER_TEST_OUT"]) / "checkpoints"
+    states = []
+    for resume in (None, saves / "ckpt-e0000-s000000002.ckpt"):
+        model = tiny_lm(seed=9 if resume else 0)  # the resumed run's weights come from the checkpoint
+        train_dl = ember.get_dataloader(ds, batch_size=GLOBAL // 2)
+        test_dl = ember.get_dataloader(test_ds, batch_size=4)
+        engine, train_dl, test_dl, _ = ember.initialize(model, sgd(model), token_loss, train_dl, test_dl)
+        trainer = Trainer(engine)
+        trainer.fit(train_dl, epochs=1, hooks=[hooks.LossHook(), hooks.CheckpointHook(saves, every_n_steps=2)],
+                    resume=resume)  # fmt: skip
+        states.append(engine.state_dict())
+        if resume is None:
+            metrics = trainer.evaluate(test_dl, hooks=[hooks.LossHook()])
     out = {
         "trainer.eval_diff": abs(float(metrics["test/loss"]) - ref_eval),
         "trainer.steps": trainer.state.step,
         "trainer.policy": engine.parallel.name,
-        "trainer.other_rank_state": state["model"] == {},
+        "trainer.other_rank_state": states[0]["model"] == {},
     }
     if dist.get_rank() == 0:
-        out["trainer.param_diff"] = max_diff(state["model"], ref["model"])
+        out["trainer.param_diff"] = max_diff(states[0]["model"], ref["model"])
+        out["trainer.resumed_bitwise"] = all(
+            torch.equal(v, states[1]["model"][k]) for k, v in states[0]["model"].items()
+        )
     return out
 
 
