@@ -44,6 +44,16 @@ def test_ring_attention_equals_one_process_sdpa_forward_and_every_gradient(
         assert max(r[case]) <= TOL, r[case]
 
 
+def test_sdpa_calls_as_models_make_them_take_the_ring(ranks: dict[int, dict[str, Any]]) -> None:
+    """Grouped-query heads (enable_gqa) and 3-D inputs within 1e-6; under bf16 autocast the ring
+    computes in bf16 as SDPA would (within bf16's rounding); ``torch.arange`` over the local
+    length from 0 in a context-parallel forward is warned about on rank 0."""
+    for r in ranks.values():
+        assert r["routed.gqa"] <= TOL and r["routed.3d"] <= TOL
+        assert r["routed.bf16"][0] == "torch.bfloat16" and r["routed.bf16"][1] <= 3e-2
+    assert ranks[0]["routed.arange_warning"]
+
+
 def test_gathering_the_sequence_sums_each_slices_gradient_over_the_ranks(ranks: dict[int, dict[str, Any]]) -> None:
     assert all(r["gather.2"] == 0.0 and r["gather.4"] == 0.0 for r in ranks.values())
 

@@ -6,6 +6,7 @@ FSDP2 × tensor parallel and context parallelism; the bad inputs; Colossal-AI's 
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ember.compat.colossalai.context import ParallelMode
 from ember.compat.colossalai.core import global_context as gpc
 from ember.compat.colossalai.nn.layer.parallel_sequence import RingAV, RingQK, TransformerSelfAttentionRing
 from ember.parallel import plans
+from ember.parallel.context_parallel import launched_sharding
 from ember.parallel.ring import SequenceSplit, gather_sequence, ring_attention
 from ember.trainer import Trainer, hooks
 
@@ -60,6 +62,39 @@ def ring_functions() -> dict[str, Any]:
         out[f"gather.{n}"] = (
             (mine.grad - n * split.shard(torch.arange(8.0 * n).view(1, -1, 1).expand(2, -1, 3), 1)).abs().max().item()
         )
+    return out
+
+
+def routed_sdpa() -> dict[str, Any]:
+    """SDPA calls as models make them, inside the launched layout's routing (context 2,
+    contiguous): grouped-query heads, 3-D inputs, bf16 autocast; and the positions warning."""
+    sharding = launched_sharding()
+    assert sharding is not None
+    split, out = sharding.split, {}
+    torch.manual_seed(1)
+    q, k, v = torch.randn(2, 4, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8)
+    cases = {
+        "gqa": ((q, k, v), {"enable_gqa": True, "is_causal": True}),
+        "3d": ((q[:, 0], k[:, 0], v[:, 0]), {"is_causal": True}),
+    }
+    for name, (tensors, kwargs) in cases.items():
+        expected = F.scaled_dot_product_attention(*tensors, **kwargs)
+        with sharding.attention():
+            got = F.scaled_dot_product_attention(*(split.shard(t, -2) for t in tensors), **kwargs)
+        out[f"routed.{name}"] = (got - split.shard(expected, -2)).abs().max().item()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        with sharding.attention():
+            got = F.scaled_dot_product_attention(*(split.shard(q, 2),) * 3, is_causal=True)
+    out["routed.bf16"] = [str(got.dtype), (got.float() - split.shard(expected, 2).float()).abs().max().item()]
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("ember").addHandler(handler)
+    with sharding.attention(local_length=8):
+        torch.arange(0, 8)  # a model numbering its slice from 0
+    logging.getLogger("ember").removeHandler(handler)
+    out["routed.arange_warning"] = any("use ember.parallel.context_parallel.positions" in m for m in seen)
     return out
 
 
@@ -275,6 +310,7 @@ def main() -> None:
     ember.launch_from_torch(config={"seed": 0, "parallel": {"tensor": {"size": 2, "mode": "sequence"}}})
     results: dict[str, Any] = {"launched": repr(ember.context.layout), "coords": ember.context.coords}
     results |= ring_functions()
+    results |= routed_sdpa()
     results |= engine_layout("cp4", {"parallel": {"context": cp(4)}, "clip_grad_norm": 0.5})
     results |= engine_layout("cp2_dp2_full", {"parallel": {"context": cp(2), "data": 2}}, causal=False, accumulation=2)
     tensor = {"size": 2, "plan": plans.gpt_block(prefix="blocks.*")}
