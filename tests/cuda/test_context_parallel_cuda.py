@@ -21,7 +21,7 @@ import torch
 from ember.errors import ConfigError
 from ember.layout import ParallelLayout
 from ember.parallel.checkpointing import checkpoint
-from ember.parallel.context_parallel import check_context
+from ember.parallel.context_policy import check_context
 from tests.dist import free_port
 
 pytestmark = pytest.mark.cuda

@@ -82,6 +82,14 @@ def test_trainer_on_the_launched_colossalai_sequence_layout_matches_one_process_
     assert ranks[0]["trainer.resumed_bitwise"]  # from update 2's checkpoint: the same weights at update 4
 
 
+def test_activation_checkpointing_is_bitwise_under_pipeline_parallelism(ranks: dict[int, dict[str, Any]]) -> None:
+    """Pipeline 2 × data 2 through the Trainer (GPipe, 2 micro-batches), 3 updates."""
+    assert ranks[0]["ckpt.pipeline.bitwise"]
+    for r in ranks.values():
+        assert r["ckpt.pipeline.checkpointed"] == [f"blocks.{i}" for i in range(4)]
+        assert r["ckpt.pipeline.policy"].startswith("pipeline ×2") and r["ckpt.pipeline.policy"].endswith("× data 2")
+
+
 @pytest.mark.parametrize("layout", ["ddp", "fsdp_tp", "cp"])
 def test_activation_checkpointing_is_bitwise_under_every_parallel_mode(
     ranks: dict[int, dict[str, Any]], layout: str

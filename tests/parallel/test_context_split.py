@@ -13,7 +13,8 @@ import torch
 from ember.config import load_config
 from ember.errors import ConfigError, DataError
 from ember.layout import ParallelLayout
-from ember.parallel.context_parallel import check_context, positions, shard_batch
+from ember.parallel.context_parallel import positions, shard_batch
+from ember.parallel.context_policy import check_context
 from ember.parallel.ring import SequenceSplit
 from ember.parallel.strategy import check_parallel
 from tests.parallel.context_common import tiny_lm

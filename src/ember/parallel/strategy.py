@@ -111,7 +111,7 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
             )
     layout = ParallelLayout.from_config(cfg.parallel, world_size)
     if layout.context > 1:  # context parallelism (ember.parallel.context_parallel)
-        from ember.parallel.context_parallel import check_context
+        from ember.parallel.context_policy import check_context
 
         check_context(layout, stage, stages is not None, bool(cfg.compile and cfg.get("activation_checkpointing")))
     unbuilt = [
@@ -205,7 +205,7 @@ def parallelize(
         module = _compiled(model, cfg)
         return Parallelized(module, module, optimizer, ParallelPolicy())
     if layout.context > 1:  # before any collective: every rank has the same device type
-        from ember.parallel.context_parallel import check_context
+        from ember.parallel.context_policy import check_context
 
         check_context(layout, plan.zero_stage, plan.pipeline_stages is not None, device=ctx.device)
     mesh = _context.get_mesh(layout)
@@ -246,7 +246,7 @@ def parallelize(
         _follow(optimizer, stepping, lr_scheduler)
     module = _compiled(model, cfg)
     if layout.context > 1:  # context parallelism (ember.parallel.context_parallel): its own forward and policy
-        from ember.parallel.context_parallel import context_parallelized
+        from ember.parallel.context_policy import context_parallelized
 
         forward, context_policy, sequence = context_parallelized(module, stepping, cfg.parallel.context, layout, built)
         return Parallelized(forward, forward, stepping, context_policy, sequence=sequence)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from tests.dist import report
-from tests.parallel.common import max_diff, optimizer_state_diff, run_engine, sgd
+from tests.parallel.common import dataset, max_diff, optimizer_state_diff, run_engine, sgd, stack_gpt
 from tests.parallel.context_common import corpus, lm_reference, tiny_lm, token_loss
 from torch import nn
 from torch.nn import functional as F
@@ -191,6 +191,25 @@ def checkpointing_is_bitwise() -> dict[str, Any]:
             out[f"ckpt.{name}.bitwise"] = all(torch.equal(states[0][k], states[1][k]) for k in states[0])
             out[f"ckpt.{name}.moved"] = max_diff(states[1], tiny_lm(dropout=0.1).state_dict()) > 0
         out[f"ckpt.{name}.policy"] = engine.parallel.name
+    return out | checkpointed_pipeline()
+
+
+def checkpointed_pipeline() -> dict[str, Any]:
+    """Pipeline 2 × data 2 (GPipe, 2 micro-batches) through the Trainer, with and without
+    checkpointing every block of each stage: identical weights."""
+    states, stages = [], []
+    for checkpointing in (None, True):
+        model = stack_gpt()
+        loader = ember.get_dataloader(dataset(GLOBAL * 3, tokens=4), batch_size=GLOBAL // 2)
+        config = {"parallel": {"context": 1, "pipeline": {"size": 2, "microbatches": 2}, "data": 2},
+                  "activation_checkpointing": checkpointing}  # fmt: skip
+        engine, loader, _, _ = ember.initialize(model, sgd(model), nn.CrossEntropyLoss(), loader, config=config)
+        Trainer(engine, schedule=engine.schedule).fit(loader, max_steps=3)
+        states.append(engine.state_dict()["model"])
+        stages.append([n for n, m in model.named_modules() if "forward" in m.__dict__])
+    out: dict[str, Any] = {"ckpt.pipeline.checkpointed": stages[1], "ckpt.pipeline.policy": engine.parallel.name}
+    if dist.get_rank() == 0:
+        out["ckpt.pipeline.bitwise"] = all(torch.equal(v, states[1][k]) for k, v in states[0].items())
     return out
 
 
