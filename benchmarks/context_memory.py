@@ -18,8 +18,9 @@ checkpointing at 4k tokens), the longest measured sequence whose peak fits in it
 configuration. Kernel-internal scratch memory (the CPU flash-attention kernel's per-thread
 buffers) is not a tensor and is not counted.
 
-    .venv/bin/python -m benchmarks.context_memory                          # ~20 min on 2 cores
+    .venv/bin/python -m benchmarks.context_memory                          # ~60 min on 2 shared cores
     .venv/bin/python -m benchmarks.context_memory --lengths 1024 2048 --ranks 1 2
+    .venv/bin/python -m benchmarks.context_memory --tables benchmarks/results/<day>-context-memory.json --budget-mib 128
 """
 
 from __future__ import annotations
@@ -174,10 +175,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--budget-mib", type=float, default=None)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--tables", metavar="JSON", help="print the tables of an earlier run's results file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)
+        return
+    if args.tables:
+        saved = json.loads(Path(args.tables).read_text())
+        measured = argparse.Namespace(**{**saved["args"], "budget_mib": args.budget_mib})
+        print(report(saved["rows"], args.budget_mib, measured))
         return
     rows = [row for ranks in args.ranks for row in run(ranks, args)]
     table = report(rows, args.budget_mib, args)
