@@ -11,6 +11,7 @@ memory with unchanged gradients (one GPU).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,16 +23,11 @@ from ember.errors import ConfigError
 from ember.layout import ParallelLayout
 from ember.parallel.checkpointing import checkpoint
 from ember.parallel.context_policy import check_context
+from tests.cuda.test_cuda import _need_cuda  # noqa: F401 (autouse: these tests need a GPU too)
 from tests.dist import free_port
 
 pytestmark = pytest.mark.cuda
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _need_cuda() -> None:
-    if not torch.cuda.is_available():
-        pytest.fail("tests/cuda need a CUDA device; run them on a GPU machine with `pytest -m cuda tests/cuda`")
 
 
 def test_context_parallelism_on_cuda_is_refused_naming_torchs_context_parallel() -> None:
@@ -65,7 +61,8 @@ def test_torchs_ring_on_two_gpus_equals_one_gpu_sdpa_on_embers_zigzag_slices() -
     script = Path(__file__).parent / "scripts" / "torch_context_parallel.py"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port()}",
            str(script)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "MAX_DIFF" in run.stdout
     worst = max(float(line.split()[-1]) for line in run.stdout.splitlines() if line.startswith("MAX_DIFF"))
