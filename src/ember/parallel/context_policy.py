@@ -24,10 +24,10 @@ __all__ = ["UNSUPPORTED", "ContextPolicy", "check_context", "context_parallelize
 class ContextPolicy(ShardedPolicy):
     """The Engine's policy under context parallelism (with data and/or 1-D tensor parallelism).
 
-    After the backward that closes an
-    accumulation cycle, every gradient — a tensor-parallel one's local shard — is averaged over
-    the data × context group. Clipping and state are :class:`ShardedPolicy`'s (full state on
-    rank 0); partial gradients of an open cycle differ per rank and are not saved.
+    After the backward that closes an accumulation cycle, every gradient — a tensor-parallel
+    one's local shard — is averaged over the data × context group. Clipping and state are
+    :class:`ShardedPolicy`'s (full state on rank 0); partial gradients of an open cycle differ
+    per rank and are not saved.
 
     Args:
         sharding: the split and the context group.
