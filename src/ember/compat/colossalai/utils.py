@@ -1,4 +1,4 @@
-"""Colossal-AI's ``colossalai.utils``: ``get_dataloader`` and ``get_current_device``.
+"""Colossal-AI's ``colossalai.utils``: ``get_dataloader``, ``get_current_device`` and ``checkpoint``.
 
 ``get_dataloader`` keeps Colossal-AI's signature and builds ember's loader with
 :func:`ember.get_dataloader`: with ``add_sampler=True`` a resumable sampler sharded across the
@@ -8,6 +8,7 @@ so that ``initialize`` and the Trainer keep it whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,8 +16,9 @@ from torch.utils.data import DataLoader, Dataset
 
 import ember
 from ember import context as _context
+from ember.parallel import checkpointing
 
-__all__ = ["get_current_device", "get_dataloader"]
+__all__ = ["checkpoint", "get_current_device", "get_dataloader"]
 
 
 def get_dataloader(
@@ -58,3 +60,27 @@ def get_dataloader(
 def get_current_device() -> torch.device:
     """This process's device (``cuda:<local rank>`` on a GPU machine, else the CPU)."""
     return _context.get_context(default=True).device
+
+
+def checkpoint(function: Callable[..., Any], activation_offload: bool, *args: Any, use_reentrant: bool = True) -> Any:
+    """Colossal-AI's activation checkpoint: run ``function(*args)`` keeping only its inputs, and
+    recompute it in the backward pass with the random state it had (dropout draws the same masks).
+
+    ember always runs torch's non-reentrant checkpoint (:func:`ember.parallel.checkpointing.checkpoint`):
+    the same gradients as without checkpointing, also for inputs that do not require grad;
+    ``use_reentrant`` is accepted for the signature. ``activation_offload=True`` keeps the saved
+    inputs in host memory on a GPU; on a CPU they are there already (a note is logged once).
+
+    Args:
+        function: the computation, called as ``function(*args)``.
+        activation_offload: keep the saved inputs in host memory.
+        *args: its inputs.
+        use_reentrant: accepted; ember does not use the reentrant variant.
+
+    Returns:
+        What ``function`` returns.
+
+    Example:
+        >>> x = checkpoint(self.block, False, x)
+    """
+    return checkpointing.checkpoint(function, *args, offload=activation_offload)
