@@ -1,5 +1,5 @@
-"""Colossal-AI's ``colossalai.utils``: ``get_dataloader``, ``get_current_device``, ``print_rank_0``,
-``Timer``/``MultiTimer``.
+"""Colossal-AI's ``colossalai.utils``: ``get_dataloader``, ``get_current_device``, ``checkpoint``,
+``print_rank_0``, ``Timer``/``MultiTimer``.
 
 ``get_dataloader`` keeps Colossal-AI's signature and builds ember's loader with
 :func:`ember.get_dataloader`: with ``add_sampler=True`` a resumable sampler sharded across the
@@ -9,6 +9,7 @@ so that ``initialize`` and the Trainer keep it whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,10 +19,11 @@ import ember
 from ember import context as _context
 from ember import distributed
 from ember.compat._not_provided import module_getattr
+from ember.parallel import checkpointing as activation_checkpointing
 
 from .timer import MultiTimer, Timer
 
-__all__ = ["MultiTimer", "Timer", "get_current_device", "get_dataloader", "print_rank_0"]
+__all__ = ["MultiTimer", "Timer", "checkpoint", "get_current_device", "get_dataloader", "print_rank_0"]
 
 
 def get_dataloader(
@@ -63,6 +65,30 @@ def get_dataloader(
 def get_current_device() -> torch.device:
     """This process's device (``cuda:<local rank>`` on a GPU machine, else the CPU)."""
     return _context.get_context(default=True).device
+
+
+def checkpoint(function: Callable[..., Any], activation_offload: bool, *args: Any, use_reentrant: bool = True) -> Any:
+    """Colossal-AI's activation checkpoint: run ``function(*args)`` keeping only its inputs, and
+    recompute it in the backward pass with the random state it had (dropout draws the same masks).
+
+    ember always runs torch's non-reentrant checkpoint (:func:`ember.parallel.checkpointing.checkpoint`):
+    the same gradients as without checkpointing, also for inputs that do not require grad;
+    ``use_reentrant`` is accepted for the signature. ``activation_offload=True`` keeps the saved
+    inputs in host memory on a GPU; on a CPU they are there already (a note is logged once).
+
+    Args:
+        function: the computation, called as ``function(*args)``.
+        activation_offload: keep the saved inputs in host memory.
+        *args: its inputs.
+        use_reentrant: accepted; ember does not use the reentrant variant.
+
+    Returns:
+        What ``function`` returns.
+
+    Example:
+        >>> x = checkpoint(self.block, False, x)
+    """
+    return activation_checkpointing.checkpoint(function, *args, offload=activation_offload)
 
 
 def print_rank_0(msg: str, logger: Any = None) -> None:
