@@ -1,0 +1,1 @@
+"""Colossal-AI's ``colossalai.nn.layer``: its sub-packages (``moe``) import on use."""
