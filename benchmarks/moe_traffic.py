@@ -23,15 +23,12 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.figures import torchrun_json, write_figure
+
 CASES = [(tokens, hidden, k) for tokens in (256, 1024, 4096) for hidden in (64, 256) for k in (1, 2)]
 CAPACITY_FACTOR = 1.25
 
@@ -90,16 +87,6 @@ def worker(out: Path, steps: int) -> None:
     ember.context.reset()
 
 
-def run(world: int, steps: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rank0.json"
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--standalone",
-               "-m", "benchmarks.moe_traffic", "--worker", str(out), "--steps", str(steps)]  # fmt: skip
-        subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=900, capture_output=True)
-        return json.loads(out.read_text())  # type: ignore[no-any-return]
-
-
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| ranks P | tokens/rank | hidden d | top-k | capacity C | all-to-all sent/step | predicted 4(P-1)/P·E·C·d·4 B "
@@ -130,12 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker is not None:
         worker(args.worker, args.steps)
         return
-    results = [run(world, args.steps) for world in args.worlds]
+    results = [torchrun_json("benchmarks.moe_traffic", world, "--steps", str(args.steps)) for world in args.worlds]
     text = f"### MoE all-to-all traffic per rank and step ({dt.date.today()}, gloo, CPU)\n\n{table(results)}\n"
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{dt.date.today()}-moe-traffic.md").write_text(text)
-    (RESULTS / f"{dt.date.today()}-moe-traffic.json").write_text(json.dumps(results, indent=1))
-    print(text)
+    write_figure("moe-traffic", text, results)
 
 
 if __name__ == "__main__":

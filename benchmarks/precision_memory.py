@@ -22,15 +22,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.figures import torchrun_json, write_figure
+
 SINGLE = {
     "fp32": {},
     "AMP bf16 (autocast)": {"amp": "bf16"},
@@ -88,16 +84,6 @@ def worker(out: Path) -> None:
     ember.context.reset()
 
 
-def sharded(world: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "rows.json"
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--standalone",
-               "-m", "benchmarks.precision_memory", "--worker", str(out)]  # fmt: skip
-        subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=900, capture_output=True)
-        return json.loads(out.read_text())  # type: ignore[no-any-return]
-
-
 def table(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| precision | weights | gradients | fp32 masters | optimizer state | held between steps | bytes/param "
@@ -127,14 +113,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows = {name: measure(config) for name, config in SINGLE.items()}
     for world in args.worlds:
-        rows.update({f"{name}, D={world} (largest rank)": r for name, r in sharded(world).items()})
+        sharded = torchrun_json("benchmarks.precision_memory", world)
+        rows.update({f"{name}, D={world} (largest rank)": r for name, r in sharded.items()})
     params = next(iter(rows.values()))["parameters"]
     text = (f"### Weight, gradient and optimizer memory per rank ({dt.date.today()}; {params:,} parameters, "
             f"AdamW)\n\n{table(rows)}\n")  # fmt: skip
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{dt.date.today()}-precision-memory.md").write_text(text)
-    (RESULTS / f"{dt.date.today()}-precision-memory.json").write_text(json.dumps(rows, indent=1))
-    print(text)
+    write_figure("precision-memory", text, rows)
 
 
 if __name__ == "__main__":

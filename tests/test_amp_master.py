@@ -183,6 +183,8 @@ def test_loss_scale_grows_after_a_clean_run_up_to_its_maximum() -> None:
     assert copy_.state_dict() == scale.state_dict()
     with pytest.raises(ConfigError, match="min_scale <= init_scale"):
         LossScale(init_scale=0.5, min_scale=1.0)
+    with pytest.raises(EngineError, match=r"is not a LossScale state.*master_weights=True fp16 run"):
+        copy_.load_state_dict({"scale": "big"})  # a damaged checkpoint's precision state
 
 
 def test_master_weights_config_and_colossal_naive_amp() -> None:

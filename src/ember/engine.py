@@ -242,8 +242,6 @@ class Engine:
         """Clear gradients, but only at the start of an accumulation cycle (else a no-op)."""
         if self.micro_step == 0:
             self.precision.zero_grad(self._optimizer)
-            if self._moe is not None:  # what a forward that was never back-propagated left
-                self._moe.clear()
 
     def reset_accumulation(self) -> None:
         """Drop a half-finished accumulation cycle: clear gradients and the micro-step count.
@@ -253,6 +251,8 @@ class Engine:
         self.micro_step = 0
         self.sync_gradients = self._boundary_expected = self._forward_unsynced = False
         self.precision.zero_grad(self._optimizer)
+        if self._moe is not None:  # what the dropped cycle's forwards left for its backward
+            self._moe.clear()
 
     def backward(self, loss: torch.Tensor, *, boundary: bool | None = None) -> None:
         """Back-propagate ``loss`` divided by the accumulation count.

@@ -17,6 +17,7 @@ import ember
 from ember.config import load_config
 from ember.errors import ConfigError, EngineError
 from ember.layout import ParallelLayout
+from ember.parallel import moe as moe_module
 from ember.parallel.moe import MoE, MoEStats, Router, is_expert
 from ember.parallel.strategy import check_parallel
 from ember.trainer import Trainer
@@ -153,14 +154,28 @@ def test_a_forward_that_is_not_back_propagated_leaves_nothing_behind() -> None:
     assert stats.pop() == (None, {})
 
 
+def test_uncollected_balance_losses_are_refused_past_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moe_module, "MAX_PENDING", 3)
+    moe, counts_only = layer(Router()), layer(Router(), aux_loss_weight=0)
+    for _ in range(3):
+        moe(torch.randn(4, DIM))
+    with pytest.raises(EngineError, match=r"losses of 3 training forwards were never collected.*engine.backward"):
+        moe(torch.randn(4, DIM))  # each kept loss holds its forward's graph: no unbounded growth
+    for _ in range(5):
+        counts_only(torch.randn(4, DIM))  # counts alone: the oldest are dropped
+    assert len(counts_only.pop_auxiliary()[1]) == 3
+
+
 def test_a_non_finite_gate_logit_is_an_error_naming_it() -> None:
     moe = layer(Router())
     x = torch.randn(4, DIM)
     x[2, 1] = float("nan")
     with pytest.raises(EngineError, match=r"non-finite logits.*lower the learning rate"):
         moe(x)
-    with pytest.raises(EngineError, match=r"MoE\(d_model=6\) got tokens of width 5"):
+    with pytest.raises(EngineError, match=r"MoE\(d_model=6\) takes floating-point tokens \[..., 6\], got .* \(4, 5\)"):
         moe(torch.randn(4, 5))
+    with pytest.raises(EngineError, match=r"got a torch.int64 tensor"):
+        moe(torch.ones(4, 6, dtype=torch.long))
 
 
 def test_bad_router_and_expert_counts_are_config_errors() -> None:
@@ -170,6 +185,10 @@ def test_bad_router_and_expert_counts_are_config_errors() -> None:
         Router(capacity_factor=0)
     with pytest.raises(ConfigError, match="noise='uniform'"):
         Router(noise="uniform")
+    with pytest.raises(ConfigError, match=r"MoE\(router='top2'\) must be an ember.parallel.moe.Router"):
+        MoE(DIM, 2, expert, "top2")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"built a int, not an nn.Module"):
+        MoE(DIM, 2, lambda: 5)  # type: ignore[arg-type, return-value]
     with pytest.raises(ConfigError, match=r"3 experts cannot be split evenly over parallel.expert=2.*2, 4, 6"):
         MoE(DIM, 3, expert, layout=ParallelLayout(data=2, expert=2))
     assert all(is_expert(p) for p in layer(Router()).experts.parameters())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from torch import nn
 
 from ember import distributed
 from ember.amp.policies import AutocastPrecision
-from ember.errors import ConfigError, EngineError, NonFiniteLossError
+from ember.errors import ConfigError, EngineError, NonFiniteLossError, short_repr
 
 
 class LossScale:
@@ -59,6 +60,11 @@ class LossScale:
         min_scale: float = 1.0,
         max_scale: float = 2.0**24,
     ) -> None:
+        if not (growth_factor > 1 and 0 < backoff_factor < 1 and growth_interval >= 1 and hysteresis >= 1):
+            raise ConfigError(
+                f"loss scale settings need growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1 and "
+                f"hysteresis >= 1, got {growth_factor=}, {backoff_factor=}, {growth_interval=}, {hysteresis=}"
+            )
         if not 0 < min_scale <= init_scale <= max_scale:
             raise ConfigError(
                 f"loss scale settings need 0 < min_scale <= init_scale <= max_scale, got min_scale={min_scale:g}, "
@@ -103,9 +109,23 @@ class LossScale:
         return {"scale": self.scale, "clean_updates": self.clean_updates, "overflows": self.overflows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        self.scale = float(state["scale"])
-        self.clean_updates, self.overflows = int(state["clean_updates"]), int(state["overflows"])
+        """Restore what :meth:`state_dict` returned.
+
+        Raises:
+            EngineError: ``state`` is not one (a damaged checkpoint, another precision's state).
+        """
+        try:
+            scale, clean, overflows = float(state["scale"]), int(state["clean_updates"]), int(state["overflows"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EngineError(
+                f"the saved loss scale {short_repr(state)} is not a LossScale state ({type(exc).__name__}: {exc}): "
+                "load a checkpoint of a master_weights=True fp16 run"
+            ) from None
+        if not (math.isfinite(scale) and scale > 0 and clean >= 0 and overflows >= 0):
+            raise EngineError(
+                f"the saved loss scale {short_repr(state)} is out of range: load a checkpoint ember wrote"
+            )
+        self.scale, self.clean_updates, self.overflows = scale, clean, overflows
 
 
 _SOURCE = "_ember_master_of"  # on a master: a weak reference to the model parameter it stands for
@@ -337,10 +357,10 @@ class MasterWeights(AutocastPrecision):
             return
         by_id = dict(self._named_by_id)
         for p, master in self._pairs:
-            key = prefix + by_id.get(id(p), "")
-            if key in state:
+            value = state.get(prefix + by_id.get(id(p), ""))
+            if isinstance(value, torch.Tensor) and value.shape == master.shape:  # else load_state_dict says why
                 with torch.no_grad():
-                    master.copy_(state[key])
+                    master.copy_(value)
 
     def state_dict(self) -> dict[str, Any]:
         return {"loss_scale": self.scaler.state_dict()} if self.scaler is not None else {}

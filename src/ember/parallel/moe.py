@@ -42,6 +42,8 @@ EXPERT_TAG = "ember_expert"
 """The attribute set (True) on every expert parameter: it is reduced over its own group, not the data group."""
 
 NOISE = ("jitter", "gaussian")
+MAX_PENDING = 1024
+"""Training forwards whose balance losses a layer keeps for the next backward before it refuses more."""
 
 
 def is_expert(param: torch.Tensor) -> bool:
@@ -90,8 +92,10 @@ class Router(nn.Module):
         for name, value in (("capacity_factor", capacity_factor), ("eval_capacity_factor", eval_capacity_factor)):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"Router({name}={value!r}) must be a number > 0 (1.0: room for an even split)")
-        if not isinstance(min_capacity, int) or min_capacity < 1:
+        if not isinstance(min_capacity, int) or isinstance(min_capacity, bool) or min_capacity < 1:
             raise ConfigError(f"Router(min_capacity={min_capacity!r}) must be an int >= 1")
+        if not (isinstance(noise_eps, (int, float)) and 0 <= noise_eps < 1):
+            raise ConfigError(f"Router(noise_eps={noise_eps!r}) must be a number from 0 to 1 (excluded)")
         if noise is not None and not callable(noise) and noise not in NOISE:
             raise ConfigError(f"Router(noise={noise!r}): use None, 'jitter', 'gaussian' or a callable on the logits")
         self.k = k
@@ -170,9 +174,13 @@ class Experts(nn.ModuleDict):
     """
 
     def __init__(self, expert: Callable[[], nn.Module], num_experts: int, layout: ParallelLayout | None = None) -> None:
+        if not callable(expert):
+            raise ConfigError(f"Experts(expert={expert!r}) must build an expert: a callable returning an nn.Module")
+        if layout is not None and not isinstance(layout, ParallelLayout):
+            raise ConfigError(f"Experts(layout={layout!r}) must be an ember.layout.ParallelLayout or None")
         layout = _layout(layout)
         size = layout.expert
-        if not isinstance(num_experts, int) or num_experts < 1 or num_experts % size:
+        if not isinstance(num_experts, int) or isinstance(num_experts, bool) or num_experts < 1 or num_experts % size:
             fits = [n for n in range(size, 4 * size + 1, size)]
             raise ConfigError(
                 f"{num_experts!r} experts cannot be split evenly over parallel.expert={size} ranks: use a multiple "
@@ -181,7 +189,11 @@ class Experts(nn.ModuleDict):
         local = num_experts // size
         rank = _context.get_context(default=True).rank
         index = layout.coords(rank)["expert"] if layout.world_size > 1 and size > 1 else 0
-        super().__init__({str(index * local + j): expert() for j in range(local)})
+        built = {str(index * local + j): expert() for j in range(local)}
+        wrong = next((m for m in built.values() if not isinstance(m, nn.Module)), None)
+        if wrong is not None:
+            raise ConfigError(f"Experts(expert=...) built a {type(wrong).__name__}, not an nn.Module")
+        super().__init__(built)
         for param in self.parameters():
             setattr(param, EXPERT_TAG, True)
         self.layout, self.num_experts, self.num_local, self.index = layout, num_experts, local, index
@@ -256,6 +268,13 @@ class MoE(nn.Module):
         check_finite: bool = True,
     ) -> None:
         super().__init__()
+        for name, value in (("d_model", d_model), ("num_experts", num_experts)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"MoE({name}={value!r}) must be an int >= 1")
+        if router is not None and not isinstance(router, Router):
+            raise ConfigError(f"MoE(router={router!r}) must be an ember.parallel.moe.Router (Router(k=1) or k=2)")
+        if not (isinstance(aux_loss_weight, (int, float)) and math.isfinite(aux_loss_weight) and aux_loss_weight >= 0):
+            raise ConfigError(f"MoE(aux_loss_weight={aux_loss_weight!r}) must be a finite number >= 0")
         self.d_model, self.num_experts = d_model, num_experts
         self.gate = nn.Linear(d_model, num_experts, bias=False)
         self.router = router if router is not None else Router()
@@ -273,8 +292,11 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Route, dispatch, run the experts, combine: the output has ``x``'s shape."""
-        if x.shape[-1] != self.d_model:
-            raise EngineError(f"MoE(d_model={self.d_model}) got tokens of width {x.shape[-1]} (input {tuple(x.shape)})")
+        if x.dim() == 0 or x.shape[-1] != self.d_model or not x.is_floating_point():
+            raise EngineError(
+                f"MoE(d_model={self.d_model}) takes floating-point tokens [..., {self.d_model}], got a {x.dtype} "
+                f"tensor of shape {tuple(x.shape)}"
+            )
         tokens = x.reshape(-1, self.d_model)
         with torch.autocast(x.device.type, enabled=False):  # routing decisions in fp32, whatever the AMP
             logits = F.linear(tokens.float(), self.gate.weight.float())
@@ -299,8 +321,7 @@ class MoE(nn.Module):
         self.last_assignment = Assignment(choices.detach(), kept.t().detach(), capacity)
         self.aux_loss = aux
         if self.training and torch.is_grad_enabled():
-            weighted = aux * self.aux_loss_weight if self.aux_loss_weight else None
-            self._pending.append((weighted, (~kept).sum(), kept.numel()))
+            self._remember(aux * self.aux_loss_weight if self.aux_loss_weight else None, (~kept).sum(), kept.numel())
         return combined.view(*x.shape[:-1], out.shape[-1])
 
     def _agree(self, capacity: int, logits: torch.Tensor) -> int:
@@ -320,6 +341,18 @@ class MoE(nn.Module):
             )
         return capacity
 
+    def _remember(self, weighted: torch.Tensor | None, dropped: torch.Tensor, choices: int) -> None:
+        """Keep a training forward's weighted loss and counts until the next backward collects them."""
+        if len(self._pending) >= MAX_PENDING:
+            if any(w is not None for w, _, _ in self._pending):
+                raise EngineError(
+                    f"a MoE layer's load-balancing losses of {MAX_PENDING} training forwards were never collected "
+                    "(each holds its forward's graph): back-propagate with engine.backward(loss), collect them with "
+                    "ember.parallel.moe.MoEStats.of(model).pop(), or build the layer with aux_loss_weight=0"
+                )
+            del self._pending[0]  # counts alone, for the log: the oldest go
+        self._pending.append((weighted, dropped, choices))
+
     def pop_auxiliary(self) -> tuple[list[torch.Tensor], list[tuple[torch.Tensor, int]]]:
         """The weighted load-balancing losses and ``(dropped, choices)`` counts since the last pop."""
         pending, self._pending = self._pending, []
@@ -336,7 +369,8 @@ class MoEStats:
     loss since the last backward) to ``loss`` and publishes ``moe/aux_loss`` (that sum) and
     ``moe/dropped_fraction`` (choices past an expert's capacity, over all choices, on this rank)
     in ``engine.step_scalars``, which the Trainer puts in its step storage. A loop without the
-    Engine calls :meth:`pop` itself.
+    Engine calls :meth:`pop` itself (a layer refuses to keep more than ``MAX_PENDING``
+    uncollected weighted losses, each holding its forward's graph).
 
     Example:
         >>> stats = MoEStats.of(model)
@@ -372,7 +406,7 @@ class MoEStats:
         return total, scalars
 
     def clear(self) -> None:
-        """Forget what forwards left (a forward that was not back-propagated)."""
+        """Forget what forwards left (``engine.reset_accumulation()`` drops an open cycle)."""
         for layer in self.layers:
             layer.pop_auxiliary()
 

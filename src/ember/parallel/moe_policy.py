@@ -13,7 +13,7 @@ accumulation cycle, at the end of the backward that closes it:
 Both equal what one process computes on the whole batch. Gradients a rank lacks (an unused
 parameter) count as zeros, and a parameter no rank has a gradient for keeps none. The reductions
 do not overlap the backward pass as DDP's buckets do: that costs time, measured in
-``benchmarks/moe_bytes.py``. Buffers (BatchNorm statistics) are not synchronised.
+``benchmarks/moe_traffic.py`` (docs/parallel.md). Buffers (BatchNorm statistics) are not synchronised.
 """
 
 from __future__ import annotations

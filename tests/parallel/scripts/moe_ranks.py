@@ -5,6 +5,7 @@ DDP and ZeRO-1, each against a reference in one process (every rank computes it 
   every token, AdamW with clipping; resumed from ``engine.state_dict()`` into a fresh Engine.
 * ``ep2``: a per-Engine layout (``parallel.expert = 2``: two groups of 2 ranks, 2 experts each,
   reduced over ``expert_data`` too), top-2 at a tight capacity (tokens dropped), accumulation 2.
+* ``ddp``: MoE layers with every expert on every rank (``parallel.expert = 1``) under DDP.
 * ``ep4_bf16``: expert parallelism with bf16 master weights, within bf16's tolerance of fp32.
 * ``zero1`` / ``ddp``: fp16 master weights, sharded masters (ZeRO-1) against whole ones (DDP),
   and a ZeRO-1 resume.
@@ -238,6 +239,8 @@ def main() -> None:
     tight = Router(k=2, capacity_factor=0.5, min_capacity=1)
     out.update(expert_parallel("ep2", two, tight, {"parallel": {"expert": 2}, "gradient_accumulation": 2}))
     out.update(resume(four, {"clip_grad_norm": 0.5}))
+    ddp = {"parallel": {"expert": 1}, "clip_grad_norm": 0.5}  # MoE layers, every expert on every rank: DDP
+    out.update(expert_parallel("ddp", ParallelLayout(data=4), Router(k=2, capacity_factor=1.0), ddp))
     bf16 = {"amp": "bf16", "master_weights": True}
     out.update(expert_parallel("ep4_bf16", four, Router(k=1, capacity_factor=4.0), bf16))
     out.update(master_weights())

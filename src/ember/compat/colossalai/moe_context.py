@@ -132,6 +132,8 @@ class MoeContext:
                 replicated fewer experts than ranks; ember needs every rank to hold its own).
         """
         size = self.max_ep_size
+        if not isinstance(num_experts, int) or isinstance(num_experts, bool) or num_experts < 1:
+            raise ConfigError(f"MOE_CONTEXT.get_info(num_experts={num_experts!r}): the number of experts, an int >= 1")
         if num_experts % size:
             raise ConfigError(
                 f"{num_experts} experts cannot be split over max_ep_size={size} ranks: ember needs a multiple of "

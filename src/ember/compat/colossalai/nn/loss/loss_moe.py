@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ember.errors import EngineError
+
 from ...moe_context import MOE_CONTEXT
 
 __all__ = ["MoeCrossEntropyLoss", "MoeLoss"]
@@ -31,6 +33,8 @@ class MoeLoss(nn.Module):
 
     def __init__(self, aux_weight: float, loss_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         super().__init__()
+        if not callable(loss_fn):
+            raise EngineError(f"MoeLoss(loss_fn={loss_fn!r}) needs the loss's class, e.g. torch.nn.CrossEntropyLoss")
         self.loss_fn = loss_fn(*args, **kwargs)
         self.aux_weight = aux_weight
 

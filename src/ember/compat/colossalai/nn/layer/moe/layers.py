@@ -39,8 +39,10 @@ class Experts(_moe.Experts):
 
     def __init__(self, expert_cls: type[nn.Module] | None = None, num_experts: int = 1, **expert_args: Any) -> None:
         expert_cls = expert_cls if expert_cls is not None else expert_args.pop("expert", None)
-        if expert_cls is None:
-            raise EngineError("Experts(expert_cls, num_experts, **expert_args) needs the expert's class")
+        if not callable(expert_cls):
+            raise EngineError(
+                f"Experts(expert_cls={expert_cls!r}, num_experts, **args) needs the expert's class (nn.Linear...)"
+            )
         self._build(lambda: expert_cls(**expert_args), num_experts)
 
     def _build(self, make: Callable[[], nn.Module], num_experts: int) -> None:

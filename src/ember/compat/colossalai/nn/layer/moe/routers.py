@@ -116,6 +116,8 @@ class UniformNoiseGenerator:
     """
 
     def __init__(self, eps: float = 1e-2) -> None:
+        if not (isinstance(eps, (int, float)) and 0 <= eps < 1):
+            raise ConfigError(f"UniformNoiseGenerator(eps={eps!r}) must be a number from 0 to 1 (excluded)")
         self.eps = eps
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -130,6 +132,8 @@ class NormalNoiseGenerator:
     """
 
     def __init__(self, num_experts: int) -> None:
+        if not isinstance(num_experts, int) or isinstance(num_experts, bool) or num_experts < 1:
+            raise ConfigError(f"NormalNoiseGenerator(num_experts={num_experts!r}) must be an int >= 1")
         self.std = 1.0 / num_experts**2
 
     def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
