@@ -215,6 +215,12 @@ def test_master_weights_config_and_colossal_naive_amp() -> None:
         load_config({"fp16": {"mode": AmpType.NAIVE, "clip_grad_norm": 1.0}, "clip_grad_norm": 2.0})
 
 
+def test_sharded_checkpoints_are_refused_with_masters_in_the_optimizer() -> None:
+    engine = engine_for("bf16")
+    with pytest.raises(EngineError, match=r"cannot be saved or loaded under one process with master_weights"):
+        engine.parallel.sharded_state_dicts(engine.model, engine.optimizer)
+
+
 def test_master_weights_need_an_optimizer_that_has_not_stepped() -> None:
     model = net()
     opt = torch.optim.Adam(model.parameters())

@@ -158,6 +158,11 @@ def _parallelize(
             plan = dataclasses.replace(plan, zero_stage=0)  # DDP; the masters are sharded here instead
     precision.prepare(model, optimizer, shard)
     built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    # DCP keys optimizer state by the model's parameters, and the optimizer holds the masters: whole
+    # (unsharded) checkpoints only, refused by the policy with its clear error.
+    built.policy.sharded_state = False
+    base = "one process" if built.policy.name == "none" else built.policy.name
+    built.policy.name = f"{base} with master_weights=True"
     if shard is not None:
         built.policy = MasterShardPolicy(built.policy.ddp, precision)  # type: ignore[attr-defined]
     return built

@@ -64,7 +64,7 @@ def test_zero1_shards_fp16_masters_and_equals_ddp_bit_for_bit(ranks: dict[int, d
     assert all(whole == 803 for whole, _ in here) and sum(part for _, part in here) == 803
     assert max(part for _, part in here) < 803
     for r in ranks.values():
-        assert r["master.policies"] == ["ddp", "zero1 (sharded fp32 masters)"]
+        assert r["master.policies"] == ["ddp with master_weights=True", "zero1 (sharded fp32 masters)"]
         assert r["master.param_dtype"] == "torch.float16"
         assert r["master.norm_diff"] <= TOL
         assert r["master.scale"] == {"loss_scale": {"scale": 32768.0, "clean_updates": 0, "overflows": 0}}  # capped

@@ -254,6 +254,11 @@ class MasterWeights(AutocastPrecision):
         model.register_load_state_dict_pre_hook(functools.partial(MasterWeights._loading, self))  # no bound method
 
     def gradient_params(self, params: list[nn.Parameter]) -> list[nn.Parameter]:
+        if params and not self._params:
+            raise EngineError(
+                "MasterWeights was not prepared: ember.initialize(..., config=dict(master_weights=True)) builds it, "
+                "or call precision.prepare(model, optimizer) before building the Engine"
+            )
         return self._params
 
     def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:

@@ -50,6 +50,7 @@ class ExpertParallelPolicy(ParallelPolicy):
     """
 
     sharded_state = False
+    keeps_partial_grads = False  # each rank's open cycle differs (its own experts and tokens): save at a boundary
 
     def __init__(self, model: nn.Module, layout: ParallelLayout) -> None:
         self.model, self.layout = model, layout
