@@ -18,6 +18,7 @@ from ember.data import is_kept_unsharded, make_resumable
 from ember.engine import Criterion, Engine
 from ember.errors import ConfigError, EngineError, LaunchError
 from ember.launcher import use_deterministic_kernels
+from ember.parallel.checkpointing import apply_activation_checkpointing
 from ember.parallel.master_zero import MasterShardPolicy
 from ember.parallel.moe_policy import sync_replicas
 from ember.parallel.pipeline import check_microbatches
@@ -90,6 +91,7 @@ def initialize(
     precision = make_precision(cfg.amp, ctx.device, dict(cfg.grad_scaler), cfg.master_weights)
     _check_master_weights(precision, plan)
     check_microbatches(train_dataloader, cfg)
+    apply_activation_checkpointing(model, cfg.get("activation_checkpointing"))
     if cfg.deterministic:
         use_deterministic_kernels()
 
@@ -97,6 +99,8 @@ def initialize(
     if isinstance(criterion, nn.Module):
         criterion.to(ctx.device)
     built = _parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler, precision)
+    if built.sequence is not None:  # context parallelism: the loss averaged over the context group
+        criterion = built.sequence.wrap_criterion(criterion)
     engine = Engine(
         built.model if built.model is not None else model,
         built.optimizer,
@@ -116,7 +120,11 @@ def initialize(
     )
     shard = (engine.data_parallel_rank, engine.data_parallel_size)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)
-    return engine, train_dataloader, _prepare_loader(test_dataloader, ctx, shard), lr_scheduler
+    test_dataloader = _prepare_loader(test_dataloader, ctx, shard)
+    if built.sequence is not None:  # context parallelism: each rank gets its slice of every sequence
+        train_dataloader = built.sequence.wrap_loader(train_dataloader)
+        test_dataloader = built.sequence.wrap_loader(test_dataloader)
+    return engine, train_dataloader, test_dataloader, lr_scheduler
 
 
 def _check_master_weights(precision: Precision, plan: ParallelPlan) -> None:
