@@ -216,3 +216,5 @@ def test_expert_parallel_settings_that_cannot_run_are_refused_before_any_collect
     assert _check({"expert": 1}, 2, moe).layout.expert == 1  # MoE layers under plain data parallelism
     assert load_config({"max_ep_size": 2}).parallel.expert == 2  # Colossal-AI's names for it
     assert load_config({"parallel": {"moe": {"size": 4}}}).parallel.expert == 4
+    handlers = load_config({"gradient_handler": [{"type": "MoeGradientHandler"}]}).gradient_handler
+    assert handlers == []  # Colossal-AI's MoE gradient handler is what the expert-parallel policy does
