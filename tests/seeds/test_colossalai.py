@@ -153,12 +153,11 @@ def test_launch_falls_back_from_nccl_to_gloo_with_one_warning(colossal_log: list
     assert ember.context.device.type == "cpu"
 
 
-@pytest.mark.parametrize(("mode", "named"), [("APEX", "'apex'"), ("NAIVE", "'naive'")])
-def test_apex_and_naive_amp_are_refused_naming_the_torch_mode(mode: str, named: str) -> None:
+def test_apex_amp_is_refused_naming_the_torch_and_naive_modes() -> None:
     from ember.compat.colossalai.amp import AMP_TYPE
 
-    with pytest.raises(ConfigError, match=f"{named}.*mode='torch'"):
-        _launch({"fp16": {"mode": AMP_TYPE[mode]}})
+    with pytest.raises(ConfigError, match=r"'apex'.*mode='torch'.*mode='naive'"):
+        _launch({"fp16": {"mode": AMP_TYPE.APEX}})
 
 
 def test_config_and_gpc_read_the_launched_context() -> None:

@@ -18,6 +18,8 @@ world > 1                                      DDP over the ``"data"`` dim
 ``pipeline=P`` with ``tensor=T``               each stage tensor-parallel over ``"tensor"``
 ``pipeline=P`` with ``zero=dict(stage=1)``     the stage's optimizer a ZeroRedundancyOptimizer
                                                over ``"data"``
+``parallel=dict(expert=E)``                    no DDP: ``ExpertParallelPolicy`` reduces the
+                                               gradients (``ember.parallel.moe_policy``)
 =============================================  ================================================
 """
 
@@ -35,6 +37,7 @@ from ember.config import Config
 from ember.context import Context, ParallelLayout
 from ember.errors import ConfigError
 from ember.parallel.ddp import wrap_data_parallel
+from ember.parallel.moe_policy import ExpertParallelPolicy, check_expert_parallel, sync_replicas
 from ember.parallel.optim import (
     check_rebuildable,
     make_view,
@@ -118,7 +121,6 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
         setting
         for setting, asked in {
             f"parallel.tensor.mode={layout.tensor_mode!r}": layout.tensor_mode != "1d",
-            f"parallel.expert={layout.expert}": layout.expert > 1,
         }.items()
         if asked
     ]
@@ -127,6 +129,7 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
             f"config {', '.join(unbuilt)}: the layout and its process groups exist, but ember builds no "
             "model for it yet"
         )
+    check_expert_parallel(model, layout, stage)  # and MoE layers built for this layout
     # Under pipeline (context) parallelism the gradients are averaged over "data" by the policy, not DDP.
     if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None and layout.context == 1:
         raise ConfigError(
@@ -220,6 +223,10 @@ def parallelize(
         )
         _follow(optimizer, stepping, lr_scheduler)
         return Parallelized(guard, guard, stepping, policy, model=stage)  # the policy holds the pipeline schedule
+    if layout.expert > 1:  # no DDP: the policy reduces expert and other gradients over their own groups
+        sync_replicas(model, layout)
+        module = _compiled(model, cfg)
+        return Parallelized(module, module, optimizer, ExpertParallelPolicy(model, layout))
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp and layout.context == 1:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager

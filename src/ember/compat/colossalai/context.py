@@ -1,7 +1,8 @@
-"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException`` and ``ParallelMode``.
+"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException``, ``ParallelMode`` and ``MOE_CONTEXT``.
 
 ``Config`` is ember's :class:`ember.config.Config` (a dict with attribute access), with
-Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``.
+Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``;
+``MOE_CONTEXT`` is :mod:`ember.compat.colossalai.moe_context`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from ember.config import Config as _Config
 from ember.config import load_config
 from ember.errors import ConfigError
 
-__all__ = ["Config", "ConfigException", "ParallelMode"]
+from .moe_context import MOE_CONTEXT
+
+__all__ = ["MOE_CONTEXT", "Config", "ConfigException", "ParallelMode"]
 
 ConfigException = ConfigError
 """Colossal-AI's name for a bad config: ember raises :class:`ember.errors.ConfigError`."""
