@@ -55,7 +55,9 @@ NAMES = ["run-3", "Run-1", "RUN", "un-1", "run-10", '"resnet 50"', "z", "é"]
 def _store(root: Path) -> list[Path]:
     """Write ``N_RUNS`` run folders of every kind into ``root/runs`` (seeded: the same store every time)."""
     rnd = random.Random(33)
-    zones = [timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30)), None]
+    # The last zone is past the world's: a time the language does not read (no start condition holds).
+    zones = [timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30)), None,
+             timezone(timedelta(hours=15))]  # fmt: skip
     statuses = ["Complete", "Failed", "Interrupted", "Preempted", "alive", "crashed"]
     paths = []
     for i in range(N_RUNS):

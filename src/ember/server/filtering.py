@@ -15,9 +15,9 @@ runs the same filters through both), on SQLite and on PostgreSQL:
 - a metric's last value is one probe of the points' primary key per run; its minimum and
   maximum come from the 128-step block summaries; "best" is the run's recorded mode
   (``run.json``'s ``metric_modes``), else the name rule;
-- a start time is read with the arithmetic of :func:`~ember.track.query.civil_seconds`, after
-  its shape and ranges are checked, so a hostile ``start_time`` is unreadable (false), never an
-  error of the database;
+- a start time's shape and ranges are checked before it is read (by SQLite's ``strftime``, or
+  on PostgreSQL by the arithmetic of :func:`~ember.track.query.civil_seconds`, the language's
+  own), so a hostile ``start_time`` is unreadable (false), never an error of the database;
 - ``Crashed`` and ``Running``: the Running runs in scope whose process is gone
   (:func:`ember.server.liveness.crashed_runs`) are found first, in Python: as many as there are
   Running runs, not runs;
@@ -299,26 +299,33 @@ class Compiler:
 def _start_seconds(pg: bool) -> ColumnElement[Any]:
     """``Run.start_time`` in whole seconds since 1970 (:func:`ember.track.query.start_seconds`), else NULL.
 
-    Built once per dialect (some 200 nodes): an expression is not changed by its use."""
+    The shapes and ranges the language reads are checked first. SQLite then reads the time without
+    its fraction (``strftime('%s')``, which rounds a fraction to milliseconds: 59.9999995 would
+    be the next second): the same numbers as the language's arithmetic for every time that passes,
+    a day past the month's end included, and NULL for a month, day, minute, second or zone out of
+    range; PostgreSQL, whose casts fail a whole query on a bad time, runs the arithmetic. Built
+    once per dialect: an expression is not changed by its use.
+    """
     x = Run.start_time
     size = func.length(x)
     has_zone = and_(size >= 22, func.substr(x, size - 5, 1).in_(("+", "-")), func.substr(x, size - 2, 1) == ":")
     has_z = and_(size >= 17, func.substr(x, size, 1) == "Z")
     body = case((has_zone, size - 6), (has_z, size - 1), else_=size)
-    if pg:
-        shaped: ColumnElement[bool] = x.op("~")(_PG_TIME)
-    else:
+    if not pg:
         head = func.substr(x, 1, body)
         shaped = or_(
-            and_(body == 10, head.op("GLOB", is_comparison=True)(_DATE), not_(has_zone), not_(has_z)),
-            and_(body == 16, head.op("GLOB", is_comparison=True)(_DATE + _HM)),
-            and_(body == 19, head.op("GLOB", is_comparison=True)(f"{_DATE}{_HM}:{_D * 2}")),
+            and_(body == 10, _glob(head, _DATE), not_(has_zone), not_(has_z)),
+            and_(body == 16, _glob(head, _DATE + _HM)),
+            and_(body == 19, _glob(head, f"{_DATE}{_HM}:{_D * 2}")),
             and_(
-                body >= 21,
-                head.op("GLOB", is_comparison=True)(f"{_DATE}{_HM}:{_D * 2}.{_D}*"),
-                not_(func.substr(head, 21).op("GLOB", is_comparison=True)("*[^0-9]*")),
+                body >= 21, _glob(head, f"{_DATE}{_HM}:{_D * 2}.{_D}*"), not_(_glob(func.substr(head, 21), "*[^0-9]*"))
             ),
         )
+        # SQLite reads 24:00 and year 0 too, and zones up to 14 hours (the language's limit).
+        in_range = and_(func.substr(x, 1, 4) != "0000", or_(body < 16, func.substr(x, 12, 2) <= "23"))
+        whole = case((body > 19, func.substr(x, 1, 19).concat(func.substr(x, body + 1))), else_=x)
+        seconds = cast(func.strftime("%s", whole), BigInteger)  # without the fraction, which SQLite rounds
+        return case((x.is_(None), null()), (not_(shaped), null()), (not_(in_range), null()), else_=seconds)
 
     def part(start: Any, length: int, when: Any = None) -> ColumnElement[Any]:
         value = cast(func.substr(x, start, length), BigInteger)
@@ -328,9 +335,16 @@ def _start_seconds(pg: bool) -> ColumnElement[Any]:
     h, mi, s = part(12, 2, body >= 16), part(15, 2, body >= 16), part(18, 2, body >= 19)
     zh, zm = part(size - 4, 2, has_zone), part(size - 1, 2, has_zone)
     sign = case((func.substr(x, size - 5, 1) == "-", -1), else_=1)
-    in_range = and_(y >= 1, mo >= 1, mo <= 12, d >= 1, d <= 31, h <= 23, mi <= 59, s <= 59, zh <= 23, zm <= 59)
+    in_range = and_(y >= 1, mo >= 1, mo <= 12, d >= 1, d <= 31, h <= 23, mi <= 59, s <= 59, zh <= 14, zm <= 59)
     seconds = query.civil_seconds(y, mo, d, h, mi, s, lambda a, b: a // b) - sign * (zh * 3600 + zm * 60)
-    return case((x.is_(None), null()), (not_(shaped), null()), (not_(in_range), null()), else_=seconds)
+    return case(
+        (x.is_(None), null()), (not_(x.regexp_match(_PG_TIME)), null()), (not_(in_range), null()), else_=seconds
+    )
+
+
+def _glob(text: Any, pattern: str) -> ColumnElement[bool]:
+    """SQLite's ``text GLOB pattern``."""
+    return text.op("GLOB", is_comparison=True)(pattern)
 
 
 def _sqlite_path(path: tuple[str, ...]) -> str:

@@ -174,7 +174,7 @@ def time_parts(text: Any) -> tuple[int, int, int, int, int, int, int] | None:
     y, mo, d = int(m[1]), int(m[2]), int(m[3])
     h, mi, s = (int(m[i]) if m[i] else 0 for i in (4, 5, 6))
     zh, zm = (int(m[9]), int(m[10])) if m[8] else (0, 0)
-    if not (y >= 1 and 1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and s <= 59 and zh <= 23 and zm <= 59):
+    if not (y >= 1 and 1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and s <= 59 and zh <= 14 and zm <= 59):
         return None
     return y, mo, d, h, mi, s, (-1 if m[8] == "-" else 1) * (zh * 3600 + zm * 60)
 
@@ -183,7 +183,7 @@ def start_seconds(text: Any) -> int | None:
     """Whole seconds since 1970 (UTC) of an ISO 8601 time, None when the language does not read it.
 
     ``YYYY-MM-DD``, then optionally ``THH:MM`` (or a space), ``:SS``, ``.fraction`` (dropped) and a
-    zone ``Z`` or ``+HH:MM``; no zone is UTC.
+    zone ``Z`` or ``+HH:MM`` (at most 14 hours, as the world's zones and SQLite); no zone is UTC.
 
     Example:
         >>> start_seconds("1970-01-02T01:00:00.9+01:00")
