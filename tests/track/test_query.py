@@ -98,6 +98,9 @@ def test_a_filter_reads_as_its_canonical_text_and_back(text: str, canonical: str
         ("()", 1, "nothing between these parentheses"),
         ("hp:a", 5, "expected an operator"),
         ("x:y = 1", 1, "a key starts with hp: (hyper-parameter) or m: (metric, TYPE/NAME)"),
+        ("(" * 51 + "hp:a=1" + ")" * 51, 51, "more than 50 parentheses or nots inside each other"),
+        ("not " * 51 + "hp:a=1", 201, "more than 50 parentheses or nots inside each other"),
+        (" or ".join(["hp:a=1"] * 201), 2001, "more than 200 conditions in one filter"),
     ],
 )  # fmt: skip
 def test_every_unreadable_filter_names_the_column_of_its_error(text: str, column: int, says: str) -> None:
@@ -108,6 +111,12 @@ def test_every_unreadable_filter_names_the_column_of_its_error(text: str, column
     assert e.column == column and str(e).startswith(f"filter not understood {where}: "), str(e)
     assert says in str(e) and e.pointer() == f"{text}\n{' ' * (column - 1)}^"
     assert isinstance(e, TrackingError)
+
+
+def test_a_filter_longer_than_ten_thousand_characters_is_refused_before_it_is_read() -> None:
+    with pytest.raises(FilterError, match="a filter is at most 10,000 characters, this one 10,001"):
+        parse("x" * 10_001)
+    assert parse(" or ".join(["hp:a=1"] * 200)) is not None and parse("not " * 50 + "hp:a=1") is not None
 
 
 def test_values_compare_with_their_own_kind_and_a_missing_value_matches_nothing_but_not() -> None:

@@ -12,6 +12,9 @@ from ember.track._query_tree import (
     AGGREGATES,
     AGO,
     FIELDS,
+    MAX_CHARS,
+    MAX_CONDITIONS,
+    MAX_DEPTH,
     NUMBER,
     OPS_OF,
     STATUSES,
@@ -85,8 +88,12 @@ def _tokens(text: str) -> list[_Token]:
 class _Parser:
     def __init__(self, text: str, now: float) -> None:
         self.text, self.now = text, now
+        if len(text) > MAX_CHARS:
+            raise FilterError(text[:80], 1, f"a filter is at most {MAX_CHARS:,} characters, this one {len(text):,}")
         self.tokens = _tokens(text)
         self.i = 0
+        self.depth = 0  # parentheses and nots open: bounded, so a hostile filter cannot exhaust the stack
+        self.count = 0
 
     @property
     def tok(self) -> _Token:
@@ -138,15 +145,23 @@ class _Parser:
 
     def negation(self) -> Node:
         if self._is(self.tok, "not"):
-            self._next()
-            return Not(self.negation())
+            self._deeper(self._next())
+            found = Not(self.negation())
+            self.depth -= 1
+            return found
         return self.primary()
+
+    def _deeper(self, tok: _Token) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self._fail(tok, f"more than {MAX_DEPTH} parentheses or nots inside each other")
 
     def primary(self) -> Node:
         tok = self.tok
         if tok.kind == "(":
-            self._next()
+            self._deeper(self._next())
             inner = self.clauses(top=False)
+            self.depth -= 1
             if self.tok.kind != ")":
                 if self.tok.kind == "end":
                     raise self._fail(tok, "this '(' is never closed")
@@ -163,6 +178,9 @@ class _Parser:
 
     def comparison(self) -> Comparison:
         start = self.tok
+        self.count += 1
+        if self.count > MAX_CONDITIONS:
+            raise self._fail(start, f"more than {MAX_CONDITIONS} conditions in one filter")
         fld = self.field()
         op_tok = self.tok
         if op_tok.kind == "op":

@@ -24,6 +24,8 @@ OPS_OF: dict[str, tuple[str, ...]] = {
     "name": ("=", "!=", *ORDERING, "~", "in", "not in"),
     "start": ORDERING,
 }
+MAX_CHARS, MAX_DEPTH, MAX_CONDITIONS = 10_000, 50, 200
+"""The most a filter may hold: characters, parentheses and nots inside each other, conditions."""
 MAX_KEY_DOTS = 4
 """An hparam key with more dots is read as fully nested or as one key, not every way between."""
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
