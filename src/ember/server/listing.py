@@ -215,14 +215,18 @@ def list_runs(
         columns.append(_last_value(m_sort))
     stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(*conditions(session, user, folder, tree))
     if sort_key in _SQL_SORTS:
-        # Filtered, sorted, counted and cut by the database (ISO times sort as text).
-        total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
-        page = max(1, min(page, math.ceil(total / per_page)))
+        # Filtered, sorted, counted and cut by the database (ISO times sort as text), the filter
+        # evaluated once: the count rides along with the page (a window over the filtered rows).
         by: Any = _SQL_SORTS[sort_key]
         by = by.collate("C") if session.get_bind().dialect.name != "sqlite" and sort_key != "start" else by
-        when = by.desc() if descending else by.asc()
-        stmt = stmt.order_by(by.is_(None), when, Run.pk).offset((page - 1) * per_page).limit(per_page)
-        picked = list(session.execute(stmt))
+        ordered = stmt.add_columns(func.count().over().label("total"))
+        ordered = ordered.order_by(by.is_(None), by.desc() if descending else by.asc(), Run.pk)
+        picked = list(session.execute(ordered.offset((page - 1) * per_page).limit(per_page)))
+        total = picked[0].total if picked else 0
+        if not picked and page > 1:  # past the end: the last page
+            total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+            page = max(1, math.ceil(total / per_page))
+            picked = list(session.execute(ordered.offset((page - 1) * per_page).limit(per_page)))
         live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
     else:
         # Sorted in Python, over the rows the filter kept: the database's tuples until the page is cut.
