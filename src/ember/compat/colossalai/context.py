@@ -58,8 +58,10 @@ class ParallelMode(enum.Enum):
 
     ``GLOBAL`` is the whole job, ``DATA``/``PIPELINE``/``TENSOR`` the dimensions of ember's
     ``("pipeline", "data", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block and
-    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ember has no
-    sequence, 2-D, 2.5-D or 3-D tensor parallelism: ``gpc`` reports them as not initialised.
+    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ``SEQUENCE`` is
+    ember's ``"context"`` group and ``SEQUENCE_DP`` its data × context group, under
+    ``tensor=dict(size=N, mode="sequence")``. ember has no 2-D, 2.5-D or 3-D tensor
+    parallelism: ``gpc`` reports them as not initialised.
     """
 
     GLOBAL = "global"
