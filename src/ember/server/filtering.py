@@ -10,8 +10,8 @@ runs the same filters through both), on SQLite and on PostgreSQL:
   makes it false and ``not`` is the complement, as in Python, never SQL's unknown;
 - an hparam is read by the paths of :func:`~ember.track.query.key_paths` in their order, and
   its JSON type decides what it compares with (SQLite ``json_type``, PostgreSQL
-  ``jsonb_typeof``); PostgreSQL compares JSON numbers as ``numeric`` (a JSON int too large for
-  a float does not fail the query);
+  ``json_typeof``, on the stored text: no conversion to ``jsonb``); PostgreSQL compares JSON
+  numbers as ``numeric`` (a JSON int too large for a float does not fail the query);
 - a metric's last value is one probe of the points' primary key per run; its minimum and
   maximum come from the 128-step block summaries; "best" is the run's recorded mode
   (``run.json``'s ``metric_modes``), else the name rule;
@@ -33,6 +33,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     ColumnElement,
     Numeric,
@@ -51,7 +52,7 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB, array
+from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.orm import Session
 
 from ember.server.models import MetricBlock, MetricPoint, Run
@@ -162,11 +163,10 @@ class Compiler:
 
         Types are named as SQLite names them on both databases: integer/real as ``number``,
         ``text``, ``true``, ``false``, ``null``, ``array``, ``object``."""
-        if self.pg:
-            doc = cast(column, JSONB)
+        if self.pg:  # the json operators, which read the stored text: no conversion of it to jsonb
             where = array(list(path), type_=Text)
-            kind = func.jsonb_typeof(doc.op("#>")(where))
-            text = doc.op("#>>")(where)
+            kind = func.json_typeof(column.op("#>", return_type=JSON)(where))
+            text = column.op("#>>", return_type=Text)(where)
             named = case(
                 (kind == "string", "text"),
                 (kind == "boolean", case((text == "true", "true"), else_="false")),
@@ -235,7 +235,7 @@ class Compiler:
 
         def shown(kind: Any, value: Any, path: tuple[str, ...]) -> Any:
             if self.pg:
-                return cast(cast(Run.hparams, JSONB).op("#>")(array(list(path), type_=Text)), Text)
+                return cast(Run.hparams.op("#>", return_type=JSON)(array(list(path), type_=Text)), Text)
             as_json = func.json_quote(func.json_extract(Run.hparams, _sqlite_path(path)))
             return case((kind.in_(("true", "false", "null")), kind), else_=as_json)
 
@@ -263,7 +263,7 @@ class Compiler:
         """The mode ``run.json`` records for the metric ``key`` (``metric_modes``), NULL when none."""
         recorded: Any
         if self.pg:
-            recorded = cast(Run.meta, JSONB).op("->")("metric_modes").op("->>")(key)
+            recorded = Run.meta.op("->", return_type=JSON)("metric_modes").op("->>", return_type=Text)(key)
         else:
             entries = func.json_each(Run.meta, "$.metric_modes").table_valued("key", "value")
             recorded = select(entries.c.value).where(entries.c.key == key).limit(1).scalar_subquery()
@@ -279,9 +279,8 @@ class Compiler:
 
     def _label(self, c: Comparison) -> ColumnElement[bool]:
         if self.pg:
-            labels = cast(Run.labels, JSONB)
-            is_list = and_(self._readable(Run.labels), func.jsonb_typeof(labels) == "array")
-            entries = func.jsonb_array_elements_text(case((is_list, labels), else_=cast("[]", JSONB)))
+            is_list = and_(self._readable(Run.labels), func.json_typeof(Run.labels) == "array")
+            entries = func.json_array_elements_text(case((is_list, Run.labels), else_=cast("[]", JSON)))
             each = entries.table_valued("value").render_derived()
         else:
             is_list = and_(self._readable(Run.labels), func.json_type(Run.labels) == "array")
