@@ -84,6 +84,12 @@ def test_sub_dimension_groups_hold_the_ranks_the_layout_names(four: dict[int, di
     assert four[3]["groups.expert.expert"][0] == [2, 3] and four[3]["groups.expert.expert_data"][0] == [1, 3]
 
 
+def test_a_new_ddp_on_four_ranks_resumes_bit_identically(four: dict[int, dict[str, Any]]) -> None:
+    """``deterministic=True`` makes DDP's sums independent of its bucket layout, which a new DDP
+    (a resume) lays out otherwise for its first update (ember.parallel.ddp)."""
+    assert all(r["ddp_resume.bitwise"] for r in four.values())
+
+
 def test_tensor_parallel_ranks_see_the_same_batches(
     two: dict[int, dict[str, Any]], four: dict[int, dict[str, Any]]
 ) -> None:

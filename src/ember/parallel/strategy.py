@@ -230,7 +230,9 @@ def parallelize(
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp and layout.context == 1:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager
-        ddp = wrap_data_parallel(eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group())
+        ddp = wrap_data_parallel(
+            eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group(), deterministic=cfg.deterministic
+        )
         if plan.zero_stage != 1:
             return Parallelized(ddp, eval_module, optimizer, DataParallelPolicy(ddp))
         stepping = zero_optimizer(optimizer, mesh["data"].get_group())

@@ -88,6 +88,35 @@ def group_members() -> dict[str, Any]:
     return out
 
 
+def ddp_resume() -> dict[str, Any]:
+    """DDP on 4 ranks with ``deterministic=True``: 4 updates, a new Engine loaded with that state
+    (as a resume builds one), 4 more — bit-identical to 8 updates in one Engine."""
+    ds = dataset(GLOBAL * 8)
+    config = {"deterministic": True, "parallel": {"data": 4, "tensor": 1}, "zero": None, "clip_grad_norm": None}
+
+    def engine() -> tuple[Any, Any]:
+        model = mlp()
+        loader = ember.get_dataloader(ds, batch_size=GLOBAL // 4)
+        engine, loader, _, _ = ember.initialize(model, sgd(model), nn.CrossEntropyLoss(), loader, config=config)
+        return engine, loader
+
+    whole, loader = engine()
+    run_engine(whole, loader, 8)
+    first, loader = engine()
+    run_engine(first, loader, 4)
+    resumed, loader = engine()
+    resumed.load_state_dict(first.state_dict())
+    batches = iter(loader)
+    for _ in range(4):
+        next(batches)
+    for x, y in batches:
+        resumed.zero_grad()
+        resumed.backward(resumed.criterion(resumed(x), y))
+        resumed.step()
+    a, b = whole.state_dict()["model"], resumed.state_dict()["model"]
+    return {"ddp_resume.bitwise": all(torch.equal(a[k], b[k]) for k in a)}
+
+
 def main() -> None:
     ctx = ember.launch_from_torch(config=CONFIG, verbose=False)
     out: dict[str, Any] = {
@@ -97,6 +126,7 @@ def main() -> None:
         "context_module": [ember.context.coords, ember.context.data_parallel_size],
     }
     out.update(group_members())
+    out.update(ddp_resume())
     out.update(two_by_two(gpt=True))
     out.update(two_by_two(gpt=False))
     # Pipeline 2 × data 2 (DDP inside each stage), a per-Engine layout: batches of 16 per replica.
