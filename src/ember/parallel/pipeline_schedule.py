@@ -176,7 +176,7 @@ class PipelineSchedule:
 
 def build_pipeline(
     model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, ctx: Context, mesh: DeviceMesh,
-    stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0,
+    stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0, grid: bool = False,
 ) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy]:  # fmt: skip
     """This rank's stage of ``model`` and what the Engine needs to train it.
 
@@ -191,6 +191,8 @@ def build_pipeline(
         tensor_plan: the resolved tensor-parallel plan of the whole model, or None; each stage
             applies the entries inside its layers on the ``"tensor"`` dim.
         zero_stage: 1 for a ZeroRedundancyOptimizer over the ``"data"`` dim, else 0.
+        grid: the model's layers are 2-D/2.5-D/3-D grid layers (each rank holds its own blocks:
+            only the replicas of a block are made equal, see :func:`~ember.parallel.grid_plan.sync_replicas`).
 
     Returns:
         ``(stage, guard, optimizer, policy)``: the :class:`StageModule` (the Engine's
@@ -212,7 +214,7 @@ def build_pipeline(
     layout = f"pipeline ×{pipe.size} ({pipe.schedule}, stage {index}: {stages[index][0]}…{stages[index][-1]})"
     # The ranks holding this stage (its tensor peers and data replicas) start from the same
     # weights: those of the stage's (data 0, tensor 0) rank.
-    for dim in ("tensor", "data"):
+    for dim in ("data",) if grid else ("tensor", "data"):
         if mesh[dim].size() > 1:
             group = mesh[dim].get_group()
             for tensor in [*stage.parameters(), *stage.buffers()]:
@@ -236,7 +238,19 @@ def build_pipeline(
         stepping = zero_optimizer(stepping, mesh["data"].get_group())
         layout += " + ZeRO-1"
     group = mesh["pipeline"].get_group()
-    policy = PipelinePolicy(group, positions, layout, data_group, zero=zero_stage == 1)
+    tensor_group = None
+    if grid:
+        from ember.layout import ParallelLayout
+        from ember.parallel.grid_plan import sync_replicas
+
+        fine = ParallelLayout.from_config(cfg.parallel, ctx.world_size)
+        sync_replicas(stage, None)  # the blocks replicated inside the grid; "data" was broadcast above
+        tensor_group = mesh["tensor"].get_group() if mesh["tensor"].size() > 1 else None
+        layout += f" × {fine.tensor_mode} tensor {fine.tensor}"
+    policy = PipelinePolicy(
+        group, positions, layout, data_group, zero=zero_stage == 1, tensor_group=tensor_group,
+        agree_overflow=cfg.amp == "fp16", grid=grid,
+    )  # fmt: skip
     policy.module = stage
     micro = pipe.microbatches or pipe.size
     policy.batch_schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
