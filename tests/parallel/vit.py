@@ -34,7 +34,8 @@ class Block(nn.Module):
     def __init__(self, L: LayerSet, dim: int, heads: int) -> None:
         super().__init__()
         self.ln1, self.attn = L.LayerNorm(dim), Attention(L, dim, heads)
-        self.ln2, self.fc1, self.act, self.fc2 = L.LayerNorm(dim), L.Linear(dim, 2 * dim), nn.GELU(), L.Linear(2 * dim, dim)
+        self.ln2, self.fc1, self.act = L.LayerNorm(dim), L.Linear(dim, 2 * dim), nn.GELU()
+        self.fc2 = L.Linear(2 * dim, dim)
         self.drop = L.Dropout(0.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
