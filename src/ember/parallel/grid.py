@@ -3,7 +3,8 @@
 Under ``parallel.tensor.mode`` ``"2d"``, ``"2.5d"`` or ``"3d"`` the ranks of one tensor-parallel
 group form a grid whose axes are the mode's sub-dimensions (:data:`ember.layout.TENSOR_SUB_DIMS`):
 ``(tensor_col, tensor_row)`` of q × q, ``(tensor_dep, tensor_col, tensor_row)`` of d × q × q,
-``(tensor_output, tensor_input, tensor_weight)`` of q × q × q. A :class:`TensorGrid` is this
+``(tensor_output, tensor_input, tensor_weight)`` of q × q × q (under ``"1d"``, the one axis
+``tensor``, for :mod:`ember.parallel.tensor1d`'s layers). A :class:`TensorGrid` is this
 rank's place on it: its coordinate and process group along every axis (and the combined
 groups), for the launched layout (:func:`launched_grid`) or a per-Engine one (:func:`grid_of`).
 
@@ -56,7 +57,8 @@ __all__ = [
 ]
 
 GRID_MODES = ("2d", "2.5d", "3d")
-"""The tensor modes whose layers live on a :class:`TensorGrid`."""
+"""The tensor modes whose layers always live on a :class:`TensorGrid`; ``"1d"`` does when the
+model is built from :mod:`ember.parallel.tensor1d`'s layers (Colossal-AI's ``Linear1D`` & co.)."""
 
 _LOCAL = contextvars.ContextVar("ember_local_shards", default=False)
 
@@ -69,13 +71,14 @@ class TensorGrid:
     size 1 and no group: the layers then compute what plain PyTorch layers compute.
 
     Args:
-        layout: the job's layout; its ``tensor_mode`` must be ``"2d"``, ``"2.5d"`` or ``"3d"``.
+        layout: the job's layout.
         seed: the base seed of :meth:`init_full` (the launched config's ``seed``).
 
     Attributes:
-        mode: ``"2d"``, ``"2.5d"`` or ``"3d"``.
+        mode: ``"1d"``, ``"2d"``, ``"2.5d"`` or ``"3d"``.
         layout: the layout.
-        axes: the sub-dimensions, outermost first (``("tensor_col", "tensor_row")`` under 2-D).
+        axes: the sub-dimensions, outermost first (``("tensor_col", "tensor_row")`` under 2-D;
+            ``("tensor",)`` under 1-D).
 
     Example:
         >>> grid = grid_of(ParallelLayout(tensor=4, tensor_mode="2d"))
@@ -83,13 +86,9 @@ class TensorGrid:
     """
 
     def __init__(self, layout: ParallelLayout, seed: int = 1024) -> None:
-        if layout.tensor_mode not in GRID_MODES:
-            raise ConfigError(
-                f"a tensor grid needs parallel.tensor.mode '2d', '2.5d' or '3d', got {layout.tensor_mode!r}"
-            )
         self.mode = layout.tensor_mode
         self.layout = layout
-        self.axes: tuple[str, ...] = TENSOR_SUB_DIMS[self.mode]
+        self.axes: tuple[str, ...] = TENSOR_SUB_DIMS[self.mode] or ("tensor",)
         self.seed = seed
         ctx = _context.get_context(default=True)
         self.rank = ctx.rank if layout.world_size == ctx.world_size else 0
@@ -98,8 +97,9 @@ class TensorGrid:
         self._mesh: DeviceMesh | None = None
         self._built = 0  # parameters drawn so far (init_full's seed offset)
         self.flipped = False
-        """3-D only: whether the next layer's input has its roles of input and output swapped
-        (each :class:`~ember.parallel.tensor3d.Linear3D` built flips it, as Colossal-AI's do)."""
+        """3-D: whether the next layer's input has its roles of input and output swapped (each
+        :class:`~ember.parallel.tensor3d.Linear3D` built flips it, as Colossal-AI's do). 1-D:
+        whether the next layer's input is split by features (Colossal-AI's ``parallel_input``)."""
 
     def __repr__(self) -> str:
         shown = " × ".join(f"{axis}={self.size(axis)}" for axis in self.axes)
@@ -183,9 +183,6 @@ def grid_of(layout: ParallelLayout) -> TensorGrid:
 
     Its process groups come from :func:`ember.context.get_group` (for a per-Engine layout the
     first use builds its mesh and groups: a collective, every rank in the same order).
-
-    Raises:
-        ConfigError: ``layout`` has no 2-D, 2.5-D or 3-D tensor mode.
     """
     if layout not in _GRIDS:
         _GRIDS[layout] = TensorGrid(layout, _context.get_context(default=True).seed)

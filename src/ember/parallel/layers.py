@@ -20,11 +20,12 @@ Example:
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from torch import nn
 
-from ember.parallel import tensor2d, tensor2p5d, tensor3d
+from ember.parallel import tensor1d, tensor2d, tensor2p5d, tensor3d
 from ember.parallel.grid import TensorGrid
 from ember.parallel.vanilla import VanillaClassifier, VanillaPatchEmbedding
 
@@ -45,19 +46,23 @@ MODE_CLASSES: dict[str | None, dict[str, Any]] = {
     },
     **{
         mode: {name: getattr(module, f"{name}{suffix}", None) for name in LAYER_NAMES}
-        for mode, module, suffix in (("2d", tensor2d, "2D"), ("2.5d", tensor2p5d, "2p5D"), ("3d", tensor3d, "3D"))
+        for mode, module, suffix in (
+            ("1d", tensor1d, "1D"), ("2d", tensor2d, "2D"), ("2.5d", tensor2p5d, "2p5D"), ("3d", tensor3d, "3D")
+        )
     },
 }  # fmt: skip
-"""Each mode's class for each layer name (``Dropout`` of the grid modes is torch's)."""
+"""Each mode's class for each layer name (``Dropout`` of the 2-D/2.5-D/3-D modes and 1-D's
+``CrossEntropyLoss`` are torch's)."""
 for _mode in ("2d", "2.5d", "3d"):
     MODE_CLASSES[_mode]["Dropout"] = nn.Dropout
+MODE_CLASSES["1d"]["CrossEntropyLoss"] = nn.CrossEntropyLoss
 
 
 class LayerSet:
     """The layer classes of one tensor mode, bound to a grid (or the one-process ones).
 
     Attributes:
-        mode: ``"2d"``, ``"2.5d"``, ``"3d"``, or None for one process.
+        mode: ``"1d"``, ``"2d"``, ``"2.5d"``, ``"3d"``, or None for one process.
         grid: the grid the layers are built on, or None.
 
     Each name of :data:`LAYER_NAMES` is an attribute that builds that layer, e.g.
@@ -68,7 +73,8 @@ class LayerSet:
         self.grid = grid
         self.mode = grid.mode if grid is not None else None
         for name, cls in MODE_CLASSES[self.mode].items():
-            bound = cls if grid is None or cls is nn.Dropout else functools.partial(cls, grid=grid)
+            takes_grid = "grid" in inspect.signature(cls).parameters
+            bound = functools.partial(cls, grid=grid) if grid is not None and takes_grid else cls
             setattr(self, name, bound)
 
     def __getattr__(self, name: str) -> Any:  # for the type checker: the layers are set in __init__

@@ -38,6 +38,7 @@ from ember.config import Config
 from ember.context import Context, ParallelLayout
 from ember.errors import ConfigError
 from ember.parallel.ddp import wrap_data_parallel
+from ember.parallel.grid import grids_of
 from ember.parallel.grid_plan import check_grid_model, is_grid_mode
 from ember.parallel.optim import (
     check_rebuildable,
@@ -128,7 +129,7 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
             "model for it yet"
         )
     # -- issue 27: the 2-D, 2.5-D and 3-D modes place the model on their grid ---------------------
-    if is_grid_mode(layout):
+    if is_grid_mode(layout) or grids_of(model):
         grid = check_grid_model(model, layout, cfg, pipeline=stages is not None)
         if grid == "convert":
             check_rebuildable(optimizer, f"parallel.tensor.mode={layout.tensor_mode!r}")
