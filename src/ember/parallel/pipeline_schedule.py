@@ -35,7 +35,8 @@ __all__ = ["PipelineSchedule", "build_pipeline"]
 
 
 class _Loss:
-    """The loss torch's schedule calls per micro-batch: the Engine's criterion, scaled, recorded."""
+    """The loss torch's schedule calls per micro-batch: the Engine's criterion, scaled (by the
+    accumulation factor, and by the fp16 loss scale), recorded."""
 
     def __init__(self) -> None:
         self.engine: Any = None
@@ -45,7 +46,7 @@ class _Loss:
     def __call__(self, output: Any, target: Any) -> torch.Tensor:
         loss = self.engine.criterion(output, target)
         self.recorded.append(loss.detach())
-        return loss * self.factor
+        return self.engine.precision.scale(loss * self.factor)
 
 
 class PipelineSchedule:
@@ -99,6 +100,9 @@ class PipelineSchedule:
 
         def run(factor: float) -> Any:
             loss.factor = factor / micro
+            # The loss (and its scaling) lives on the last stage; the others get scaled
+            # gradients from it and must unscale them: give their scaler its scale too.
+            engine.precision.scale(torch.zeros((), device=self.device))
             return self._step(runner, args, kwargs, label, training=True)
 
         output = engine.run_backward(run, boundary=True if boundary else None)

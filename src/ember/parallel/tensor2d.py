@@ -82,6 +82,7 @@ __all__ = [
     "VocabParallelClassifier2D",
     "VocabParallelCrossEntropyLoss2D",
     "VocabParallelEmbedding2D",
+    "reduce_by_batch_2d",
     "split_batch_2d",
 ]
 
@@ -430,6 +431,15 @@ class VocabParallelCrossEntropyLoss2D(nn.Module):
         if not self.reduction_mean:
             return rows.reshape(targets.shape)
         return global_mean(rows.sum(), torch.tensor(float(rows.numel()), device=rows.device), group)
+
+
+def reduce_by_batch_2d(x: torch.Tensor, reduce_mean: bool = False, grid: TensorGrid | None = None) -> torch.Tensor:
+    """Sum (or average) ``x`` over the ranks holding other rows of the batch (the column axis);
+    every rank then holds the same value (Colossal-AI's ``reduce_by_batch_2d``)."""
+    grid = resolve_grid(grid, "2d", "reduce_by_batch_2d")
+    group = grid.group("tensor_col")
+    out = reduce(x, group)
+    return out / grid.size("tensor_col") if reduce_mean else out
 
 
 def split_batch_2d(x: torch.Tensor, dim: int = 0, grid: TensorGrid | None = None) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from ember.parallel.grid import TensorGrid
 from ember.parallel.grid_layers import resolve_grid
-from ember.parallel.grid_ops import split
+from ember.parallel.grid_ops import reduce, split
 from ember.parallel.tensor2d import (
     Classifier2D,
     CrossEntropyLoss2D,
@@ -50,6 +50,7 @@ __all__ = [
     "VocabParallelClassifier2p5D",
     "VocabParallelCrossEntropyLoss2p5D",
     "VocabParallelEmbedding2p5D",
+    "reduce_by_batch_2p5d",
     "split_batch_2p5d",
 ]
 
@@ -106,6 +107,15 @@ class VocabParallelCrossEntropyLoss2p5D(VocabParallelCrossEntropyLoss2D):
     """:class:`~ember.parallel.tensor2d.VocabParallelCrossEntropyLoss2D` on a 2.5-D grid."""
 
     mode = "2.5d"
+
+
+def reduce_by_batch_2p5d(x: torch.Tensor, reduce_mean: bool = False, grid: TensorGrid | None = None) -> torch.Tensor:
+    """Sum (or average) ``x`` over the ranks holding other rows of the batch (depth × column);
+    every rank then holds the same value (Colossal-AI's ``reduce_by_batch_2p5d``, over the
+    batch's ``d·q`` blocks here)."""
+    grid = resolve_grid(grid, "2.5d", "reduce_by_batch_2p5d")
+    out = reduce(x, grid.group("tensor_xz"))
+    return out / grid.size("tensor_xz") if reduce_mean else out
 
 
 def split_batch_2p5d(x: torch.Tensor, dim: int = 0, grid: TensorGrid | None = None) -> torch.Tensor:

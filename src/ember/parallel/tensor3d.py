@@ -68,6 +68,7 @@ __all__ = [
     "VocabParallelClassifier3D",
     "VocabParallelCrossEntropyLoss3D",
     "VocabParallelEmbedding3D",
+    "reduce_by_batch_3d",
     "split_batch_3d",
 ]
 
@@ -416,6 +417,14 @@ class VocabParallelCrossEntropyLoss3D(nn.Module):
             return rows.reshape(targets.shape)
         count = torch.tensor(float(rows.numel()), device=rows.device)
         return global_mean(rows.sum(), count, self.roles.group("input_x_weight"))
+
+
+def reduce_by_batch_3d(x: torch.Tensor, reduce_mean: bool = False, grid: TensorGrid | None = None) -> torch.Tensor:
+    """Sum (or average) ``x`` over the ranks holding other rows of the batch (input × weight in
+    the roles the next layer built sees); every rank then holds the same value."""
+    roles = _Roles(resolve_grid(grid, "3d", "reduce_by_batch_3d"))
+    out = reduce(x, roles.group("input_x_weight"))
+    return out / roles.grid.size(roles.input_x_weight) if reduce_mean else out
 
 
 def split_batch_3d(x: torch.Tensor, dim: int = 0, grid: TensorGrid | None = None) -> torch.Tensor:

@@ -1,7 +1,17 @@
-"""Colossal-AI's ``colossalai.nn``: its learning-rate schedulers and its accuracy metric."""
+"""Colossal-AI's ``colossalai.nn``: its layers and losses, learning-rate schedulers and accuracy metric.
+
+``colossalai.nn.Linear``, ``LayerNorm``, ``Embedding``, ``PatchEmbedding``, ``Classifier``,
+``Dropout`` and ``CrossEntropyLoss`` build the launched ``parallel.tensor.mode``'s layers
+(:mod:`.layer`, :mod:`.loss`); each mode's own classes (``Linear2D``, ``Linear2p5D``,
+``Linear3D``, ...) are here too, and under ``colossalai.nn.layer.parallel_2d`` & co.
+"""
 
 from __future__ import annotations
 
-from . import lr_scheduler, metric
+from . import layer, loss, lr_scheduler, metric
+from .layer import *  # noqa: F403 - Colossal-AI's namespace: every layer of every mode
+from .layer import __all__ as _layers
+from .loss import *  # noqa: F403
+from .loss import __all__ as _losses
 
-__all__ = ["lr_scheduler", "metric"]
+__all__ = ["layer", "loss", "lr_scheduler", "metric", *_layers, *_losses]
