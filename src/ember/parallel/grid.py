@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -360,9 +361,7 @@ class GridLayer(nn.Module):
 
 def _to_shard(key: str, value: Any, spec: ShardSpec) -> Any:
     """The shard of a loaded value: a DTensor's local tensor, a whole tensor's block."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(value, DTensor):
+    if _is_dtensor(value):
         value = value.to_local()
         if value.shape == spec.local_shape():
             return value.clone()  # DCP loads into the parameter's own storage: copying onto itself fails
@@ -375,6 +374,15 @@ def _to_shard(key: str, value: Any, spec: ShardSpec) -> Any:
         "tensors (engine.state_dict(), model.state_dict(), `ember checkpoint export`) or a sharded checkpoint "
         "directory, which ember reshards"
     )
+
+
+def _is_dtensor(value: Any) -> bool:
+    """Whether ``value`` is a DTensor, without importing DTensor (slow) when nothing did yet."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(value, DTensor)
 
 
 @contextlib.contextmanager

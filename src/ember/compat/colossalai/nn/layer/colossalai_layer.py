@@ -30,8 +30,9 @@ from ember.parallel.tensor3d import split_batch_3d
 
 __all__ = ["Classifier", "Dropout", "Embedding", "LayerNorm", "Linear", "PatchEmbedding", "partition_batch"]
 
-_VOCAB_PARALLEL = {"built": False}
-"""Whether a vocabulary-parallel layer was built (Colossal-AI's ``env.vocab_parallel``)."""
+_VOCAB_PARALLEL: dict[str, Any] = {"launch": None}
+"""The launch under which a vocabulary-parallel layer was built (Colossal-AI's ``env.vocab_parallel``,
+for the life of that launch)."""
 
 
 def tensor_mode(who: str) -> str | None:
@@ -51,8 +52,8 @@ def tensor_mode(who: str) -> str | None:
 
 
 def vocab_parallel_built() -> bool:
-    """Whether a vocabulary-parallel ``Embedding``/``Classifier`` was built in this process."""
-    return _VOCAB_PARALLEL["built"]
+    """Whether a vocabulary-parallel ``Embedding``/``Classifier`` was built since the launch."""
+    return _context.is_launched() and _VOCAB_PARALLEL["launch"] is _context.get_context()
 
 
 def _layer(name: str, mode: str | None) -> Any:
@@ -108,7 +109,7 @@ class Classifier(nn.Module):
         name = "Classifier"
         if mode is not None and num_classes > vocab_parallel_limit:
             name = "VocabParallelClassifier"
-            _VOCAB_PARALLEL["built"] = True
+            _VOCAB_PARALLEL["launch"] = _context.get_context()
         return _layer(name, mode)(in_features, num_classes, weight=weight, bias=bias, dtype=dtype,
                                   weight_initializer=weight_initializer, bias_initializer=bias_initializer)  # fmt: skip
 
@@ -135,7 +136,7 @@ class Embedding(nn.Module):
         name = "Embedding"
         if num_embeddings > vocab_parallel_limit:
             name = "VocabParallelEmbedding"
-            _VOCAB_PARALLEL["built"] = True
+            _VOCAB_PARALLEL["launch"] = _context.get_context()
         return _layer(name, mode)(num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, *args,
                                   **kwargs)  # fmt: skip
 
