@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -214,7 +215,7 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
     nproc, parallel = CONFIGS[name]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_port=0",
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", f"--master_port={_port()}",
                "-m", "benchmarks.tensor_modes", "--worker", json.dumps(parallel), "--hidden", str(args.hidden),
                "--heads", str(args.heads), "--batch", str(args.batch), "--tokens", str(args.tokens),
                "--steps", str(args.steps), "--out", str(out)]  # fmt: skip
@@ -238,6 +239,13 @@ def run(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "activation_mb": statistics.mean(r["activation_bytes"] for r in ranks) / 2**20,
         "step_ms": 1000 * statistics.median(r["step_s"] for r in ranks),
     }  # fmt: skip
+
+
+def _port() -> int:
+    """A free TCP port on loopback for the rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:

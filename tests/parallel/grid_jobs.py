@@ -23,7 +23,7 @@ from ember.layout import ParallelLayout
 from ember.parallel.grid import grid_of
 from ember.parallel.layers import layers_for
 from ember.trainer import Trainer, hooks
-from tests.parallel.common import global_mean
+from tests.parallel.common import global_mean, run_engine
 from tests.parallel.vit import ViT, images
 
 GLOBAL, SAMPLES, LR = 8, 32, 0.1
@@ -86,21 +86,9 @@ def engine_run(parallel: dict[str, Any], out: Path, name: str, steps: int = 4, *
     """The Engine loop: ``{name}.losses``, ``.norms`` (per update, global batch) and ``.policy`` on
     every rank; rank 0 saves the whole model and optimizer state to ``out/{name}.pt``."""
     engine, _, loader, sched = build(parallel, more)
-    losses, norms, cycle = [], [], []
-    for x, y in loader:
-        engine.zero_grad()
-        loss = engine.criterion(engine(x), y)
-        engine.backward(loss)
-        cycle.append(loss.detach())
-        if engine.step():
-            sched.step()
-            losses.append(global_mean(torch.stack(cycle).mean()))
-            norms.append(float(engine.last_grad_norm))
-            cycle = []
-        if len(losses) == steps:
-            break
+    run = run_engine(engine, loader, steps, sched)
     save_state(engine.state_dict(), out / f"{name}.pt")
-    return {f"{name}.losses": losses, f"{name}.norms": norms, f"{name}.policy": engine.parallel.name}
+    return {f"{name}.losses": run["losses"], f"{name}.norms": run["norms"], f"{name}.policy": engine.parallel.name}
 
 
 def save_state(state: dict[str, Any], path: Path) -> None:

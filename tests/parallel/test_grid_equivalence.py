@@ -115,12 +115,13 @@ def test_pipeline_2_times_2d_tensor_4_in_fp32_matches_one_process(eight: tuple[R
 def test_sharded_checkpoints_resume_bit_identically_and_load_into_another_layout(
     four: Results, eight: tuple[Results, Path]
 ) -> None:
-    """2-D and 3-D runs saved sharded checkpoints at update 2: resumed on the same layout they end
-    bit-identical; the 2-D checkpoint resumed on 1-D layers with 2 data replicas within 1e-6."""
+    """2-D, 2.5-D and 3-D runs saved sharded checkpoints at update 2: resumed on the same layout they
+    end bit-identical; the 2-D checkpoint resumed on 1-D layers with 2 data replicas within 1e-6."""
     results, _ = eight
-    assert "ckpt-e0000-s000000002.ckpt" in results[0]["ckpt3d.saved"]
-    assert results[0]["ckpt3d.bit_identical"]
-    assert all(r["ckpt3d.resumed_steps"] == [3, 4] and r["ckpt3d.loss_same"] for r in results.values())
+    for mode in ("3d", "2.5d"):
+        assert "ckpt-e0000-s000000002.ckpt" in results[0][f"ckpt{mode}.saved"]
+        assert results[0][f"ckpt{mode}.bit_identical"]
+        assert all(r[f"ckpt{mode}.resumed_steps"] == [3, 4] and r[f"ckpt{mode}.loss_same"] for r in results.values())
     assert four[0]["ckpt2d.same.param_diff"] == 0.0 and four[0]["ckpt2d.to1d.param_diff"] <= TOL
     for r in four.values():
         assert r["ckpt2d.same.steps"] == r["ckpt2d.to1d.steps"] == [3, 4]

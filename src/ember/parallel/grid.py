@@ -298,6 +298,28 @@ class GridLayer(nn.Module):
     rank's block; inside :func:`local_shards` both work on the shards as DTensors instead.
     """
 
+    # What ``ember.parallel.grid_layers``' builders set, by kind of layer (for the type checker).
+    weight: nn.Parameter
+    bias: nn.Parameter | None
+    in_features: int
+    out_features: int
+    num_classes: int
+    normalized_shape: int
+    eps: float
+    num_embeddings: int
+    embedding_dim: int
+    padding_idx: int | None
+    embed_args: tuple[Any, ...]
+    embed_kwargs: dict[str, Any]
+    vocab_start: int
+    vocab_end: int
+    img_size: tuple[int, int]
+    patch_size: tuple[int, int]
+    num_patches: int
+    embed_size: int
+    cls_token: nn.Parameter
+    pos_embed: nn.Parameter
+
     def __init__(self, grid: TensorGrid) -> None:
         super().__init__()
         self.grid = grid
@@ -323,12 +345,15 @@ class GridLayer(nn.Module):
             ConfigError: a split dimension that the axis size does not divide.
         """
         spec = ShardSpec(self.grid, tuple(split), torch.Size(shape))
+        parts = [1] * len(shape)  # splits of one dimension nest: they multiply
         for axis, dim in zip(self.grid.axes, spec.split, strict=True):
-            if dim is not None and shape[dim] % self.grid.size(axis):
+            if dim is not None:
+                parts[dim] *= self.grid.size(axis)
+        for dim, count in enumerate(parts):
+            if shape[dim] % count:
                 raise ConfigError(
                     f"{type(self).__name__}.{name} has {shape[dim]} elements along dimension {dim}, which the "
-                    f"{self.grid.size(axis)} ranks of {axis} cannot split evenly ({self.grid}): choose sizes that "
-                    f"divide by {self.grid.size(axis)}"
+                    f"{count} blocks of {self.grid} cannot split evenly: choose sizes that divide by {count}"
                 )
         full = self.grid.init_full(shape, init, dtype)
         device = device or _context.get_context(default=True).device

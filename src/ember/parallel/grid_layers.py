@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ember.errors import ConfigError, EngineError
@@ -207,3 +208,115 @@ def share(
         )
     layer.register_parameter(name, weight)
     layer.shard_specs[name] = spec
+
+
+# -- the parameters of each kind of layer, for every mode (its split given) ------------------------
+Split = tuple[int | None, ...]
+"""A parameter's split over its grid's axes (see :class:`~ember.parallel.grid.ShardSpec`)."""
+
+
+def build_linear(
+    layer: GridLayer, in_features: int, out_features: int, bias: bool, dtype: torch.dtype | None,
+    weight_initializer: Initializer | None, bias_initializer: Initializer | None, weight: Split, bias_split: Split,
+) -> None:  # fmt: skip
+    """``layer.weight [out, in]`` and ``layer.bias [out]`` (or None), torch's initialisation by default."""
+    layer.in_features, layer.out_features = in_features, out_features
+    fill = initializer(weight_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
+    layer.shard_parameter("weight", (out_features, in_features), weight, fill, dtype)
+    if bias:
+        fill = initializer(bias_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
+        layer.shard_parameter("bias", (out_features,), bias_split, fill, dtype)
+    else:
+        layer.register_parameter("bias", None)
+
+
+def build_norm(
+    layer: GridLayer, normalized_shape: int, eps: float, bias: bool, dtype: torch.dtype | None, split: Split
+) -> None:
+    """``layer.weight`` (ones) and ``layer.bias`` (zeros, or None) of a LayerNorm over ``normalized_shape``."""
+    layer.normalized_shape, layer.eps = int(normalized_shape), eps
+    layer.shard_parameter("weight", (int(normalized_shape),), split, nn.init.ones_, dtype)
+    if bias:
+        layer.shard_parameter("bias", (int(normalized_shape),), split, nn.init.zeros_, dtype)
+    else:
+        layer.register_parameter("bias", None)
+
+
+def build_embedding(
+    layer: GridLayer, num_embeddings: int, embedding_dim: int, padding_idx: int | None, dtype: torch.dtype | None,
+    weight_initializer: Initializer | None, split: Split, args: tuple[Any, ...], kwargs: dict[str, Any],
+) -> None:  # fmt: skip
+    """``layer.weight [vocab, dim]`` (``normal_``, the padding row zero) and the lookup's options."""
+    layer.num_embeddings, layer.embedding_dim, layer.padding_idx = num_embeddings, embedding_dim, padding_idx
+    layer.embed_args, layer.embed_kwargs = args, kwargs
+    fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
+    layer.shard_parameter("weight", (num_embeddings, embedding_dim), split, fill, dtype)
+
+
+def vocab_block(layer: GridLayer, index: int, parts: int) -> None:
+    """``layer.vocab_start``/``vocab_end``: the vocabulary block ``index`` of ``parts`` this rank holds."""
+    per = layer.num_embeddings // parts
+    layer.vocab_start, layer.vocab_end = index * per, (index + 1) * per
+
+
+def vocab_lookup(layer: GridLayer, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The embeddings of the ids in this rank's vocabulary block, zero for the others (to be summed)."""
+    start, end = layer.vocab_start, layer.vocab_end
+    outside = (ids < start) | (ids >= end)
+    local = (ids - start).masked_fill(outside, 0)
+    padding = layer.padding_idx - start if layer.padding_idx is not None and start <= layer.padding_idx < end else None
+    out = F.embedding(local, weight, padding, *layer.embed_args, **layer.embed_kwargs)
+    return out.masked_fill(outside.unsqueeze(-1), 0.0)
+
+
+def build_patch_embedding(
+    layer: GridLayer, img_size: int | tuple[int, int], patch_size: int | tuple[int, int], in_chans: int,
+    embed_size: int, flatten: bool, dtype: torch.dtype | None, initializers: tuple[Initializer | None, ...],
+    channels: Split, last: Split,
+) -> None:  # fmt: skip
+    """A patch embedding's convolution ``weight``/``bias`` (split by ``channels``), ``cls_token`` and
+    ``pos_embed`` (split by ``last``); ``initializers`` = (weight, bias, position embedding)."""
+    layer.img_size, layer.patch_size, layer.num_patches = patch_shapes(
+        type(layer).__name__, img_size, patch_size, flatten
+    )
+    layer.embed_size = embed_size
+    fan_in = in_chans * layer.patch_size[0] * layer.patch_size[1]
+    weight_init, bias_init, position_init = initializers
+    fill = initializer(weight_init, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
+    layer.shard_parameter("weight", (embed_size, in_chans, *layer.patch_size), channels, fill, dtype)
+    fill = initializer(bias_init, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
+    layer.shard_parameter("bias", (embed_size,), channels, fill, dtype)
+    layer.shard_parameter("cls_token", (1, 1, embed_size), last, nn.init.zeros_, dtype)
+    fill = initializer(position_init, fan_in, embed_size, nn.init.zeros_)
+    layer.shard_parameter("pos_embed", (1, layer.num_patches + 1, embed_size), last, fill, dtype)
+
+
+def patch_forward(
+    layer: GridLayer, images: torch.Tensor, through: Callable[[torch.Tensor], torch.Tensor] = lambda p: p
+) -> torch.Tensor:
+    """``[batch, patches + 1, embed]`` of ``images`` (already this rank's rows), each parameter
+    passed ``through`` (e.g. a gradient sum): the class token first, plus the position embedding."""
+    params = (layer.weight, layer.bias, layer.cls_token, layer.pos_embed)
+    weight, bias, cls, pos = (through(p) for p in params if p is not None)
+    out = F.conv2d(images, weight, bias, stride=layer.patch_size).flatten(2).transpose(1, 2)
+    return torch.cat((cls.expand(out.shape[0], -1, -1), out), dim=1) + pos
+
+
+def build_classifier(
+    layer: GridLayer, in_features: int, num_classes: int, weight: nn.Parameter | None, bias: bool,
+    dtype: torch.dtype | None, initializers: tuple[Initializer | None, Initializer | None], weight_split: Split,
+    bias_split: Split,
+) -> None:  # fmt: skip
+    """A classifier's ``weight [classes, in]`` (or ``weight``, shared) and ``bias [classes]`` (or None)."""
+    layer.in_features, layer.num_classes = in_features, num_classes
+    weight_init, bias_init = initializers
+    if weight is not None:
+        share(layer, "weight", weight, (num_classes, in_features), weight_split)
+    else:
+        fill = initializer(weight_init, in_features, num_classes, lambda t: default_linear_init(t, in_features))
+        layer.shard_parameter("weight", (num_classes, in_features), weight_split, fill, dtype)
+    if bias:
+        fill = initializer(bias_init, in_features, num_classes, lambda t: default_linear_init(t, in_features))
+        layer.shard_parameter("bias", (num_classes,), bias_split, fill, dtype)
+    else:
+        layer.register_parameter("bias", None)

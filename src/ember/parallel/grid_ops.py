@@ -51,48 +51,31 @@ def autocast_as(state: tuple[str, bool, torch.dtype]) -> Iterator[None]:
         yield
 
 
-class _Gather(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        return grid_comm.all_gather(x, dim, group)
+class _Conjugate(torch.autograd.Function):
+    """A collective along ``dim`` over ``group`` forward, its conjugate backward (both from grid_comm)."""
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return grid_comm.reduce_scatter(grad, ctx.dim, ctx.group), None, None
-
-
-class _ReduceScatter(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        return grid_comm.reduce_scatter(x, dim, group)
+    def forward(ctx: Any, x: torch.Tensor, dim: int, group: Group, ops: tuple[Any, Any], what: str) -> torch.Tensor:
+        ctx.dim, ctx.group, ctx.backward_op = dim, group, ops[1]
+        return ops[0](x, dim, group, what)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return grid_comm.all_gather(grad, ctx.dim, ctx.group), None, None
+        return ctx.backward_op(grad, ctx.dim, ctx.group, "gradient"), None, None, None, None
 
 
-class _Split(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, group: Group, what: str) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        return grid_comm.chunk(x, dim, group, what)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return grid_comm.all_gather(grad, ctx.dim, ctx.group), None, None, None
+def _all_gather(x: torch.Tensor, dim: int, group: Group, what: str) -> torch.Tensor:
+    return grid_comm.all_gather(x, dim, group)
 
 
-class _Unsplit(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        return grid_comm.all_gather(x, dim, group)
+def _reduce_scatter(x: torch.Tensor, dim: int, group: Group, what: str) -> torch.Tensor:
+    return grid_comm.reduce_scatter(x, dim, group)
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        return grid_comm.chunk(grad, ctx.dim, ctx.group), None, None
+
+_GATHER = (_all_gather, _reduce_scatter)
+_REDUCE_SCATTER = (_reduce_scatter, _all_gather)
+_SPLIT = (grid_comm.chunk, _all_gather)
+_UNSPLIT = (_all_gather, grid_comm.chunk)
 
 
 class _Reduce(torch.autograd.Function):
@@ -122,12 +105,12 @@ def gather(x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
     For a tensor each rank then uses its own way (3-D: the input gathered over the input axis
     meets a different weight block on each rank), so the gradients are partial sums.
     """
-    return x if group is None else _Gather.apply(x, dim, group)
+    return x if group is None else _Conjugate.apply(x, dim, group, _GATHER, "tensor")
 
 
 def reduce_scatter(x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
     """Sum ``x`` over ``group`` and keep this rank's chunk along ``dim``; the backward all-gathers."""
-    return x if group is None else _ReduceScatter.apply(x, dim, group)
+    return x if group is None else _Conjugate.apply(x, dim, group, _REDUCE_SCATTER, "tensor")
 
 
 def split(x: torch.Tensor, dim: int, group: Group, what: str = "tensor") -> torch.Tensor:
@@ -141,14 +124,14 @@ def split(x: torch.Tensor, dim: int, group: Group, what: str = "tensor") -> torc
         return x
     if not (x.is_floating_point() or x.is_complex()):  # ids, labels: nothing to differentiate
         return grid_comm.chunk(x, dim, group, what)
-    return _Split.apply(x, dim, group, what)
+    return _Conjugate.apply(x, dim, group, _SPLIT, what)
 
 
 def unsplit(x: torch.Tensor, dim: int, group: Group) -> torch.Tensor:
     """The inverse of :func:`split`: all-gather ``x`` along ``dim`` for a whole tensor every rank
     then uses the same way (a model's output before a plain loss); the backward keeps this
     rank's chunk of the gradient."""
-    return x if group is None else _Unsplit.apply(x, dim, group)
+    return x if group is None else _Conjugate.apply(x, dim, group, _UNSPLIT, "tensor")
 
 
 def reduce(x: torch.Tensor, group: Group) -> torch.Tensor:

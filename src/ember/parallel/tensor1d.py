@@ -40,15 +40,20 @@ from ember.parallel import grid_comm
 from ember.parallel.grid import GridLayer, TensorGrid
 from ember.parallel.grid_layers import (
     Initializer,
+    build_classifier,
+    build_embedding,
+    build_linear,
+    build_norm,
+    build_patch_embedding,
     check_image,
     default_linear_init,
     divisible,
     initializer,
-    normal_with_padding,
-    patch_shapes,
+    patch_forward,
     resolve_grid,
-    share,
+    vocab_block,
     vocab_cross_entropy,
+    vocab_lookup,
 )
 from ember.parallel.grid_ops import grad_sum, reduce, split, unsplit
 
@@ -110,16 +115,9 @@ class Linear1D_Col(_Line):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.out_features = in_features, out_features
         self.gather_output, self.skip_bias_add = gather_output, skip_bias_add
         self.divisible("out_features", out_features)
-        fill = self.linear_fill(weight_initializer, in_features, out_features)
-        self.weight = self.shard_parameter("weight", (out_features, in_features), (0,), fill, dtype)
-        if bias:
-            fill = self.linear_fill(bias_initializer, in_features, out_features)
-            self.bias = self.shard_parameter("bias", (out_features,), (0,), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_linear(self, in_features, out_features, bias, dtype, weight_initializer, bias_initializer, (0,), (0,))
         self.grid.flipped = not gather_output
 
     def forward(self, x: torch.Tensor) -> Any:
@@ -152,16 +150,9 @@ class Linear1D_Row(_Line):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.out_features = in_features, out_features
         self.parallel_input, self.skip_bias_add = parallel_input, skip_bias_add
         self.divisible("in_features", in_features)
-        fill = self.linear_fill(weight_initializer, in_features, out_features)
-        self.weight = self.shard_parameter("weight", (out_features, in_features), (1,), fill, dtype)
-        if bias:
-            fill = self.linear_fill(bias_initializer, in_features, out_features)
-            self.bias = self.shard_parameter("bias", (out_features,), (None,), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_linear(self, in_features, out_features, bias, dtype, weight_initializer, bias_initializer, (1,), (None,))
         self.grid.flipped = False
 
     def forward(self, x: torch.Tensor) -> Any:
@@ -209,16 +200,11 @@ class LayerNorm1D(_Line):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.normalized_shape, self.eps = (int(normalized_shape),), eps
-        self.weight = self.shard_parameter("weight", self.normalized_shape, (None,), nn.init.ones_, dtype)
-        if bias:
-            self.bias = self.shard_parameter("bias", self.normalized_shape, (None,), nn.init.zeros_, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_norm(self, normalized_shape, eps, bias, dtype, (None,))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise the whole last dimension."""
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, (self.normalized_shape,), self.weight, self.bias, self.eps)
 
 
 class Embedding1D(_Line):
@@ -233,11 +219,8 @@ class Embedding1D(_Line):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("embedding_dim", embedding_dim)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
-        self.weight = self.shard_parameter("weight", (num_embeddings, embedding_dim), (1,), fill, dtype)
+        build_embedding(self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, (1,), args, kwargs)
         self.grid.flipped = False
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -259,25 +242,14 @@ class VocabParallelEmbedding1D(_Line):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("num_embeddings", num_embeddings)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
-        self.weight = self.shard_parameter("weight", (num_embeddings, embedding_dim), (0,), fill, dtype)
-        per = num_embeddings // self.parts
-        self.vocab_start = self.grid.coord("tensor") * per
-        self.vocab_end = self.vocab_start + per
+        build_embedding(self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, (0,), args, kwargs)
+        vocab_block(self, self.grid.coord("tensor"), self.parts)
         self.grid.flipped = False
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up the ids of this rank's vocabulary, sum over the ranks."""
-        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
-        local = (ids - self.vocab_start).masked_fill(outside, 0)
-        padding = None
-        if self.padding_idx is not None and self.vocab_start <= self.padding_idx < self.vocab_end:
-            padding = self.padding_idx - self.vocab_start
-        out = F.embedding(local, self.weight, padding, *self.embed_args, **self.embed_kwargs)
-        return reduce(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
+        return reduce(vocab_lookup(self, ids, self.weight), self.group)
 
 
 class PatchEmbedding1D(_Line):
@@ -293,26 +265,14 @@ class PatchEmbedding1D(_Line):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.img_size, self.patch_size, self.num_patches = patch_shapes(
-            type(self).__name__, img_size, patch_size, flatten
-        )
-        fan_in = in_chans * self.patch_size[0] * self.patch_size[1]
-        whole: tuple[int | None] = (None,)
-        fill = self.linear_fill(weight_initializer, fan_in, embed_size)
-        self.weight = self.shard_parameter("weight", (embed_size, in_chans, *self.patch_size), whole, fill, dtype)
-        self.bias = self.shard_parameter(
-            "bias", (embed_size,), whole, self.linear_fill(bias_initializer, fan_in, embed_size), dtype
-        )
-        self.cls_token = self.shard_parameter("cls_token", (1, 1, embed_size), whole, nn.init.zeros_, dtype)
-        fill = initializer(position_embed_initializer, fan_in, embed_size, nn.init.zeros_)
-        self.pos_embed = self.shard_parameter("pos_embed", (1, self.num_patches + 1, embed_size), whole, fill, dtype)
+        inits = (weight_initializer, bias_initializer, position_embed_initializer)
+        build_patch_embedding(self, img_size, patch_size, in_chans, embed_size, flatten, dtype, inits, (None,), (None,))
         self.grid.flipped = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Embed the whole batch of ``images``."""
         check_image(type(self).__name__, images, self.img_size)
-        out = F.conv2d(images, self.weight, self.bias, stride=self.patch_size).flatten(2).transpose(1, 2)
-        return torch.cat((self.cls_token.expand(out.shape[0], -1, -1), out), dim=1) + self.pos_embed
+        return patch_forward(self, images)
 
 
 class Classifier1D(_Line):
@@ -328,18 +288,9 @@ class Classifier1D(_Line):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.num_classes = in_features, num_classes
         self.divisible("in_features", in_features)
-        if weight is not None:
-            share(self, "weight", weight, (num_classes, in_features), (1,))
-        else:
-            fill = self.linear_fill(weight_initializer, in_features, num_classes)
-            self.weight = self.shard_parameter("weight", (num_classes, in_features), (1,), fill, dtype)
-        if bias:
-            fill = self.linear_fill(bias_initializer, in_features, num_classes)
-            self.bias = self.shard_parameter("bias", (num_classes,), (None,), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_classifier(self, in_features, num_classes, weight, bias, dtype, (weight_initializer, bias_initializer),
+                         (1,), (None,))  # fmt: skip
         self.grid.flipped = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -366,18 +317,10 @@ class VocabParallelClassifier1D(_Line):
         super().__init__(grid)
         if self.parallel_input:
             raise ConfigError(f"{type(self).__name__} takes a whole input; the layer before it splits its output")
-        self.in_features, self.num_classes, self.gather_output = in_features, num_classes, gather_output
+        self.gather_output = gather_output
         self.divisible("num_classes", num_classes)
-        if weight is not None:
-            share(self, "weight", weight, (num_classes, in_features), (0,))
-        else:
-            fill = self.linear_fill(weight_initializer, in_features, num_classes)
-            self.weight = self.shard_parameter("weight", (num_classes, in_features), (0,), fill, dtype)
-        if bias:
-            fill = self.linear_fill(bias_initializer, in_features, num_classes)
-            self.bias = self.shard_parameter("bias", (num_classes,), (0,), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_classifier(self, in_features, num_classes, weight, bias, dtype, (weight_initializer, bias_initializer),
+                         (0,), (0,))  # fmt: skip
         self.grid.flipped = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -55,19 +55,22 @@ from ember.errors import ConfigError
 from ember.parallel.grid import TensorGrid
 from ember.parallel.grid_layers import (
     Initializer,
+    build_classifier,
+    build_embedding,
+    build_linear,
+    build_norm,
+    build_patch_embedding,
     check_features,
     check_image,
     cross_entropy_options,
-    default_linear_init,
     global_mean,
-    initializer,
     layer_norm,
-    normal_with_padding,
-    patch_shapes,
+    patch_forward,
     resolve_grid,
     rows_counted,
-    share,
+    vocab_block,
     vocab_cross_entropy,
+    vocab_lookup,
 )
 from ember.parallel.grid_ops import grad_sum, reduce, reduce_scatter, split
 from ember.parallel.summa import SummaLayer, batch_axis, summa_linear
@@ -113,20 +116,11 @@ class Linear2D(SummaLayer):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.out_features, self.skip_bias_add = in_features, out_features, skip_bias_add
+        self.skip_bias_add = skip_bias_add
         self.divisible("in_features", in_features, self.q)
         self.divisible("out_features", out_features, self.q)
-        fill = initializer(weight_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
-        self.weight = self.shard_parameter(
-            "weight", (out_features, in_features), self.split(tensor_col=1, tensor_row=0), fill, dtype
-        )
-        if bias:
-            fill = initializer(
-                bias_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features)
-            )
-            self.bias = self.shard_parameter("bias", (out_features,), self.split(tensor_row=0), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_linear(self, in_features, out_features, bias, dtype, weight_initializer, bias_initializer,
+                     self.split(tensor_col=1, tensor_row=0), self.split(tensor_row=0))  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> Any:
         """``x [batch/q, ..., in/q]`` -> ``[batch/q, ..., out/q]`` (or ``(that, bias)`` with ``skip_bias_add``)."""
@@ -161,14 +155,8 @@ class LayerNorm2D(SummaLayer):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.normalized_shape, self.eps = int(normalized_shape), eps
-        self.divisible("normalized_shape", self.normalized_shape, self.q)
-        split_ = self.split(tensor_row=0)
-        self.weight = self.shard_parameter("weight", (self.normalized_shape,), split_, nn.init.ones_, dtype)
-        if bias:
-            self.bias = self.shard_parameter("bias", (self.normalized_shape,), split_, nn.init.zeros_, dtype)
-        else:
-            self.register_parameter("bias", None)
+        self.divisible("normalized_shape", int(normalized_shape), self.q)
+        build_norm(self, normalized_shape, eps, bias, dtype, self.split(tensor_row=0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise this rank's ``[batch/q, ..., hidden/q]`` with statistics of the whole hidden."""
@@ -198,12 +186,10 @@ class Embedding2D(SummaLayer):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("embedding_dim", embedding_dim, self.q)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
-        self.weight = self.shard_parameter(
-            "weight", (num_embeddings, embedding_dim), self.split(tensor_row=1), fill, dtype
+        split_ = self.split(tensor_row=1)
+        build_embedding(
+            self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, split_, args, kwargs
         )
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -225,29 +211,18 @@ class VocabParallelEmbedding2D(SummaLayer):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("num_embeddings", num_embeddings, self.q)
         self.divisible("embedding_dim", embedding_dim, self.q)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
         split_ = self.split(tensor_col=0, tensor_row=1)
-        self.weight = self.shard_parameter("weight", (num_embeddings, embedding_dim), split_, fill, dtype)
-        per = num_embeddings // self.q
-        self.vocab_start = self.grid.coord("tensor_col") * per
-        self.vocab_end = self.vocab_start + per
+        build_embedding(
+            self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, split_, args, kwargs
+        )
+        vocab_block(self, self.grid.coord("tensor_col"), self.q)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up the ids of this rank's vocabulary block, then sum the blocks and keep this rank's rows."""
         ids = split(ids, 0, self.dep, "batch")  # 2.5-D: the depth layer's rows
-        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
-        local = (ids - self.vocab_start).masked_fill(outside, 0)
-        padding = None
-        if self.padding_idx is not None and self.vocab_start <= self.padding_idx < self.vocab_end:
-            padding = self.padding_idx - self.vocab_start
-        weight = grad_sum(self.weight, self.dep)
-        out = F.embedding(local, weight, padding, *self.embed_args, **self.embed_kwargs)
-        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
-        return reduce_scatter(out, 0, self.col)
+        return reduce_scatter(vocab_lookup(self, ids, grad_sum(self.weight, self.dep)), 0, self.col)
 
 
 class PatchEmbedding2D(SummaLayer):
@@ -274,32 +249,15 @@ class PatchEmbedding2D(SummaLayer):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        shapes = patch_shapes(type(self).__name__, img_size, patch_size, flatten)
-        self.img_size, self.patch_size, self.num_patches = shapes
-        self.embed_size = embed_size
         self.divisible("embed_size", embed_size, self.q)
-        fan_in = in_chans * self.patch_size[0] * self.patch_size[1]
-        ch = self.split(tensor_row=0)
-        last = self.split(tensor_row=2)
-        conv = (embed_size, in_chans, *self.patch_size)
-        fill = initializer(weight_initializer, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
-        self.weight = self.shard_parameter("weight", conv, ch, fill, dtype)
-        fill = initializer(bias_initializer, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
-        self.bias = self.shard_parameter("bias", (embed_size,), ch, fill, dtype)
-        self.cls_token = self.shard_parameter("cls_token", (1, 1, embed_size), last, nn.init.zeros_, dtype)
-        fill = initializer(position_embed_initializer, fan_in, embed_size, nn.init.zeros_)
-        self.pos_embed = self.shard_parameter("pos_embed", (1, self.num_patches + 1, embed_size), last, fill, dtype)
+        inits = (weight_initializer, bias_initializer, position_embed_initializer)
+        build_patch_embedding(self, img_size, patch_size, in_chans, embed_size, flatten, dtype, inits,
+                              self.split(tensor_row=0), self.split(tensor_row=2))  # fmt: skip
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Embed this rank's rows of ``images [batch, channels, height, width]``."""
         check_image(type(self).__name__, images, self.img_size)
-        g = self.rows
-        out = F.conv2d(
-            self.split_rows(images), grad_sum(self.weight, g), grad_sum(self.bias, g), stride=self.patch_size
-        )
-        out = out.flatten(2).transpose(1, 2)
-        cls = grad_sum(self.cls_token, g).expand(out.shape[0], -1, -1)
-        return torch.cat((cls, out), dim=1) + grad_sum(self.pos_embed, g)
+        return patch_forward(self, self.split_rows(images), lambda p: grad_sum(p, self.rows))
 
 
 class Classifier2D(SummaLayer):
@@ -324,24 +282,9 @@ class Classifier2D(SummaLayer):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.num_classes = in_features, num_classes
         self.divisible("in_features", in_features, self.q)
-        if weight is not None:
-            share(self, "weight", weight, (num_classes, in_features), self.split(tensor_row=1))
-        else:
-            fill = initializer(
-                weight_initializer, in_features, num_classes, lambda t: default_linear_init(t, in_features)
-            )
-            self.weight = self.shard_parameter(
-                "weight", (num_classes, in_features), self.split(tensor_row=1), fill, dtype
-            )
-        if bias:
-            fill = initializer(
-                bias_initializer, in_features, num_classes, lambda t: default_linear_init(t, in_features)
-            )
-            self.bias = self.shard_parameter("bias", (num_classes,), self.split(), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_classifier(self, in_features, num_classes, weight, bias, dtype, (weight_initializer, bias_initializer),
+                         self.split(tensor_row=1), self.split())  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of this rank's rows: the row's partial products summed along the row."""

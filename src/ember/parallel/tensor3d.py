@@ -41,20 +41,23 @@ from ember.errors import ConfigError
 from ember.parallel.grid import GridLayer, TensorGrid
 from ember.parallel.grid_layers import (
     Initializer,
+    build_classifier,
+    build_embedding,
+    build_linear,
+    build_norm,
+    build_patch_embedding,
     check_features,
     check_image,
     cross_entropy_options,
-    default_linear_init,
     divisible,
     global_mean,
-    initializer,
     layer_norm,
-    normal_with_padding,
-    patch_shapes,
+    patch_forward,
     resolve_grid,
     rows_counted,
-    share,
+    vocab_block,
     vocab_cross_entropy,
+    vocab_lookup,
 )
 from ember.parallel.grid_ops import gather, grad_sum, reduce, reduce_scatter, split
 
@@ -143,19 +146,11 @@ class Linear3D(_Cube):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.out_features, self.skip_bias_add = in_features, out_features, skip_bias_add
+        self.skip_bias_add = skip_bias_add
         self.divisible("in_features", in_features, self.q * self.q)
         self.divisible("out_features", out_features, self.q)
-        fill = initializer(weight_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
-        split_ = self.split(input=0, output=1, weight=1)
-        self.weight = self.shard_parameter("weight", (out_features, in_features), split_, fill, dtype)
-        if bias:
-            fill = initializer(
-                bias_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features)
-            )
-            self.bias = self.shard_parameter("bias", (out_features,), self.split(input=0), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_linear(self, in_features, out_features, bias, dtype, weight_initializer, bias_initializer,
+                     self.split(input=0, output=1, weight=1), self.split(input=0))  # fmt: skip
         self.grid.flipped = not self.grid.flipped
 
     def forward(self, x: torch.Tensor) -> Any:
@@ -193,14 +188,8 @@ class LayerNorm3D(_Cube):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.normalized_shape, self.eps = int(normalized_shape), eps
-        self.divisible("normalized_shape", self.normalized_shape, self.q)
-        split_ = self.split(output=0)
-        self.weight = self.shard_parameter("weight", (self.normalized_shape,), split_, nn.init.ones_, dtype)
-        if bias:
-            self.bias = self.shard_parameter("bias", (self.normalized_shape,), split_, nn.init.zeros_, dtype)
-        else:
-            self.register_parameter("bias", None)
+        self.divisible("normalized_shape", int(normalized_shape), self.q)
+        build_norm(self, normalized_shape, eps, bias, dtype, self.split(output=0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise with statistics summed along the output role."""
@@ -224,11 +213,10 @@ class Embedding3D(_Cube):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("embedding_dim", embedding_dim, self.q)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
-        self.weight = self.shard_parameter("weight", (num_embeddings, embedding_dim), self.split(output=1), fill, dtype)
+        split_ = self.split(output=1)
+        build_embedding(self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, split_, args,
+                        kwargs)  # fmt: skip
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up this rank's rows of ``ids``."""
@@ -250,29 +238,18 @@ class VocabParallelEmbedding3D(_Cube):
         grid: TensorGrid | None = None, **kwargs: Any,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.embed_args, self.embed_kwargs = args, kwargs
         self.divisible("num_embeddings", num_embeddings, self.q)
         self.divisible("embedding_dim", embedding_dim, self.q)
-        fill = initializer(weight_initializer, num_embeddings, embedding_dim, normal_with_padding(padding_idx))
         split_ = self.split(input=0, output=1)
-        self.weight = self.shard_parameter("weight", (num_embeddings, embedding_dim), split_, fill, dtype)
-        per = num_embeddings // self.q
-        self.vocab_start = self.grid.coord(self.input_axis) * per
-        self.vocab_end = self.vocab_start + per
+        build_embedding(self, num_embeddings, embedding_dim, padding_idx, dtype, weight_initializer, split_, args,
+                        kwargs)  # fmt: skip
+        vocab_block(self, self.grid.coord(self.input_axis), self.q)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Look up this rank's vocabulary block for its weight-axis rows, sum over the input role."""
         r = self.roles
         ids = split(ids, 0, r.group("weight"), "batch")
-        outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
-        local = (ids - self.vocab_start).masked_fill(outside, 0)
-        padding = None
-        if self.padding_idx is not None and self.vocab_start <= self.padding_idx < self.vocab_end:
-            padding = self.padding_idx - self.vocab_start
-        weight = grad_sum(self.weight, r.group("weight"))
-        out = F.embedding(local, weight, padding, *self.embed_args, **self.embed_kwargs)
-        return reduce_scatter(out.masked_fill(outside.unsqueeze(-1), 0.0), 0, r.group("input"))
+        return reduce_scatter(vocab_lookup(self, ids, grad_sum(self.weight, r.group("weight"))), 0, r.group("input"))
 
 
 class PatchEmbedding3D(_Cube):
@@ -288,31 +265,16 @@ class PatchEmbedding3D(_Cube):
         grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.img_size, self.patch_size, self.num_patches = patch_shapes(
-            type(self).__name__, img_size, patch_size, flatten
-        )
-        self.embed_size = embed_size
         self.divisible("embed_size", embed_size, self.q)
-        fan_in = in_chans * self.patch_size[0] * self.patch_size[1]
-        ch, last = self.split(output=0), self.split(output=2)
-        fill = initializer(weight_initializer, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
-        self.weight = self.shard_parameter("weight", (embed_size, in_chans, *self.patch_size), ch, fill, dtype)
-        fill = initializer(bias_initializer, fan_in, embed_size, lambda t: default_linear_init(t, fan_in))
-        self.bias = self.shard_parameter("bias", (embed_size,), ch, fill, dtype)
-        self.cls_token = self.shard_parameter("cls_token", (1, 1, embed_size), last, nn.init.zeros_, dtype)
-        fill = initializer(position_embed_initializer, fan_in, embed_size, nn.init.zeros_)
-        self.pos_embed = self.shard_parameter("pos_embed", (1, self.num_patches + 1, embed_size), last, fill, dtype)
+        inits = (weight_initializer, bias_initializer, position_embed_initializer)
+        build_patch_embedding(self, img_size, patch_size, in_chans, embed_size, flatten, dtype, inits,
+                              self.split(output=0), self.split(output=2))  # fmt: skip
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Embed this rank's rows of ``images [batch, channels, height, width]``."""
         check_image(type(self).__name__, images, self.img_size)
-        g = self.roles.group("input_x_weight")
-        out = F.conv2d(
-            self.roles.split_rows(images), grad_sum(self.weight, g), grad_sum(self.bias, g), stride=self.patch_size
-        )
-        out = out.flatten(2).transpose(1, 2)
-        cls = grad_sum(self.cls_token, g).expand(out.shape[0], -1, -1)
-        return torch.cat((cls, out), dim=1) + grad_sum(self.pos_embed, g)
+        group = self.roles.group("input_x_weight")
+        return patch_forward(self, self.roles.split_rows(images), lambda p: grad_sum(p, group))
 
 
 class Classifier3D(_Cube):
@@ -328,22 +290,9 @@ class Classifier3D(_Cube):
         bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
     ) -> None:  # fmt: skip
         super().__init__(grid)
-        self.in_features, self.num_classes = in_features, num_classes
         self.divisible("in_features", in_features, self.q)
-        if weight is not None:
-            share(self, "weight", weight, (num_classes, in_features), self.split(output=1))
-        else:
-            fill = initializer(
-                weight_initializer, in_features, num_classes, lambda t: default_linear_init(t, in_features)
-            )
-            self.weight = self.shard_parameter("weight", (num_classes, in_features), self.split(output=1), fill, dtype)
-        if bias:
-            fill = initializer(
-                bias_initializer, in_features, num_classes, lambda t: default_linear_init(t, in_features)
-            )
-            self.bias = self.shard_parameter("bias", (num_classes,), self.split(), fill, dtype)
-        else:
-            self.register_parameter("bias", None)
+        build_classifier(self, in_features, num_classes, weight, bias, dtype, (weight_initializer, bias_initializer),
+                         self.split(output=1), self.split())  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of this rank's rows."""

@@ -11,9 +11,10 @@ tensor=dict(size=4, mode='2d'))``) plus ``NUM_MICRO_BATCHES``:
   against one process within 1e-6;
 * per-Engine layouts, the Engine loop against one process: ``2d`` (2 × 2 × data 2, gradient
   accumulation 2), ``2.5d`` (depth 2 × 2 × 2), ``3d`` (2 × 2 × 2);
-* ``ckpt3d``: a 3-D Trainer run saving sharded checkpoints (update 2 and the end) into
-  ``OUT/3d``, resumed from update 2 on the same layout (bit-identical), its final whole weights
-  written to ``OUT/3d-final.pt`` for the one-process resume of the test.
+* ``ckpt3d``, ``ckpt2.5d``: 3-D and 2.5-D Trainer runs saving sharded checkpoints (update 2 and
+  the end) into ``OUT/3d`` and ``OUT/2.5d``, resumed from update 2 on the same layout
+  (bit-identical); the 3-D run's final whole weights written to ``OUT/3d-final.pt`` for the
+  one-process resume of the test.
 """
 
 from __future__ import annotations
@@ -133,19 +134,21 @@ def engine_modes() -> dict[str, Any]:
 
 
 def checkpoints() -> dict[str, Any]:
+    """3-D and 2.5-D: sharded checkpoints at update 2 and the end, and a resume from update 2."""
     from ember.trainer import hooks as native
 
-    cube = {"pipeline": 1, "tensor": {"size": 8, "mode": "3d"}}
-    saving = native.CheckpointHook(OUT / "3d", every_n_steps=2, every_n_epochs=None, keep_last=3)
-    whole, losses, policy = grid_jobs.fit(cube, saving)
-    again = native.CheckpointHook(OUT / "again", every_n_steps=None, every_n_epochs=None, save_last=False)
-    resumed, resumed_losses, _ = grid_jobs.fit(cube, again, resume=OUT / "3d" / "ckpt-e0000-s000000002.ckpt")
-    out: dict[str, Any] = {"ckpt3d.policy": policy, "ckpt3d.saved": sorted(p.name for p in (OUT / "3d").iterdir())}
-    out["ckpt3d.resumed_steps"] = sorted(resumed_losses)
-    out["ckpt3d.loss_same"] = all(resumed_losses[s] == losses[s] for s in resumed_losses)
-    if whole is not None and resumed is not None:
-        out["ckpt3d.bit_identical"] = all(torch.equal(whole[k], resumed[k]) for k in whole)
-        torch.save(whole, OUT / "3d-final.pt")
+    out: dict[str, Any] = {}
+    for name, (parallel, _) in (("3d", MODES["3d"]), ("2.5d", MODES["2.5d"])):
+        saving = native.CheckpointHook(OUT / name, every_n_steps=2, every_n_epochs=None, keep_last=3)
+        whole, losses, _ = grid_jobs.fit(parallel, saving)
+        again = native.CheckpointHook(OUT / f"{name}-again", every_n_steps=None, every_n_epochs=None, save_last=False)
+        resumed, resumed_losses, _ = grid_jobs.fit(parallel, again, resume=OUT / name / "ckpt-e0000-s000000002.ckpt")
+        out[f"ckpt{name}.saved"] = sorted(p.name for p in (OUT / name).iterdir())
+        out[f"ckpt{name}.resumed_steps"] = sorted(resumed_losses)
+        out[f"ckpt{name}.loss_same"] = all(resumed_losses[s] == losses[s] for s in resumed_losses)
+        if whole is not None and resumed is not None:
+            out[f"ckpt{name}.bit_identical"] = all(torch.equal(whole[k], resumed[k]) for k in whole)
+            torch.save(whole, OUT / f"{name}-final.pt")
     return out
 
 

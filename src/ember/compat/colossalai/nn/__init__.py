@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from . import layer, loss, lr_scheduler, metric
 from .layer import *  # noqa: F403 - Colossal-AI's namespace: every layer of every mode
-from .layer import __all__ as _layers
 from .loss import *  # noqa: F403
-from .loss import __all__ as _losses
 
-__all__ = ["layer", "loss", "lr_scheduler", "metric", *_layers, *_losses]
+__all__ = ["layer", "loss", "lr_scheduler", "metric", *layer.__all__, *loss.__all__]
