@@ -97,7 +97,8 @@ def test_the_seed_config_runs_pipeline_2_times_2d_tensor_4_with_fp16(eight: tupl
 
 
 def test_pipeline_2_times_2d_tensor_4_in_fp32_matches_one_process(eight: tuple[Results, Path]) -> None:
-    """The same split model, fp32, clipping and a StepLR: the stages' whole state on rank 0."""
+    """The same split model, fp32, clipping and a StepLR, through an Engine loop: the stages'
+    whole state on rank 0."""
     from ember.parallel.layers import layers_for
     from ember.parallel.pipeline import sequential_layers
     from tests.parallel.vit import ViT

@@ -63,9 +63,16 @@ class PipelineSchedule:
             hooks such as ``AccuracyHook`` work on every rank (set False for large outputs, e.g. a
             language model's logits: other stages then see ``output=None``).
 
+    Without a Trainer, an Engine loop runs a batch with ``engine.schedule.forward_backward(engine,
+    batch, boundary)`` (the schedule takes the Engine where a Trainer would be) and then
+    ``engine.step()``, as Colossal-AI's ``engine.execute_schedule`` loop does.
+
     Example:
         >>> engine, train_dl, test_dl, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train_dl, test_dl)
-        >>> Trainer(engine, schedule=engine.schedule).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])
+        >>> Trainer(engine).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])   # picks engine.schedule
+        >>> for x, y in train_dl:                                               # or the Engine loop
+        ...     result = engine.schedule.forward_backward(engine, (x, y), boundary=True)
+        ...     engine.step()                                                   # result["loss"]: the batch's
     """
 
     def __init__(
@@ -91,8 +98,9 @@ class PipelineSchedule:
         return self.stage_index == self.num_stages - 1
 
     def forward_backward(self, trainer: Any, batch: Any, boundary: bool) -> dict[str, Any]:
-        """Forward and backward of one batch over all stages (see the Trainer's ``Schedule``)."""
-        engine = trainer.engine
+        """Forward and backward of one batch over all stages (see the Trainer's ``Schedule``);
+        ``trainer`` may be the Engine itself (a loop without a Trainer)."""
+        engine = getattr(trainer, "engine", trainer)
         engine.zero_grad()
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
@@ -109,8 +117,9 @@ class PipelineSchedule:
         return self._result(output, loss, micro, label, size)
 
     def forward(self, trainer: Any, batch: Any) -> dict[str, Any]:
-        """Forward-only pass of one evaluation batch (the Trainer calls it under ``no_grad``)."""
-        engine = trainer.engine
+        """Forward-only pass of one evaluation batch (the Trainer calls it under ``no_grad``);
+        ``trainer`` may be the Engine itself."""
+        engine = getattr(trainer, "engine", trainer)
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
         runner, loss = self._runner(engine, args, kwargs, label, micro, training=False)

@@ -8,6 +8,7 @@ tensor=dict(size=4, mode='2d'))``) plus ``NUM_MICRO_BATCHES``:
   ``Trainer(engine, logger)`` without ``schedule=`` — in fp16 against plain fp32 PyTorch; an inf
   written into one stage-1 rank's gradient at the last update must make every rank skip it;
 * ``pipe2d``: the same split model in fp32 (a per-Engine ``amp=None``), clipping and a StepLR,
+  through an Engine loop (``engine.schedule.forward_backward(engine, ...)``, ``engine.step()``),
   against one process within 1e-6;
 * per-Engine layouts, the Engine loop against one process: ``2d`` (2 × 2 × data 2, gradient
   accumulation 2), ``2.5d`` (depth 2 × 2 × 2), ``3d`` (2 × 2 × 2);
@@ -101,9 +102,9 @@ def seed_program() -> dict[str, Any]:
 
 
 def pipeline_fp32() -> dict[str, Any]:
+    """The split model in fp32 through an Engine loop (no Trainer): the pipeline schedule runs
+    each batch, ``engine.step()`` and the StepLR follow."""
     import ember
-    from ember.trainer import Trainer as NativeTrainer
-    from ember.trainer import hooks as native
 
     model = split_vit()
     optimizer = torch.optim.SGD(model.parameters(), lr=grid_jobs.LR, momentum=0.9)
@@ -112,10 +113,14 @@ def pipeline_fp32() -> dict[str, Any]:
     config = {"amp": None, "clip_grad_norm": 0.5, "parallel": {"pipeline": pipeline}}
     engine, loader, _, _ = ember.initialize(model, optimizer, col_nn.CrossEntropyLoss(), loader, config=config)
     sched = torch.optim.lr_scheduler.StepLR(engine.optimizer, step_size=2, gamma=0.5)
-    recorder = grid_jobs.StepLosses()
-    NativeTrainer(engine).fit(loader, epochs=1, hooks=[native.LRSchedulerHook(sched, by_epoch=False), recorder])
+    losses = []
+    for batch in loader:
+        result = engine.schedule.forward_backward(engine, batch, boundary=True)
+        if engine.step():
+            sched.step()
+        losses.append(float(result["loss"]))
     grid_jobs.save_state(engine.state_dict(), OUT / "pipe2d.pt")
-    return {"pipe2d.losses": [recorder.losses[step] for step in sorted(recorder.losses)]}
+    return {"pipe2d.losses": losses}
 
 
 MODES = {
