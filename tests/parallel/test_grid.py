@@ -154,3 +154,18 @@ def test_bad_input_gets_one_clear_error_naming_the_culprit(
     with pytest.raises(kind) as info:
         call()
     assert culprit in str(info.value)
+
+
+def test_a_new_launch_gets_a_new_grid_and_one_launch_shares_one() -> None:
+    """Layers built under one launch share its grid (3-D's roles, the parameter seeds); after
+    ``ember.context.reset()`` and another launch the old grid, whose groups are gone, is not reused."""
+    config = {"parallel": {"tensor": {"size": 1, "mode": "3d"}}}
+    ember.launch(config=config, verbose=False)
+    first = grid_of(ember.context.layout)
+    assert grid_of(ember.context.layout) is first
+    ember.context.reset()
+    ember.launch(config=config, verbose=False)
+    try:
+        assert grid_of(ember.context.layout) is not first
+    finally:
+        ember.context.reset()

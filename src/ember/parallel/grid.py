@@ -31,6 +31,7 @@ import contextlib
 import contextvars
 import math
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -176,18 +177,24 @@ class TensorGrid:
         return full
 
 
-_GRIDS: dict[ParallelLayout, TensorGrid] = {}
+_GRIDS: dict[ParallelLayout, tuple[TensorGrid, Any]] = {}
+"""layout -> (its grid, a weak reference to the launch it was built under, or None unlaunched)."""
 
 
 def grid_of(layout: ParallelLayout) -> TensorGrid:
-    """The :class:`TensorGrid` of ``layout`` (one per layout and process, so the layers built on it share it).
+    """The :class:`TensorGrid` of ``layout`` (one per layout and launch, so the layers built on it share it).
 
+    A grid built under an earlier launch (``ember.context.reset()`` and a new launch, in tests and
+    notebooks) is not reused: its process groups are gone.
     Its process groups come from :func:`ember.context.get_group` (for a per-Engine layout the
     first use builds its mesh and groups: a collective, every rank in the same order).
     """
-    if layout not in _GRIDS:
-        _GRIDS[layout] = TensorGrid(layout, _context.get_context(default=True).seed)
-    return _GRIDS[layout]
+    launch = _context.get_context() if _context.is_launched() else None
+    cached = _GRIDS.get(layout)
+    if cached is None or (cached[1]() if cached[1] is not None else None) is not launch:
+        grid = TensorGrid(layout, _context.get_context(default=True).seed)
+        _GRIDS[layout] = (grid, weakref.ref(launch) if launch is not None else None)
+    return _GRIDS[layout][0]
 
 
 def launched_grid(mode: str, who: str) -> TensorGrid:
