@@ -44,9 +44,11 @@ def reference(steps: int = 4, clip: float | None = 0.5, accumulation: int = 1, s
     model.load_state_dict(initial())
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5 if schedule else 1.0)
-    losses, norms, cycle = [], [], []
+    losses, norms, cycle, correct = [], [], [], []
     for x, y in DataLoader(images(SAMPLES * 2), batch_size=GLOBAL):
-        loss = nn.functional.cross_entropy(model(x), y)
+        out = model(x)
+        correct.append(int((out.argmax(dim=-1) == y).sum()))
+        loss = nn.functional.cross_entropy(out, y)
         (loss / accumulation).backward()
         cycle.append(loss.item())
         if len(cycle) < accumulation:
@@ -60,7 +62,8 @@ def reference(steps: int = 4, clip: float | None = 0.5, accumulation: int = 1, s
         cycle = []
         if len(losses) == steps:
             break
-    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "norms": norms}
+    return {"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "norms": norms,
+            "correct": correct}  # fmt: skip
 
 
 def build(

@@ -169,3 +169,19 @@ def test_a_new_launch_gets_a_new_grid_and_one_launch_shares_one() -> None:
         assert grid_of(ember.context.layout) is not first
     finally:
         ember.context.reset()
+
+
+def test_a_pipeline_reorders_rows_so_each_grid_rank_ends_with_its_block_of_the_batch() -> None:
+    from ember.errors import DataError
+    from ember.parallel.pipeline_schedule import PipelineSchedule
+
+    schedule = PipelineSchedule.__new__(PipelineSchedule)  # no process group needed for the reordering
+    schedule.row_blocks = 2
+    x, label = torch.arange(16).reshape(8, 2), torch.arange(8)
+    args, kwargs, order = schedule._interleave((x,), {"mask": x[:, 0]}, label, size=8, micro=2)
+    # micro-batch j = rows [4j, 4j + 4), row block i of it = 2 rows; rank block i's merged rows:
+    merged = [torch.cat([order[4 * j + 2 * i : 4 * j + 2 * i + 2] for j in range(2)]) for i in range(2)]
+    assert [m.tolist() for m in merged] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert torch.equal(args[0][:, 0] // 2, order) and torch.equal(kwargs["mask"] // 2, order)
+    with pytest.raises(DataError, match="multiple of 4"):
+        schedule._interleave((x[:6],), {}, label[:6], size=6, micro=2)

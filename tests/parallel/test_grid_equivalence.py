@@ -84,7 +84,8 @@ def test_the_seed_config_runs_pipeline_2_times_2d_tensor_4_with_fp16(eight: tupl
     """Seed 001's ``fp16=dict(mode=AMP_TYPE.TORCH)``, ``parallel=dict(pipeline=2, tensor=dict(size=4,
     mode='2d'))``: PipelinableContext, colossalai.initialize, Trainer(engine, logger). fp16 tracks
     fp32 PyTorch; an inf in one stage-1 rank's gradient made all 8 ranks skip the last update and
-    halve the one scale they share."""
+    halve the one scale they share; ``AccuracyHook(accuracy_func=colossalai.nn.metric.Accuracy())``
+    counts the 2-D logits' rows right."""
     results, _ = eight
     ref = grid_jobs.reference(clip=None, schedule=False)
     for rank, r in results.items():
@@ -94,6 +95,9 @@ def test_the_seed_config_runs_pipeline_2_times_2d_tensor_4_with_fp16(eight: tupl
         assert r["seed.skipped"] == [False, False, False, True] and r["seed.updates"] == 4
         assert r["seed.scales"] == results[0]["seed.scales"] and r["seed.scales"][-1] == r["seed.scales"][0] / 2
         assert r["seed.gpc"] == [rank % 2, rank % 4 // 2, 2, False]  # PARALLEL_2D_ROW/COL as Colossal-AI numbers them
+        # colossalai.nn.metric.Accuracy is Accuracy2D: the epoch's train accuracy over all 32 samples
+        assert r["seed.metric"] == "Accuracy2D"
+        assert abs(r["seed.accuracy"][0] - sum(ref["correct"][:4]) / 32) <= 1 / 32
 
 
 def test_pipeline_2_times_2d_tensor_4_in_fp32_matches_one_process(eight: tuple[Results, Path]) -> None:

@@ -320,3 +320,11 @@ def build_classifier(
         layer.shard_parameter("bias", (num_classes,), bias_split, fill, dtype)
     else:
         layer.register_parameter("bias", None)
+
+
+def correct_count(logits: torch.Tensor, targets: torch.Tensor, group: Any) -> torch.Tensor:
+    """How many of this rank's rows have their largest logit at ``targets`` (this rank's rows),
+    summed over ``group`` (the ranks holding the batch's other rows): the whole batch's count,
+    on every rank, as ``AccuracyHook`` expects."""
+    correct = (logits.argmax(dim=-1) == targets).sum()
+    return grid_comm.all_reduce(correct, group)

@@ -27,15 +27,16 @@ from torch import nn
 
 from ember.parallel import tensor1d, tensor2d, tensor2p5d, tensor3d
 from ember.parallel.grid import TensorGrid
-from ember.parallel.vanilla import VanillaClassifier, VanillaPatchEmbedding
+from ember.parallel.vanilla import Accuracy, VanillaClassifier, VanillaPatchEmbedding
 
 __all__ = ["LAYER_NAMES", "LayerSet", "layers_for"]
 
 LAYER_NAMES = (
     "Linear", "LayerNorm", "Embedding", "VocabParallelEmbedding", "PatchEmbedding", "Classifier",
-    "VocabParallelClassifier", "Dropout", "CrossEntropyLoss", "VocabParallelCrossEntropyLoss",
+    "VocabParallelClassifier", "Dropout", "CrossEntropyLoss", "VocabParallelCrossEntropyLoss", "Accuracy",
 )  # fmt: skip
-"""The layers every :class:`LayerSet` has."""
+"""The layers every :class:`LayerSet` has (``Accuracy`` counts a batch's correct predictions
+for ``AccuracyHook(accuracy_func=...)`` from the mode's classifier logits)."""
 
 MODE_CLASSES: dict[str | None, dict[str, Any]] = {
     None: {
@@ -43,6 +44,7 @@ MODE_CLASSES: dict[str | None, dict[str, Any]] = {
         "VocabParallelEmbedding": nn.Embedding, "PatchEmbedding": VanillaPatchEmbedding,
         "Classifier": VanillaClassifier, "VocabParallelClassifier": VanillaClassifier, "Dropout": nn.Dropout,
         "CrossEntropyLoss": nn.CrossEntropyLoss, "VocabParallelCrossEntropyLoss": nn.CrossEntropyLoss,
+        "Accuracy": Accuracy,
     },
     **{
         mode: {name: getattr(module, f"{name}{suffix}", None) for name in LAYER_NAMES}
@@ -56,6 +58,7 @@ MODE_CLASSES: dict[str | None, dict[str, Any]] = {
 for _mode in ("2d", "2.5d", "3d"):
     MODE_CLASSES[_mode]["Dropout"] = nn.Dropout
 MODE_CLASSES["1d"]["CrossEntropyLoss"] = nn.CrossEntropyLoss
+MODE_CLASSES["1d"]["Accuracy"] = Accuracy  # 1-D classifiers give whole logits on every rank
 
 
 class LayerSet:

@@ -21,7 +21,7 @@ from torch import nn
 
 from ember.batch import batch_size, split_batch, to_device
 from ember.config import Config
-from ember.errors import EngineError
+from ember.errors import DataError, EngineError
 from ember.parallel.pipeline import PipelineOnly, StageModule, iter_stage_tensors, stage_optimizer, stage_plan
 from ember.parallel.pipeline_policy import PipelinePolicy
 
@@ -67,6 +67,12 @@ class PipelineSchedule:
     batch, boundary)`` (the schedule takes the Engine where a Trainer would be) and then
     ``engine.step()``, as Colossal-AI's ``engine.execute_schedule`` loop does.
 
+    Under 2-D/2.5-D/3-D tensor parallelism (``row_blocks`` R > 1: each rank of a stage computes
+    one of R blocks of a micro-batch's rows) the batch's rows are reordered before the split into
+    micro-batches, so that the output a rank's last stage returns is its contiguous block of the
+    *whole* batch, in order: what the grid's ``Accuracy2D``/``2p5D``/``3D`` pair with the whole
+    label. The batch size must then be a multiple of ``R × micro-batches``.
+
     Example:
         >>> engine, train_dl, test_dl, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train_dl, test_dl)
         >>> Trainer(engine).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])   # picks engine.schedule
@@ -85,6 +91,7 @@ class PipelineSchedule:
         self.group, self.device = group, device
         self.last_rank = dist.get_global_rank(group, num_stages - 1)
         self.broadcast_output = True
+        self.row_blocks = 1
         self._runners: dict[tuple[Any, ...], tuple[PipelineScheduleSingle, _Loss]] = {}
 
     @property
@@ -104,14 +111,15 @@ class PipelineSchedule:
         engine.zero_grad()
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
-        runner, loss = self._runner(engine, args, kwargs, label, micro, training=True)
+        args, kwargs, order = self._interleave(args, kwargs, label, size, micro)
+        runner, loss = self._runner(engine, args, kwargs, order, micro, training=True)
 
         def run(factor: float) -> Any:
             loss.factor = factor / micro
             # The loss (and its scaling) lives on the last stage; the others get scaled
             # gradients from it and must unscale them: give their scaler its scale too.
             engine.precision.scale(torch.zeros((), device=self.device))
-            return self._step(runner, args, kwargs, label, training=True)
+            return self._step(runner, args, kwargs, order, training=True)
 
         output = engine.run_backward(run, boundary=True if boundary else None)
         return self._result(output, loss, micro, label, size)
@@ -122,9 +130,10 @@ class PipelineSchedule:
         engine = getattr(trainer, "engine", trainer)
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
-        runner, loss = self._runner(engine, args, kwargs, label, micro, training=False)
+        args, kwargs, order = self._interleave(args, kwargs, label, size, micro)
+        runner, loss = self._runner(engine, args, kwargs, order, micro, training=False)
         loss.factor = 1.0
-        output = self._step(runner, args, kwargs, label, training=False)
+        output = self._step(runner, args, kwargs, order, training=False)
         return self._result(output, loss, micro, label, size)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -137,6 +146,28 @@ class PipelineSchedule:
                 "be (inputs..., label) tuples or dicts with a 'label'/'target' key"
             )
         return args, kwargs, label, batch_size(batch)
+
+    def _interleave(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, size: int, micro: int
+    ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+        """The batch's tensors (and label) with their rows reordered for ``row_blocks`` (see the
+        class): row block i of micro-batch j is row block (i, j) of the whole batch."""
+        blocks = self.row_blocks
+        if blocks == 1 or micro == 1:
+            return args, kwargs, label
+        if size % (blocks * micro):
+            raise DataError(
+                f"a batch of {size} rows: the pipeline's {micro} micro-batches are each split into {blocks} row "
+                f"blocks over the tensor grid, so the batch size must be a multiple of {blocks * micro}"
+            )
+
+        def reorder(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != size:
+                return value
+            rest = value.shape[1:]
+            return value.reshape(blocks, micro, -1, *rest).transpose(0, 1).reshape(size, *rest)
+
+        return tuple(reorder(a) for a in args), {k: reorder(v) for k, v in kwargs.items()}, reorder(label)
 
     def _runner(
         self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, micro: int, training: bool
@@ -253,7 +284,7 @@ def build_pipeline(
     group = mesh["pipeline"].get_group()
     tensor_group = None
     if grid:
-        from ember.layout import ParallelLayout
+        from ember.layout import TENSOR_SUB_DIMS, ParallelLayout
         from ember.parallel.grid_plan import sync_replicas
 
         fine = ParallelLayout.from_config(cfg.parallel, ctx.world_size)
@@ -267,4 +298,7 @@ def build_pipeline(
     policy.module = stage
     micro = pipe.microbatches or pipe.size
     policy.batch_schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
+    if grid:
+        axes = TENSOR_SUB_DIMS[fine.tensor_mode]  # a batch's rows are split over all axes but the last
+        policy.batch_schedule.row_blocks = fine.tensor // fine.size(axes[-1]) if axes else 1
     return stage, PipelineOnly(stage), stepping, policy

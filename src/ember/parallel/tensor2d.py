@@ -62,6 +62,7 @@ from ember.parallel.grid_layers import (
     build_patch_embedding,
     check_features,
     check_image,
+    correct_count,
     cross_entropy_options,
     global_mean,
     layer_norm,
@@ -76,6 +77,7 @@ from ember.parallel.grid_ops import grad_sum, reduce, reduce_scatter, split
 from ember.parallel.summa import SummaLayer, batch_axis, summa_linear
 
 __all__ = [
+    "Accuracy2D",
     "Classifier2D",
     "CrossEntropyLoss2D",
     "Embedding2D",
@@ -374,6 +376,30 @@ class VocabParallelCrossEntropyLoss2D(nn.Module):
         if not self.reduction_mean:
             return rows.reshape(targets.shape)
         return global_mean(rows.sum(), torch.tensor(float(rows.numel()), device=rows.device), group)
+
+
+class Accuracy2D(nn.Module):
+    """The number of correct top-1 predictions of the whole batch, from ``[batch/q, classes]``
+    logits (a :class:`Classifier2D`'s) and the whole batch's labels: what ``AccuracyHook``'s
+    ``accuracy_func`` (and Colossal-AI's ``Accuracy2D``) returns.
+
+    Args:
+        grid: the grid (default: the launched layout's).
+
+    Example:
+        >>> hooks.AccuracyHook(accuracy_func=Accuracy2D())
+    """
+
+    mode = "2d"
+
+    def __init__(self, grid: TensorGrid | None = None) -> None:
+        super().__init__()
+        self.grid = resolve_grid(grid, self.mode, type(self).__name__)
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The batch's count of correct predictions (the same on every rank)."""
+        group = self.grid.group(batch_axis(self.grid))
+        return correct_count(logits, split(targets, 0, group, "batch"), group)
 
 
 def reduce_by_batch_2d(x: torch.Tensor, reduce_mean: bool = False, grid: TensorGrid | None = None) -> torch.Tensor:

@@ -29,6 +29,7 @@ from ember.parallel.grid import TensorGrid
 from ember.parallel.grid_layers import resolve_grid
 from ember.parallel.grid_ops import reduce, split
 from ember.parallel.tensor2d import (
+    Accuracy2D,
     Classifier2D,
     CrossEntropyLoss2D,
     Embedding2D,
@@ -41,6 +42,7 @@ from ember.parallel.tensor2d import (
 )
 
 __all__ = [
+    "Accuracy2p5D",
     "Classifier2p5D",
     "CrossEntropyLoss2p5D",
     "Embedding2p5D",
@@ -93,6 +95,12 @@ class Classifier2p5D(Classifier2D):
 
 class VocabParallelClassifier2p5D(VocabParallelClassifier2D):
     """:class:`~ember.parallel.tensor2d.VocabParallelClassifier2D`: ``[batch/(d·q), classes/q]`` logits."""
+
+    mode = "2.5d"
+
+
+class Accuracy2p5D(Accuracy2D):
+    """:class:`~ember.parallel.tensor2d.Accuracy2D` over the batch's ``d·q`` blocks."""
 
     mode = "2.5d"
 

@@ -48,6 +48,7 @@ from ember.parallel.grid_layers import (
     build_patch_embedding,
     check_features,
     check_image,
+    correct_count,
     cross_entropy_options,
     divisible,
     global_mean,
@@ -62,6 +63,7 @@ from ember.parallel.grid_layers import (
 from ember.parallel.grid_ops import gather, grad_sum, reduce, reduce_scatter, split
 
 __all__ = [
+    "Accuracy3D",
     "Classifier3D",
     "CrossEntropyLoss3D",
     "Embedding3D",
@@ -366,6 +368,24 @@ class VocabParallelCrossEntropyLoss3D(nn.Module):
             return rows.reshape(targets.shape)
         count = torch.tensor(float(rows.numel()), device=rows.device)
         return global_mean(rows.sum(), count, self.roles.group("input_x_weight"))
+
+
+class Accuracy3D(nn.Module):
+    """The number of correct top-1 predictions of the whole batch, from ``[batch/q², classes]``
+    logits (a :class:`Classifier3D`'s) and the whole batch's labels (see
+    :class:`~ember.parallel.tensor2d.Accuracy2D`).
+
+    Args:
+        grid: the grid (default: the launched layout's).
+    """
+
+    def __init__(self, grid: TensorGrid | None = None) -> None:
+        super().__init__()
+        self.roles = _Roles(resolve_grid(grid, "3d", type(self).__name__))
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The batch's count of correct predictions (the same on every rank)."""
+        return correct_count(logits, self.roles.split_rows(targets), self.roles.group("input_x_weight"))
 
 
 def reduce_by_batch_3d(x: torch.Tensor, reduce_mean: bool = False, grid: TensorGrid | None = None) -> torch.Tensor:

@@ -17,7 +17,7 @@ from torch import nn
 
 from ember.parallel.grid_layers import Initializer, check_image, default_linear_init, patch_shapes
 
-__all__ = ["VanillaClassifier", "VanillaPatchEmbedding"]
+__all__ = ["Accuracy", "VanillaClassifier", "VanillaPatchEmbedding"]
 
 
 def _fill(tensor: torch.Tensor, custom: Initializer | None, fan_in: int, fan_out: int, default: Any) -> None:
@@ -61,6 +61,20 @@ class VanillaPatchEmbedding(nn.Module):
         check_image(type(self).__name__, images, self.img_size)
         out = F.conv2d(images, self.weight, self.bias, stride=self.patch_size).flatten(2).transpose(1, 2)
         return torch.cat((self.cls_token.expand(out.shape[0], -1, -1), out), dim=1) + self.pos_embed
+
+
+class Accuracy(nn.Module):
+    """The number of rows of ``logits [N, classes]`` whose largest logit is at ``targets [N]``:
+    an ``AccuracyHook(accuracy_func=...)`` for logits every rank holds whole (one process, 1-D).
+
+    Example:
+        >>> Accuracy()(torch.tensor([[0.1, 0.9], [0.8, 0.2]]), torch.tensor([1, 1]))
+        tensor(1)
+    """
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The batch's count of correct predictions."""
+        return (logits.argmax(dim=-1) == targets).sum()
 
 
 class VanillaClassifier(nn.Module):

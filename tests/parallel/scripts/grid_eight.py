@@ -35,6 +35,7 @@ from ember.compat.colossalai.amp import AMP_TYPE
 from ember.compat.colossalai.context import ParallelMode
 from ember.compat.colossalai.core import global_context as gpc
 from ember.compat.colossalai.logging import get_dist_logger
+from ember.compat.colossalai.nn.metric import Accuracy
 from ember.compat.colossalai.pipeline import PipelinableContext
 from ember.compat.colossalai.trainer import Trainer, hooks
 from ember.compat.colossalai.utils import get_dataloader
@@ -88,10 +89,15 @@ def seed_program() -> dict[str, Any]:
     poison = engine.model.get_parameter("_module_list.5.weight") if (stage, t) == (1, 0) else None
     record = Record(engine, poison)
     trainer = Trainer(engine=engine, logger=get_dist_logger())
-    trainer.fit(train_dataloader=train_dl, epochs=gpc.config.NUM_EPOCHS, hooks=[record], display_progress=False)
+    from ember.trainer import hooks as native  # ember's AccuracyHook measures training accuracy too
+
+    accuracy = native.AccuracyHook(accuracy_func=Accuracy(), on=("train",))  # Accuracy2D: this rank's rows
+    hook_list = [record, accuracy]
+    trainer.fit(train_dataloader=train_dl, epochs=gpc.config.NUM_EPOCHS, hooks=hook_list, display_progress=False)
     return {
         "seed.policy": engine.parallel.name, "seed.schedule": type(trainer.schedule).__name__,
-        "seed.criterion": type(criterion).__name__,
+        "seed.criterion": type(criterion).__name__, "seed.accuracy": trainer.history.values("train/accuracy"),
+        "seed.metric": type(accuracy.accuracy_func).__name__,
         "seed.losses": record.losses,
         "seed.scales": record.scales, "seed.skipped": record.skipped, "seed.updates": engine.num_updates,
         "seed.gpc": [
