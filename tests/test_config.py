@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
         "data": None,
         "tensor": {"size": 1, "mode": None, "depth": None, "plan": None},
         "pipeline": {"size": 1, "microbatches": None, "schedule": "gpipe", "split_points": None},
-        "context": None,
+        "context": {"size": 1, "seq_dim": 1, "load_balance": True},
         "expert": None,
     },
     "zero": None,
@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
     "deterministic": False,
     "ddp": {},
     "nonfinite_loss": "error",
+    "activation_checkpointing": None,
 }
 
 

@@ -17,6 +17,7 @@ from ember.data import is_kept_unsharded, make_resumable
 from ember.engine import Criterion, Engine
 from ember.errors import EngineError, LaunchError
 from ember.launcher import use_deterministic_kernels
+from ember.parallel.checkpointing import apply_activation_checkpointing
 from ember.parallel.pipeline import check_microbatches
 from ember.parallel.strategy import check_parallel, parallelize
 
@@ -85,6 +86,7 @@ def initialize(
     _check_objects(model, optimizer, criterion, lr_scheduler)
     plan = check_parallel(cfg, model, optimizer, ctx.world_size)
     check_microbatches(train_dataloader, cfg)
+    apply_activation_checkpointing(model, cfg.get("activation_checkpointing"))
     if cfg.deterministic:
         use_deterministic_kernels()
 
@@ -92,6 +94,8 @@ def initialize(
     if isinstance(criterion, nn.Module):
         criterion.to(ctx.device)
     built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    if built.sequence is not None:  # context parallelism: the loss averaged over the context group
+        criterion = built.sequence.wrap_criterion(criterion)
     engine = Engine(
         built.model if built.model is not None else model,
         built.optimizer,
@@ -111,7 +115,11 @@ def initialize(
     )
     shard = (engine.data_parallel_rank, engine.data_parallel_size)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)
-    return engine, train_dataloader, _prepare_loader(test_dataloader, ctx, shard), lr_scheduler
+    test_dataloader = _prepare_loader(test_dataloader, ctx, shard)
+    if built.sequence is not None:  # context parallelism: each rank gets its slice of every sequence
+        train_dataloader = built.sequence.wrap_loader(train_dataloader)
+        test_dataloader = built.sequence.wrap_loader(test_dataloader)
+    return engine, train_dataloader, test_dataloader, lr_scheduler
 
 
 def _check_objects(model: Any, optimizer: Any, criterion: Any, lr_scheduler: Any) -> None:

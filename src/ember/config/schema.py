@@ -236,12 +236,86 @@ _PIPELINE = _Section(
     },
     shorthand="size",
 )
+
+
+# -- context parallelism and activation checkpointing (ember.parallel.context_parallel, .checkpointing)
+def _seq_dim(value: Any, key: str, full: bool) -> int | dict[Any, int | None]:
+    """One dim for every batch tensor, or ``{key or position: dim or None}``."""
+    if _is_int(value) and value >= 0:
+        return int(value)
+    if isinstance(value, Mapping) and all(v is None or (_is_int(v) and v >= 0) for v in value.values()):
+        return dict(value)
+    _fail(key, value, "an int >= 0 (every batch tensor's sequence dim), or a dict {batch key or position: dim or None}")
+
+
+_CONTEXT = _Section(
+    {
+        "size": _Field(_int(1), 1),
+        "seq_dim": _Field(_seq_dim, 1),
+        "load_balance": _Field(_BOOL, True),  # zig-zag: rank r holds chunks r and 2N-1-r of 2N
+    },
+    shorthand="size",
+)
+_CHECKPOINT_TYPES = _check(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, (str, type)) for t in v),
+    "a list of module class names or classes, or None",
+    list,
+    optional=True,
+)
+_CHECKPOINTING = _Section(
+    {"modules": _Field(_NAMES, None), "types": _Field(_CHECKPOINT_TYPES, None), "every": _Field(_int(1), 1)}
+)
+
+
+def _checkpointing(value: Any, key: str, full: bool) -> dict[str, Any] | None:
+    """None/False: off; True: every block of every nn.ModuleList; a dict: which modules."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, Mapping):
+        _fail(key, value, "True, False, None or a dict with keys modules, types, every")
+    return _CHECKPOINTING(value, key, full)
+
+
+def _fold_sequence(data: dict[str, Any]) -> None:
+    """Colossal-AI's ``parallel.tensor = dict(size=N, mode="sequence")`` -> ``parallel.context``
+    (contiguous slices, as Colossal-AI's sequence parallelism cuts them); its
+    ``SequenceParallelGradientHandler`` is what ember's context policy does, so it is dropped."""
+    parallel = data.get("parallel")
+    if not isinstance(parallel, Mapping):
+        return
+    tensor = parallel.get("tensor")
+    if not isinstance(tensor, Mapping) or str(tensor.get("mode", "")).lower() != "sequence":
+        return
+    if parallel.get("context") not in (None, 1):
+        raise ConfigError(
+            f"config parallel.tensor.mode='sequence' and parallel.context={parallel['context']!r} both split the "
+            "sequence: keep one (tensor=dict(size=N, mode='sequence') means context=dict(size=N, load_balance=False))"
+        )
+    rest = {k: v for k, v in tensor.items() if k not in ("size", "mode")}
+    if rest:
+        raise ConfigError(f"config parallel.tensor.mode='sequence' takes only 'size'; remove {', '.join(rest)}")
+    context = {"size": tensor.get("size", 1), "load_balance": False}
+    data["parallel"] = {**{k: v for k, v in parallel.items() if k != "tensor"}, "context": context}
+    handlers = data.get("gradient_handler")
+    if isinstance(handlers, (list, tuple)):
+        data["gradient_handler"] = [h for h in handlers if not _names_handler(h, "SequenceParallelGradientHandler")]
+
+
+def _names_handler(handler: Any, name: str) -> bool:
+    return isinstance(handler, Mapping) and handler.get("type") == name
+
+
+# -- end of context parallelism and activation checkpointing
+
+
 _PARALLEL = _Section(
     {
         "data": _Field(_int(1, optional=True), None),
         "tensor": _Field(_TENSOR, None),
         "pipeline": _Field(_PIPELINE, None),
-        "context": _Field(_int(1, optional=True), None),  # splits each sequence (ember.layout)
+        "context": _Field(_CONTEXT, None),  # splits each sequence (ember.layout, ember.parallel.context_parallel)
         "expert": _Field(_int(1, optional=True), None),  # splits data: the ranks that exchange tokens
     }
 )
@@ -268,6 +342,7 @@ _SCHEMA: dict[str, _Field] = {
     "deterministic": _Field(_BOOL, False),
     "ddp": _Field(_DDP, None),
     "nonfinite_loss": _Field(_choice("error", "warn", "ignore"), "error"),
+    "activation_checkpointing": _Field(_checkpointing, None),
 }
 # Accepted on input and folded into the keys above (docs/config.md "Aliases"): fp16 -> amp +
 # grad_scaler is permanent (Colossal-AI's configs, ember.compat.colossalai); the top-level
@@ -303,6 +378,10 @@ _PEER_ALIASES: dict[str, tuple[str, str]] = {
     "pipeline_parallel_size": ("parallel", "Megatron"),
     "data_parallel_size": ("parallel", "Megatron"),
     "random_seed": ("seed", "common scripts"),
+    "gradient_checkpointing": ("activation_checkpointing", "HF Transformers"),
+    "checkpoint_activations": ("activation_checkpointing", "Megatron/DeepSpeed"),
+    "context_parallel_size": ("parallel", "Megatron/torchtitan"),
+    "sequence_parallel_size": ("parallel", "DeepSpeed"),
 }
 
 
@@ -408,6 +487,8 @@ def _normalize(source: Mapping[str, Any], full: bool) -> dict[str, Any]:
     _check_names(data)
     if "fp16" in data:
         _fold_fp16(data)
+    if "parallel" in data:
+        _fold_sequence(data)
     if "find_unused_parameters" in data:
         _deprecated("find_unused_parameters", "ddp=dict(find_unused_parameters=...)")
         flag = _BOOL(data.pop("find_unused_parameters"), "find_unused_parameters", full)

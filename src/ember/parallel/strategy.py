@@ -64,6 +64,9 @@ class Parallelized:
         policy: the Engine's parallel policy.
         model: the module the Engine owns when it is not the user's model (pipeline: this
             rank's stage), else None.
+        sequence: under context parallelism the
+            :class:`~ember.parallel.context_parallel.SequenceSharding` that slices the loaders'
+            batches and averages the criterion's loss; else None.
     """
 
     train_module: nn.Module
@@ -71,6 +74,7 @@ class Parallelized:
     optimizer: torch.optim.Optimizer
     policy: ParallelPolicy
     model: nn.Module | None = None
+    sequence: Any = None
 
 
 @dataclass(frozen=True)
@@ -115,10 +119,13 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
                 "hold tensor-parallel (DTensor) parameters; use zero=dict(stage=2) or stage=3 (FSDP2)"
             )
     layout = ParallelLayout.from_config(cfg.parallel, world_size)
+    if layout.context > 1:  # context parallelism (ember.parallel.context_parallel)
+        from ember.parallel.context_policy import check_context
+
+        check_context(layout, stage, stages is not None, bool(cfg.compile and cfg.get("activation_checkpointing")))
     unbuilt = [
         setting
         for setting, asked in {
-            f"parallel.context={layout.context}": layout.context > 1,
             f"parallel.expert={layout.expert}": layout.expert > 1,
         }.items()
         if asked
@@ -130,12 +137,18 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
         )
     # -- issue 27: the 2-D, 2.5-D and 3-D modes place the model on their grid ---------------------
     if is_grid_mode(layout) or grids_of(model):
+        if layout.context > 1:  # the grid modes are refused by check_context; this is 1-D grid layers
+            raise ConfigError(
+                f"config parallel.context={layout.context} with a model built from ember.parallel.tensor1d layers: "
+                "context parallelism runs with 1-D tensor parallelism from a plan (parallel.tensor.plan), not "
+                "with the grid layers, in this ember version"
+            )
         grid = check_grid_model(model, layout, cfg, pipeline=stages is not None)
         if grid == "convert":
             check_rebuildable(optimizer, f"parallel.tensor.mode={layout.tensor_mode!r}")
         return ParallelPlan(layout, stage, None, stages, grid)
-    # Under pipeline parallelism the stage's gradients are averaged over "data" by the policy, not DDP.
-    if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None:
+    # Under pipeline (context) parallelism the gradients are averaged over "data" by the policy, not DDP.
+    if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None and layout.context == 1:
         raise ConfigError(
             f"config parallel.tensor.size={layout.tensor} with {layout.data} data-parallel replicas needs "
             "zero=dict(stage=2) or stage=3 (FSDP2 over the data dim of the 2-D mesh), or parallel.data=1 "
@@ -208,6 +221,10 @@ def parallelize(
     if ctx.world_size == 1:
         module = _compiled(model, cfg)
         return Parallelized(module, module, optimizer, ParallelPolicy())
+    if layout.context > 1:  # before any collective: every rank has the same device type
+        from ember.parallel.context_policy import check_context
+
+        check_context(layout, plan.zero_stage, plan.pipeline_stages is not None, device=ctx.device)
     mesh = _context.get_mesh(layout)
     if mesh is None:  # unreachable: world > 1 always has a mesh
         raise RuntimeError(f"no device mesh for {layout}")
@@ -223,7 +240,7 @@ def parallelize(
     if plan.grid is not None:
         return _parallelize_grid(model, optimizer, cfg, plan, lr_scheduler)
     fsdp = plan.zero_stage >= 2 and layout.data > 1
-    if plan.tensor_plan is None and not fsdp:
+    if plan.tensor_plan is None and not fsdp and layout.context == 1:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager
         ddp = wrap_data_parallel(eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group())
         if plan.zero_stage != 1:
@@ -243,9 +260,15 @@ def parallelize(
         fully_shard_model(model, mesh["data"], plan.zero_stage, zero.mixed_precision, zero.cpu_offload, ctx.device)
         built.append(f"FSDP2 zero stage {plan.zero_stage} ×{layout.data}")
     why = f"zero stage {plan.zero_stage}" if fsdp else "tensor parallelism"
-    stepping = rebuild_optimizer(optimizer, model, names, why)
-    _follow(optimizer, stepping, lr_scheduler)
+    stepping = rebuild_optimizer(optimizer, model, names, why) if built else optimizer
+    if stepping is not optimizer:
+        _follow(optimizer, stepping, lr_scheduler)
     module = _compiled(model, cfg)
+    if layout.context > 1:  # context parallelism (ember.parallel.context_parallel): its own forward and policy
+        from ember.parallel.context_policy import context_parallelized
+
+        forward, context_policy, sequence = context_parallelized(module, stepping, cfg.parallel.context, layout, built)
+        return Parallelized(forward, forward, stepping, context_policy, sequence=sequence)
     return Parallelized(module, module, stepping, ShardedPolicy(model if fsdp else None, " + ".join(built)))
 
 

@@ -61,8 +61,8 @@ class ParallelMode(enum.Enum):
     ``PARALLEL_1D`` the tensor dimension, and the ``PARALLEL_2D_*``, ``PARALLEL_2P5D_*`` and
     ``PARALLEL_3D_*`` members the sub-dimensions of the 2-D, 2.5-D and 3-D tensor modes
     (:data:`ember.layout.TENSOR_SUB_DIMS`): ``gpc`` answers them when the launched config has
-    that ``parallel.tensor.mode``. ember has no sequence parallelism: ``gpc`` reports
-    ``SEQUENCE`` as not initialised.
+    that ``parallel.tensor.mode``. ``SEQUENCE`` is ember's ``"context"`` group and
+    ``SEQUENCE_DP`` its data × context group, under ``tensor=dict(size=N, mode="sequence")``.
     """
 
     GLOBAL = "global"

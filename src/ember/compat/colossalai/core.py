@@ -34,6 +34,9 @@ _SUB_DIM = {
     ParallelMode.PARALLEL_3D_INPUT_X_WEIGHT: ("3d", "tensor_input_x_weight"),
     ParallelMode.PARALLEL_3D_OUTPUT_X_WEIGHT: ("3d", "tensor_output_x_weight"),
 }  # fmt: skip
+# Sequence parallelism (tensor=dict(mode="sequence") is ember's parallel.context): the context
+# group, and the data × context group its gradients are averaged over (ember.layout).
+_SEQUENCE_GROUP = {ParallelMode.SEQUENCE: "context", ParallelMode.SEQUENCE_DP: "data_context"}
 
 
 class ParallelContext:
@@ -83,6 +86,8 @@ class ParallelContext:
             return layout.tensor > 1 and layout.tensor_mode == "1d"
         if mode in _SUB_DIM:
             return layout.tensor_mode == _SUB_DIM[mode][0]
+        if mode in _SEQUENCE_GROUP:
+            return layout.context > 1
         return mode in _MESH_DIM or mode in (ParallelMode.GLOBAL, ParallelMode.MODEL)
 
     def is_first_rank(self, parallel_mode: ParallelMode) -> bool:
@@ -109,9 +114,20 @@ class ParallelContext:
             return None
         if mode is ParallelMode.GLOBAL:
             return dist.group.WORLD
+        if mode in _SEQUENCE_GROUP:
+            _rank_and_size(mode)  # not initialised without sequence parallelism: say so
+            return _context.get_group(_SEQUENCE_GROUP[mode])
         if mode not in _MESH_DIM:
-            raise ContextError(f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE and TENSOR")
+            raise ContextError(
+                f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE, TENSOR and (with sequence "
+                "parallelism) SEQUENCE, SEQUENCE_DP"
+            )
         return ctx.mesh[_MESH_DIM[mode]].get_group()
+
+    def destroy(self) -> None:
+        """End the job's process group and forget the launch (``ember.context.reset()``), as
+        Colossal-AI's ``gpc.destroy()`` at a program's end; nothing happens when not launched."""
+        _context.reset()
 
     @property
     def data_parallel_size(self) -> int:
@@ -153,10 +169,17 @@ def _rank_and_size(parallel_mode: Any) -> tuple[int, int]:
         raise ContextError(
             "ParallelMode.PARALLEL_1D is not initialised: set parallel=dict(tensor=dict(size=N, mode='1d'))"
         )
+    if mode in _SEQUENCE_GROUP:
+        if layout.context == 1:
+            raise ContextError(
+                f"{mode} is not initialised: set parallel=dict(tensor=dict(size=N, mode='sequence')) "
+                "(ember's parallel.context=N)"
+            )
+        return coords[_SEQUENCE_GROUP[mode]], layout.size(_SEQUENCE_GROUP[mode])
     if mode not in _MESH_DIM:
         raise ContextError(
-            f"ember has no {mode} group (it has no sequence parallelism): use ParallelMode.GLOBAL, DATA, PIPELINE, "
-            "TENSOR, MODEL, PARALLEL_1D or the members of the launched tensor mode"
+            f"ember has no {mode} group: use ParallelMode.GLOBAL, DATA, PIPELINE, TENSOR, MODEL, PARALLEL_1D, "
+            "SEQUENCE, SEQUENCE_DP or the members of the launched tensor mode"
         )
     dim = _MESH_DIM[mode]
     return coords[dim], getattr(layout, dim)

@@ -1,4 +1,4 @@
-"""Colossal-AI's ``colossalai.nn``: its layers and losses, learning-rate schedulers and accuracy metric.
+"""Colossal-AI's ``colossalai.nn``: its layers and losses, learning-rate schedulers, accuracy metric and optimizers.
 
 ``colossalai.nn.Linear``, ``LayerNorm``, ``Embedding``, ``PatchEmbedding``, ``Classifier``,
 ``Dropout`` and ``CrossEntropyLoss`` build the launched ``parallel.tensor.mode``'s layers
@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
-from . import layer, loss, lr_scheduler, metric
+from . import layer, loss, lr_scheduler, metric, optimizer
 from .layer import *  # noqa: F403 - Colossal-AI's namespace: every layer of every mode
 from .loss import *  # noqa: F403
+from .optimizer import FusedAdam, FusedLAMB, FusedSGD, Lamb
 
-__all__ = ["layer", "loss", "lr_scheduler", "metric", *layer.__all__, *loss.__all__]
+__all__ = [
+    "FusedAdam", "FusedLAMB", "FusedSGD", "Lamb", "layer", "loss", "lr_scheduler", "metric", "optimizer",
+    *layer.__all__, *loss.__all__,
+]  # fmt: skip

@@ -4,7 +4,8 @@
 the layers of one tensor mode (ember's :mod:`ember.parallel.tensor1d` …
 :mod:`~ember.parallel.tensor3d`), ``vanilla`` the one-process ones, and ``colossalai_layer``
 the layers that pick the launched mode's (``Linear``, ``Classifier``, ``Embedding``,
-``PatchEmbedding``, ``LayerNorm``, ``Dropout``).
+``PatchEmbedding``, ``LayerNorm``, ``Dropout``). ``parallel_sequence`` (imported by its path):
+ring self-attention on ember's context parallelism.
 """
 
 from __future__ import annotations
