@@ -41,7 +41,7 @@ from ember.compat.colossalai.trainer import Trainer, hooks
 from ember.compat.colossalai.utils import get_dataloader
 
 torch.set_num_threads(1)
-OUT = Path(sys.argv[1])
+OUT = Path(sys.argv[1]) if __name__ == "__main__" else Path()  # imported by the test: MODES only
 CONFIG = dict(
     BATCH_SIZE=8, NUM_EPOCHS=1, NUM_MICRO_BATCHES=2, seed=0,
     fp16=dict(mode=AMP_TYPE.TORCH),
