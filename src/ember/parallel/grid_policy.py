@@ -35,7 +35,7 @@ from torch import nn
 
 from ember import distributed
 from ember.parallel.grid import ShardSpec, local_shards, param_specs, shard_specs
-from ember.parallel.policy import ShardedPolicy, _containers
+from ember.parallel.policy import ShardedPolicy, _containers, all_reduce_mean
 
 __all__ = ["GridPolicy", "agree_on_overflow", "grid_norm_squared"]
 
@@ -69,7 +69,8 @@ class GridPolicy(ShardedPolicy):
         yield
         if enabled:
             params = list(self.module.parameters())
-            average_gradients(params, self.data_group)
+            if self.data_group is not None:
+                all_reduce_mean([p.grad for p in params if p.grad is not None], self.data_group)
             if self.agree_overflow:
                 agree_on_overflow(params)
 
@@ -129,24 +130,6 @@ def _views(entry: dict[str, Any], spec: ShardSpec | None) -> dict[str, Any]:
     shape = spec.local_shape()
     return {k: spec.as_dtensor(v) if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape == shape else v
             for k, v in entry.items()}  # fmt: skip
-
-
-def average_gradients(params: Iterable[nn.Parameter], group: Any) -> None:
-    """Average the gradients over the data-parallel ``group`` (None: nothing to do), in one
-    flat all-reduce per dtype."""
-    if group is None:
-        return
-    grads = [p.grad for p in params if p.grad is not None]
-    size = dist.get_world_size(group)
-    for dtype in {g.dtype for g in grads}:
-        same = [g for g in grads if g.dtype == dtype]
-        flat = torch.cat([g.reshape(-1) for g in same])
-        dist.all_reduce(flat, group=group)
-        flat.div_(size)
-        offset = 0
-        for g in same:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
 
 
 @torch.no_grad()
