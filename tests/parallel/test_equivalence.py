@@ -29,13 +29,6 @@ def two() -> dict[int, dict[str, Any]]:
     return res
 
 
-@pytest.fixture(scope="module")
-def four() -> dict[int, dict[str, Any]]:
-    res = torchrun(SCRIPTS / "four_ranks.py", nproc=4, timeout=240).results
-    assert sorted(res) == [0, 1, 2, 3]
-    return res
-
-
 @pytest.mark.parametrize("mode", TWO_RANK_MODES)
 def test_two_ranks_match_one_process_within_1e_5(two: dict[int, dict[str, Any]], mode: str) -> None:
     assert two[0][f"{mode}.param_diff"] <= TOL

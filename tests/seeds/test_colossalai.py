@@ -175,7 +175,7 @@ def test_config_and_gpc_read_the_launched_context() -> None:
     assert gpc.get_local_rank(ParallelMode.DATA) == 0 and gpc.is_last_rank(ParallelMode.PIPELINE)
     assert gpc.is_initialized(ParallelMode.DATA) and not gpc.is_initialized(ParallelMode.SEQUENCE)
     assert gpc.data_parallel_size == gpc.tensor_parallel_size == gpc.pipeline_parallel_size == 1
-    with pytest.raises(ContextError, match=r"no ParallelMode\.PARALLEL_2D_ROW group"):
+    with pytest.raises(ContextError, match=r"ParallelMode\.PARALLEL_2D_ROW is not initialised"):
         gpc.get_local_rank(ParallelMode.PARALLEL_2D_ROW)
     with pytest.raises(ConfigError, match="parallel_mode must be one of"):
         gpc.get_world_size("everything")

@@ -1,6 +1,7 @@
 """torchrun, 4 processes: a 2 × 2 mesh (FSDP2 over "data", tensor parallel over "tensor"), and
 the per-Engine layouts pipeline 2 × data 2 and pipeline 2 × tensor 2, each match a one-process
-run of the same model and global batch; coordinates and data sharding."""
+run of the same model and global batch; coordinates and data sharding; and the 2-D, 2.5-D and
+1-D-layer checks of :mod:`tests.parallel.scripts.grid_four`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 from tests.dist import report
 from tests.parallel.common import dataset, max_diff, mlp, optimizer_state_diff, reference, run_engine, sgd, tiny_gpt
+from tests.parallel.scripts.grid_four import grid_four
 from tests.parallel.scripts.pipeline_ranks import pipeline
 from torch import nn
 
@@ -139,6 +141,8 @@ def main() -> None:
     out.update(pipeline("pp_tp", pipe, GLOBAL, 1, 0.6, data=1, tensor=tensor, layers=2, checkpoint=checkpoint))
     # Pipeline 2 × data 2 with ZeRO-1: each stage's optimizer state sharded over its 2 replicas.
     out.update(pipeline("pp_zero1", {"size": 2, "microbatches": 2}, 16, 1, 0.6, data=2, zero={"stage": 1}))
+    # Issue 27: 2-D, 2.5-D and 1-D layers, a converted plain model, 2-D sharded checkpoints -> 1-D.
+    out.update(grid_four(Path(os.environ.get("EMBER_GRID_OUT") or os.environ["EMBER_TEST_OUT"])))
     report(out)
 
 

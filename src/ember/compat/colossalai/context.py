@@ -57,14 +57,15 @@ class Config(_Config):
 
 
 class ParallelMode(enum.Enum):
-    """The process groups Colossal-AI names; ember has those of its mesh.
+    """The process groups Colossal-AI names; ember has those of its layout.
 
     ``GLOBAL`` is the whole job, ``DATA``/``PIPELINE``/``TENSOR`` the dimensions of ember's
-    ``("pipeline", "data", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block and
-    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ``SEQUENCE`` is
-    ember's ``"context"`` group and ``SEQUENCE_DP`` its data × context group, under
-    ``tensor=dict(size=N, mode="sequence")``. ember has no 2-D, 2.5-D or 3-D tensor
-    parallelism: ``gpc`` reports them as not initialised.
+    ``("pipeline", "data", "context", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block,
+    ``PARALLEL_1D`` the tensor dimension, and the ``PARALLEL_2D_*``, ``PARALLEL_2P5D_*`` and
+    ``PARALLEL_3D_*`` members the sub-dimensions of the 2-D, 2.5-D and 3-D tensor modes
+    (:data:`ember.layout.TENSOR_SUB_DIMS`): ``gpc`` answers them when the launched config has
+    that ``parallel.tensor.mode``. ``SEQUENCE`` is ember's ``"context"`` group and
+    ``SEQUENCE_DP`` its data × context group, under ``tensor=dict(size=N, mode="sequence")``.
     """
 
     GLOBAL = "global"
@@ -80,6 +81,8 @@ class ParallelMode(enum.Enum):
     PARALLEL_3D_INPUT = "3d_input"
     PARALLEL_3D_WEIGHT = "3d_weight"
     PARALLEL_3D_OUTPUT = "3d_output"
+    PARALLEL_3D_INPUT_X_WEIGHT = "3d_input_x_weight"
+    PARALLEL_3D_OUTPUT_X_WEIGHT = "3d_output_x_weight"
     PARALLEL_2P5D_ROW = "2p5d_row"
     PARALLEL_2P5D_COL = "2p5d_col"
     PARALLEL_2P5D_DEP = "2p5d_dep"
