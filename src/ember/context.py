@@ -16,6 +16,7 @@ every group, :func:`get_group` its process group.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -189,18 +190,24 @@ def get_group(name: str, layout: ParallelLayout | None = None) -> ProcessGroup |
 def reset() -> None:
     """Forget the context and destroy the process group ember created (tests, notebooks)."""
     global _CONTEXT
+    ended, _CONTEXT = _CONTEXT, None
+    created_group = ended is not None and ended.backend is not None
+    ended = None
     _MESHES.clear()
     _GROUPS.clear()
-    if _CONTEXT is not None and _CONTEXT.backend is not None:
+    from ember.config import set_launched
+
+    set_launched(None)
+    # What the ending job built (a DDP's reducer, a mesh) may sit in reference cycles that hold its
+    # process groups. Collected here, their gloo groups are destroyed while gloo's threads run;
+    # left as garbage, a process forked later (a DataLoader worker) may collect them, and a gloo
+    # group destroyed there waits forever for threads that process does not have.
+    gc.collect()
+    if created_group:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
-    if _CONTEXT is not None:
-        from ember.config import set_launched
-
-        set_launched(None)
-    _CONTEXT = None
 
 
 _FIELDS = frozenset({"rank", "local_rank", "world_size", "device", "seed", "config", "backend",
