@@ -21,7 +21,7 @@ from ember.server import liveness
 from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
-from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
+from ember.server.models import Artifact, Folder, MetricBlock, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
 from ember.track.best import Mode
 from ember.track.hparams import flatten
@@ -64,12 +64,18 @@ def visible_folder_ids(session: Session, user: User) -> set[int]:
     return {fid for fid, path in rows if any(a in open_paths for a in ancestors(path))}
 
 
-def visible_condition(session: Session, user: User) -> ColumnElement[bool]:
-    """A WHERE clause on ``Run`` that keeps exactly the runs the user may view."""
-    shared = select(Share.node_id).where(Share.node_kind == "run", _to(user))
-    folders = visible_folder_ids(session, user)
-    in_folders = Run.folder_id.in_(folders) if folders else false()
-    return or_(in_folders, Run.pk.in_(shared))
+def visible_condition(
+    session: Session, user: User, model: type[Run] | type[Artifact] = Run, folders: set[int] | None = None
+) -> ColumnElement[bool]:
+    """A WHERE clause on ``model`` (runs, or artifacts) that keeps exactly the nodes the user may view.
+
+    ``folders``: :func:`visible_folder_ids`, when the caller has it already.
+    """
+    kind = "run" if model is Run else "artifact"
+    shared = select(Share.node_id).where(Share.node_kind == kind, _to(user))
+    folders = visible_folder_ids(session, user) if folders is None else folders
+    in_folders = model.folder_id.in_(folders) if folders else false()
+    return or_(in_folders, model.pk.in_(shared))
 
 
 def parse_filter(text: str) -> tuple[str, str, str, Any]:
