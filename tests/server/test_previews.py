@@ -35,7 +35,7 @@ FILES = {
 }
 
 
-def test_hostile_files_are_shown_as_not_previewed_with_the_reason(server: Server) -> None:
+def test_hostile_files_are_shown_as_not_previewed_with_the_reason_and_huge_run_images_refused(server: Server) -> None:
     files = []
     for path, (data, _) in FILES.items():
         sha = hashlib.sha256(data).hexdigest()
@@ -64,9 +64,7 @@ def test_hostile_files_are_shown_as_not_previewed_with_the_reason(server: Server
         p: server.client.get(f"/ui/artifacts/{ART}/preview/{p}").status_code for p in ("bomb.png", "cut.jpg", "ok.png")
     }
     assert images == {"bomb.png": 415, "cut.jpg": 415, "ok.png": 200}
-
-
-def test_a_run_image_claiming_a_size_no_client_makes_is_refused(server: Server) -> None:
+    # and a run image claiming a size no client makes is refused
     run_id = "e" * 32
     body = {"run": {"id": run_id, "name": "gan", "status": "Running"}}
     assert server.req("PUT", f"/runs/{run_id}", json=body).status_code == 200

@@ -69,8 +69,7 @@ def test_keys_are_stored_hashed_and_expire(server: Server) -> None:
 
 def test_a_key_made_with_a_key_can_do_no_more_than_its_maker(server: Server) -> None:
     """Issue 30, item 3: a key made with an expiring key expires no later, and goes when its maker is revoked."""
-    import time
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     def made(key: str, **body: object) -> dict:
         answer = server.client.post(f"{API_PREFIX}/keys", json=body, headers={"Authorization": f"Bearer {key}"})
@@ -98,12 +97,10 @@ def test_a_key_made_with_a_key_can_do_no_more_than_its_maker(server: Server) -> 
     ).json()
     assert datetime.fromisoformat(user["expires"]) == limit
     assert all(works(k) for k in (child["key"], grandchild["key"], user["key"]))
-    # a key made with a key about to expire is gone with it (after the first key expired, the new one still worked)
-    brief = made(server.keys["alice"], label="brief", expires_days=1e-5)  # 0.86 s
-    heir = made(brief["key"], label="heir")
-    assert heir["expires"] == brief["expires"] and works(heir["key"])
-    time.sleep(max(0.0, (datetime.fromisoformat(brief["expires"]) - datetime.now(timezone.utc)).total_seconds()) + 0.05)
-    assert not works(brief["key"]) and not works(heir["key"])
+    # so a key made with a key about to expire expires with it (after the first key expired, the new one still
+    # worked); that an expired key is refused is test_keys_are_stored_hashed_and_expire's
+    brief = made(server.keys["alice"], label="brief", expires_days=1e-5)
+    assert made(brief["key"], label="heir")["expires"] == brief["expires"]
     # revoking a key revokes what was made with it, at any depth
     top = made(server.keys["alice"], label="top")
     below = made(top["key"], label="below")

@@ -11,14 +11,17 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.domain_errors import Conflict, Forbidden, NotFound
+from ember.server.domain_errors import Conflict, Forbidden, NotFound, TooLarge
 from ember.server.keys import new_key, revoke
 from ember.server.models import ApiKey, User, now
 from ember.server.perms import forget_grantee, make_home
+
+MAX_KEYS = 1_000
+"""Live (unrevoked, unexpired) keys one user may hold: ``POST /keys`` past it is a 413."""
 
 
 def list_keys(session: Session, user: User) -> list[dict[str, Any]]:
@@ -48,6 +51,13 @@ def create_key(
             the key the request came with, and is revoked with it. ``expires`` in the answer is
             when it does expire.
     """
+    live = session.scalar(
+        select(func.count()).where(
+            ApiKey.user_id == user.id, ApiKey.revoked.is_(None), or_(ApiKey.expires.is_(None), ApiKey.expires > now())
+        )
+    )
+    if (live or 0) >= MAX_KEYS:
+        raise TooLarge(f"{user.name!r} holds {live} keys, the most one user may: revoke those no longer used first")
     expires = now() + timedelta(days=expires_days) if expires_days else None
     key, expires = new_key(session, user, label, expires, maker)
     return {"key": key, "expires": expires, "made_with": maker.key_id if maker is not None else None}

@@ -22,7 +22,7 @@ from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
 from ember.server.models import Artifact, Folder, MetricBlock, MetricPoint, Run, Share, User
-from ember.server.perms import PUBLIC, ancestors, home_of
+from ember.server.perms import PUBLIC
 from ember.track.best import Mode
 from ember.track.hparams import flatten
 
@@ -57,11 +57,17 @@ def _to(user: User) -> ColumnElement[bool]:
 
 
 def visible_folder_ids(session: Session, user: User) -> set[int]:
-    """Folders the user may view: in their own tree, or shared (directly or through a parent), or public."""
-    rows = session.execute(select(Folder.id, Folder.path)).all()
-    granted = set(session.scalars(select(Share.node_id).where(Share.node_kind == "folder", _to(user))))
-    open_paths = {path for fid, path in rows if fid in granted or home_of(path) == user.name}
-    return {fid for fid, path in rows if any(a in open_paths for a in ancestors(path))}
+    """Folders the user may view: their own tree, and the trees beneath folders shared with them or public.
+
+    Read by key from those roots down (``folders.parent_id``), so it costs the folders the user may
+    view, not every folder of the server (one user's 100,000 folders used to slow every other
+    user's listings).
+    """
+    granted = select(Share.node_id).where(Share.node_kind == "folder", _to(user))
+    roots = select(Folder.id).where(or_(Folder.path == f"/{user.name}", Folder.id.in_(granted)))
+    tree = roots.cte("visible_tree", recursive=True)
+    tree = tree.union(select(Folder.id).where(Folder.parent_id == tree.c.id))
+    return set(session.scalars(select(tree.c.id)))
 
 
 def visible_condition(

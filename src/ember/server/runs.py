@@ -15,19 +15,30 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember.server import codec, edges, ingest, naming, series
-from ember.server.domain_errors import Conflict, Invalid
+from ember.server.domain_errors import Conflict, Invalid, TooLarge
 from ember.server.lookup import claim_id, get_run
 from ember.server.models import Artifact, ArtifactFile, Folder, Run, User, now
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
 from ember.server.schemas import Placement, RunIn
 
 STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
+MAX_META_BYTES = 1 << 20
+"""The largest run.json, and the largest platform.json, a run may have (their JSON, in bytes): each
+page of the run and every listing holding it reads them whole."""
 
 
 def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
-    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong)."""
+    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong, 413 for one
+    over :data:`MAX_META_BYTES`)."""
     codec.check(body.run, "run")
     codec.check(body.platform, "platform")
+    for name, value in (("run.json", body.run), ("platform.json", body.platform)):
+        size = len(codec.encode(value))
+        if size > MAX_META_BYTES:
+            raise TooLarge(
+                f"{name} of run {run_id} is {size} bytes as JSON, over the {MAX_META_BYTES} a run's may hold: "
+                "keep large configurations and notes in an artifact"
+            )
     meta = body.run
     if meta.get("id") != run_id:
         raise Invalid(f"run.id {meta.get('id')!r} differs from the id in the URL {run_id!r}")

@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, Response
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ember.server import edges
 from ember.server.auth import DbSession
@@ -45,6 +45,7 @@ MAX_JSON_BYTES = 1024 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_PIXELS = 50_000_000
 MAX_PREVIEWS = 20
+MAX_LISTED = 1_000
 CSV_ROWS = 50
 TEXT_SUFFIXES = {
     ".txt", ".log", ".md", ".rst", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".py", ".sh",
@@ -192,8 +193,11 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
     user = require_viewer(request, session)
     art = get_artifact(session, user, artifact_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == art.folder_id)) or ""
-    files = session.scalars(
-        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk).order_by(ArtifactFile.path)
+    count, total = session.execute(
+        select(func.count(), func.coalesce(func.sum(ArtifactFile.size), 0)).where(ArtifactFile.artifact_pk == art.pk)
+    ).one()
+    files = session.scalars(  # the first MAX_LISTED, whatever the artifact holds
+        select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk).order_by(ArtifactFile.path).limit(MAX_LISTED)
     ).all()
     lineage = edges.edges_of(session, "artifact", art.id, art.name, user)
     store: BlobStore = request.app.state.blobs
@@ -206,10 +210,11 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
         folder=folder,
         crumbs=crumbs(folder),
         files=files,
-        total=sum(f.size for f in files),
+        count=int(count),
+        total=int(total),
         previews=[p for p in previews if p.kind != "none"],
         not_previewed={p.path: p.note for p in previews if p.kind == "none" and p.note},
-        more=max(0, len(files) - MAX_PREVIEWS),
+        more=max(0, int(count) - MAX_PREVIEWS),
         graph=graph_of("artifact", art.id, art.name, lineage),
     )
 
