@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, ScalarSelect, false, func, or_, select
+from sqlalchemy import ColumnElement, ScalarSelect, Select, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from ember.server import liveness
@@ -56,8 +56,9 @@ def _to(user: User) -> ColumnElement[bool]:
     return or_(Share.grantee == user.name, Share.grantee == PUBLIC)
 
 
-def visible_folder_ids(session: Session, user: User) -> set[int]:
-    """Folders the user may view: their own tree, and the trees beneath folders shared with them or public.
+def visible_folders(user: User) -> Select[tuple[int]]:
+    """The ids of the folders the user may view, as a query: their own tree, and the trees beneath
+    folders shared with them or public.
 
     Read by key from those roots down (``folders.parent_id``), so it costs the folders the user may
     view, not every folder of the server (one user's 100,000 folders used to slow every other
@@ -67,20 +68,28 @@ def visible_folder_ids(session: Session, user: User) -> set[int]:
     roots = select(Folder.id).where(or_(Folder.path == f"/{user.name}", Folder.id.in_(granted)))
     tree = roots.cte("visible_tree", recursive=True)
     tree = tree.union(select(Folder.id).where(Folder.parent_id == tree.c.id))
-    return set(session.scalars(select(tree.c.id)))
+    return select(tree.c.id)
+
+
+def visible_folder_ids(session: Session, user: User) -> set[int]:
+    """The ids of :func:`visible_folders`."""
+    return set(session.scalars(visible_folders(user)))
 
 
 def visible_condition(
-    session: Session, user: User, model: type[Run] | type[Artifact] = Run, folders: set[int] | None = None
+    session: Session,
+    user: User,
+    model: type[Run] | type[Artifact] = Run,
+    folders: set[int] | Select[tuple[int]] | None = None,
 ) -> ColumnElement[bool]:
     """A WHERE clause on ``model`` (runs, or artifacts) that keeps exactly the nodes the user may view.
 
-    ``folders``: :func:`visible_folder_ids`, when the caller has it already.
+    ``folders``: :func:`visible_folder_ids` (read here when None), or the query :func:`visible_folders`.
     """
     kind = "run" if model is Run else "artifact"
     shared = select(Share.node_id).where(Share.node_kind == kind, _to(user))
     folders = visible_folder_ids(session, user) if folders is None else folders
-    in_folders = model.folder_id.in_(folders) if folders else false()
+    in_folders = model.folder_id.in_(folders) if isinstance(folders, Select) or folders else false()
     return or_(in_folders, model.pk.in_(shared))
 
 
