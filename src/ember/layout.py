@@ -15,7 +15,7 @@ Two kinds of parallelism split a dimension further into *sub-dimensions*:
   ``1d``   any T           none
   ``2d``   q²              ``tensor_col`` (q), ``tensor_row`` (q)
   ``2.5d`` d · q²          ``tensor_dep`` (d), ``tensor_col`` (q), ``tensor_row`` (q)
-  ``3d``   q³              ``tensor_output`` (q), ``tensor_weight`` (q), ``tensor_input`` (q)
+  ``3d``   q³              ``tensor_output`` (q), ``tensor_input`` (q), ``tensor_weight`` (q)
   =======  ==============  ===============================================================
 
 * expert parallelism splits ``data``: ``expert_data`` (D / E) outermost, ``expert`` (E)
@@ -24,7 +24,8 @@ Two kinds of parallelism split a dimension further into *sub-dimensions*:
 Every dimension, coarse or fine, names a group: the ranks that differ only in that coordinate
 (as ``DeviceMesh`` dims do). So the ``tensor_row`` group is one row of the q × q grid, and a
 rank's ``tensor_row`` coordinate is its place in that row (its column). A few modes also need a
-group over two sub-dimensions at once (:data:`COMBINED`). :func:`build_groups` creates them all;
+group over two sub-dimensions at once (:data:`COMBINED`), and context parallelism one over data ×
+context (:data:`CONTEXT_COMBINED`). :func:`build_groups` creates them all;
 ``ember.context.get_group(name)`` returns this rank's.
 """
 
@@ -52,21 +53,35 @@ TENSOR_SUB_DIMS: dict[str, tuple[str, ...]] = {
     "1d": (),
     "2d": ("tensor_col", "tensor_row"),
     "2.5d": ("tensor_dep", "tensor_col", "tensor_row"),
-    "3d": ("tensor_output", "tensor_weight", "tensor_input"),
+    "3d": ("tensor_output", "tensor_input", "tensor_weight"),
 }
-"""Each tensor mode's sub-dimensions of ``tensor``, outermost first."""
+"""Each tensor mode's sub-dimensions of ``tensor``, outermost first.
+
+They mirror Colossal-AI's process-group initializers (``initializer_2d/2p5d/3d.py``), which
+number a tensor-parallel rank ``t = i + q·(j + q·k)``: 2-D rows hold consecutive ranks
+(``PARALLEL_2D_ROW`` local rank ``t % q``, ``PARALLEL_2D_COL`` ``t // q``); 2.5-D adds the depth
+``k`` outermost; 3-D has ``PARALLEL_3D_WEIGHT`` innermost (``i``), ``PARALLEL_3D_INPUT`` in the
+middle (``j``) and ``PARALLEL_3D_OUTPUT`` outermost (``k``)."""
 
 EXPERT_SUB_DIMS = ("expert_data", "expert")
 """The sub-dimensions of ``data`` under expert parallelism, outermost first."""
 
 COMBINED: dict[str, dict[str, tuple[str, ...]]] = {
-    "2.5d": {"tensor_xz": ("tensor_dep", "tensor_row")},
+    "2.5d": {"tensor_xz": ("tensor_dep", "tensor_col")},
     "3d": {
-        "tensor_input_x_weight": ("tensor_weight", "tensor_input"),
+        "tensor_input_x_weight": ("tensor_input", "tensor_weight"),
         "tensor_output_x_weight": ("tensor_output", "tensor_weight"),
     },
 }
-"""Groups over two sub-dimensions at once, per tensor mode: name -> the sub-dimensions it spans."""
+"""Groups over two sub-dimensions at once, per tensor mode: name -> the sub-dimensions it spans,
+the first outermost. As Colossal-AI's: ``PARALLEL_2P5D_XZ`` is depth × column (local rank
+``k·q + j``: the ``d·q`` blocks a 2.5-D batch is split into), ``PARALLEL_3D_INPUT_X_WEIGHT``
+input × weight (``j·q + i``), ``PARALLEL_3D_OUTPUT_X_WEIGHT`` output × weight (``k·q + i``)."""
+
+CONTEXT_COMBINED: dict[str, tuple[str, ...]] = {"data_context": ("data", "context")}
+"""Groups that exist under context parallelism (``context`` > 1): name -> the dims it spans.
+``data_context`` holds the ranks whose parameters are replicas of each other (gradients are
+averaged over it; Colossal-AI's ``SEQUENCE_DP``)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,8 @@ class ParallelLayout:
         groups["data"] = EXPERT_SUB_DIMS if self.expert > 1 else ("data",)
         groups["tensor"] = TENSOR_SUB_DIMS[self.tensor_mode] or ("tensor",)
         groups.update(COMBINED.get(self.tensor_mode, {}))
+        if self.context > 1:
+            groups.update({name: sum((groups[d] for d in dims), ()) for name, dims in CONTEXT_COMBINED.items()})
         order = {name: i for i, name in enumerate(MESH_DIMS)}
         return {name: groups[name] for name in sorted(groups, key=lambda n: (order.get(n, len(order)), n))}
 
@@ -223,7 +240,7 @@ class ParallelLayout:
         tensor = _size(tensor_section)
         mode, depth = _tensor_mode(tensor_section, tensor)
         pipeline = _size(parallel.get("pipeline"))
-        context = int(parallel.get("context") or 1)
+        context = _size(parallel.get("context"))
         data = parallel.get("data")
         inner = tensor * pipeline * context
         if data is None and world_size % inner == 0:

@@ -148,8 +148,9 @@ def reference(
     return {"model": model.state_dict(), "optimizer": opt.state_dict(), "losses": losses, "norms": norms}
 
 
-def run_engine(engine: ember.Engine, loader: DataLoader, steps: int) -> dict[str, Any]:
-    """The Engine loop until ``steps`` updates; losses are the global-batch means of each update."""
+def run_engine(engine: ember.Engine, loader: DataLoader, steps: int, scheduler: Any = None) -> dict[str, Any]:
+    """The Engine loop until ``steps`` updates (stepping ``scheduler`` after each); losses are the
+    global-batch means of each update."""
     losses, norms, cycle = [], [], []
     for x, y in loader:
         engine.zero_grad()
@@ -157,6 +158,8 @@ def run_engine(engine: ember.Engine, loader: DataLoader, steps: int) -> dict[str
         engine.backward(loss)
         cycle.append(loss.detach())
         if engine.step():
+            if scheduler is not None:
+                scheduler.step()
             losses.append(global_mean(torch.stack(cycle).mean()))
             if engine.last_grad_norm is not None:
                 norms.append(float(engine.last_grad_norm))

@@ -60,7 +60,7 @@ def test_context_sits_between_data_and_tensor() -> None:
     [
         ({"size": 4, "mode": "2d"}, ("tensor_col", "tensor_row"), (2, 2)),
         ({"size": 8, "mode": "2.5d", "depth": 2}, ("tensor_dep", "tensor_col", "tensor_row"), (2, 2, 2)),
-        ({"size": 8, "mode": "3d"}, ("tensor_output", "tensor_weight", "tensor_input"), (2, 2, 2)),
+        ({"size": 8, "mode": "3d"}, ("tensor_output", "tensor_input", "tensor_weight"), (2, 2, 2)),
         ({"size": 9, "mode": "2d"}, ("tensor_col", "tensor_row"), (3, 3)),
     ],
 )
@@ -91,10 +91,65 @@ def test_combined_groups_span_two_sub_dimensions() -> None:
     layout = ParallelLayout.from_config({"tensor": {"size": 8, "mode": "3d"}}, 8)
     assert layout.size("tensor_input_x_weight") == 4
     assert layout.group_ranks("tensor_input_x_weight") == [[0, 1, 2, 3], [4, 5, 6, 7]]
-    assert layout.group_ranks("tensor_output_x_weight") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert layout.group_ranks("tensor_output_x_weight") == [[0, 1, 4, 5], [2, 3, 6, 7]]
     assert ParallelLayout.from_config({"tensor": {"size": 8, "mode": "2.5d", "depth": 2}}, 8).group_ranks(
         "tensor_xz"
-    ) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    ) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+
+
+def _colossal_groups(mode: str, q: int, d: int, tensor: int, world: int) -> dict[str, list[list[int]]]:
+    """The rank lists Colossal-AI 0.2.8's process-group initializers build (their formulas, with
+    ``h`` the tensor group's index; ``t = i + q·(j + q·k)`` inside a tensor group)."""
+    h_range = range(world // tensor)
+    r, a = range(q), range(d)
+    if mode == "2d":
+        return {
+            "PARALLEL_2D_ROW": [[h * tensor + j * q + k for k in r] for h in h_range for j in r],
+            "PARALLEL_2D_COL": [[h * tensor + j + k * q for k in r] for h in h_range for j in r],
+        }
+    if mode == "2.5d":
+        at = lambda h, i, j, k: h * tensor + i + q * (j + q * k)  # noqa: E731
+        return {
+            "PARALLEL_2P5D_ROW": [[at(h, i, j, k) for i in r] for h in h_range for j in r for k in a],
+            "PARALLEL_2P5D_COL": [[at(h, i, j, k) for j in r] for h in h_range for i in r for k in a],
+            "PARALLEL_2P5D_DEP": [[at(h, i, j, k) for k in a] for h in h_range for i in r for j in r],
+            "PARALLEL_2P5D_XZ": [[at(h, i, j, k) for k in a for j in r] for h in h_range for i in r],
+        }
+    at = lambda h, i, j, k: h * q**3 + i + q * (j + q * k)  # noqa: E731
+    return {
+        "PARALLEL_3D_INPUT": [[at(h, i, j, k) for j in r] for h in h_range for i in r for k in r],
+        "PARALLEL_3D_WEIGHT": [[at(h, i, j, k) for i in r] for h in h_range for k in r for j in r],
+        "PARALLEL_3D_OUTPUT": [[at(h, i, j, k) for k in r] for h in h_range for i in r for j in r],
+        "PARALLEL_3D_INPUT_X_WEIGHT": [[at(h, i, j, k) for j in r for i in r] for h in h_range for k in r],
+        "PARALLEL_3D_OUTPUT_X_WEIGHT": [[at(h, i, j, k) for k in r for i in r] for h in h_range for j in r],
+    }
+
+
+COLOSSAL_GROUP = {
+    "PARALLEL_2D_ROW": "tensor_row", "PARALLEL_2D_COL": "tensor_col",
+    "PARALLEL_2P5D_ROW": "tensor_row", "PARALLEL_2P5D_COL": "tensor_col", "PARALLEL_2P5D_DEP": "tensor_dep",
+    "PARALLEL_2P5D_XZ": "tensor_xz",
+    "PARALLEL_3D_INPUT": "tensor_input", "PARALLEL_3D_WEIGHT": "tensor_weight", "PARALLEL_3D_OUTPUT": "tensor_output",
+    "PARALLEL_3D_INPUT_X_WEIGHT": "tensor_input_x_weight", "PARALLEL_3D_OUTPUT_X_WEIGHT": "tensor_output_x_weight",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tensor", "q", "d"),
+    [({"size": 4, "mode": "2d"}, 2, 1), ({"size": 9, "mode": "2d"}, 3, 1),
+     ({"size": 8, "mode": "2.5d", "depth": 2}, 2, 2), ({"size": 18, "mode": "2.5d", "depth": 2}, 3, 2),
+     ({"size": 8, "mode": "3d"}, 2, 1), ({"size": 27, "mode": "3d"}, 3, 1)],
+)  # fmt: skip
+def test_sub_dimension_groups_and_local_ranks_are_colossal_ais(tensor: dict, q: int, d: int) -> None:
+    """Every group of every mode holds the ranks Colossal-AI's initializer puts in it, and a rank's
+    coordinate in it is its index there (what ``gpc.get_local_rank(ParallelMode...)`` answers)."""
+    world = tensor["size"] * 2
+    layout = ParallelLayout.from_config({"tensor": tensor}, world)
+    for mode_name, groups in _colossal_groups(tensor["mode"], q, d, tensor["size"], world).items():
+        name = COLOSSAL_GROUP[mode_name]
+        assert sorted(layout.group_ranks(name)) == sorted(groups), mode_name
+        for group in groups:
+            assert [layout.coords(rank)[name] for rank in group] == list(range(len(group))), mode_name
 
 
 def test_expert_splits_data_with_the_expert_ranks_innermost() -> None:

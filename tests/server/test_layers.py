@@ -33,6 +33,7 @@ SERVICES = {
     "columns",
     "downloads",
     "edges",
+    "filtering",
     "folder_pages",
     "folders",
     "images",

@@ -30,6 +30,8 @@ from torch import nn
 
 from ember import distributed
 from ember.errors import EngineError
+from ember.parallel.grid import local_shards, param_specs, shard_specs
+from ember.parallel.grid_policy import agree_on_overflow, grid_norm_squared, whole_optimizer_state
 from ember.parallel.policy import ParallelPolicy, _containers, global_grad_norm
 
 __all__ = ["PipelinePolicy"]
@@ -49,6 +51,11 @@ class PipelinePolicy(ParallelPolicy):
         description: what was built, for the log.
         data_group: the data-parallel group of this stage's replicas, or None.
         zero: whether the optimizer is a ZeroRedundancyOptimizer (ZeRO-1) over the data group.
+        tensor_group: the stage's 2-D/2.5-D/3-D grid (its tensor group) when its layers are grid
+            layers, else None: norms count each block once over it, optimizer state is
+            gathered and cut like the parameters.
+        agree_overflow: with ``amp="fp16"``, make every rank agree on an overflow
+            (:func:`~ember.parallel.grid_policy.agree_on_overflow`): one loss scale for all stages.
 
     Example:
         >>> policy = PipelinePolicy(mesh["pipeline"].get_group(), positions, "pipeline ×2", None)
@@ -59,13 +66,15 @@ class PipelinePolicy(ParallelPolicy):
 
     def __init__(
         self, group: dist.ProcessGroup, positions: list[int], description: str,
-        data_group: dist.ProcessGroup | None = None, zero: bool = False,
+        data_group: dist.ProcessGroup | None = None, zero: bool = False, tensor_group: Any = None,
+        agree_overflow: bool = False, grid: bool = False,
     ) -> None:  # fmt: skip
         self.group = group
         self.positions = positions
         self.name = description
         self.data_group = data_group
         self.zero = zero
+        self.grid, self.tensor_group, self.agree_overflow = grid, tensor_group, agree_overflow
         self.module: nn.Module | None = None
         """The stage whose gradients are averaged over ``data_group`` (set by the builder)."""
 
@@ -81,11 +90,16 @@ class PipelinePolicy(ParallelPolicy):
                     local = _local(p.grad)
                     dist.all_reduce(local, group=self.data_group)
                     local.div_(size)
+        if enabled and self.agree_overflow and self.module is not None:
+            agree_on_overflow(self.module.parameters())
 
     @torch.no_grad()
     def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
         grads = [p.grad for p in params if p.grad is not None]
-        stage_norm = global_grad_norm(grads)  # over this stage's tensor shards: equal on its TP ranks
+        if self.grid and self.module is not None:  # grid blocks, each counted once over the tensor group
+            stage_norm = grid_norm_squared(params, param_specs(self.module), self.tensor_group).sqrt()
+        else:
+            stage_norm = global_grad_norm(grads)  # over this stage's tensor shards: equal on its TP ranks
         squared = stage_norm.float().pow(2).reshape(1).to(distributed.collective_device())
         dist.all_reduce(squared, group=self.group)
         total = squared.sqrt()[0].to(stage_norm.device)
@@ -105,6 +119,8 @@ class PipelinePolicy(ParallelPolicy):
             ours = optimizer.state_dict() if first_replica else None
         else:
             ours = optimizer.state_dict()
+        if self.grid and ours is not None:
+            ours = whole_optimizer_state(ours, optimizer, param_specs(model))
         ours = _whole(ours)
         if 0 not in dist.get_process_group_ranks(self.group):
             return {}, {}
@@ -128,8 +144,10 @@ class PipelinePolicy(ParallelPolicy):
     ) -> dict[str, Any]:
         if distributed.any_true(not state["model"]):
             state = distributed.broadcast_object(state, src=0)
-        own = model.state_dict()
-        part = {k: _like(v, own[k]) for k, v in state["model"].items() if k in own}
+        with local_shards():  # keys and DTensor references, without gathering grid layers' shards
+            own = model.state_dict()
+        gridded = shard_specs(model)  # their whole tensors are cut by the layers themselves
+        part = {k: v if k in gridded else _like(v, own[k]) for k, v in state["model"].items() if k in own}
         missing = sorted(set(own) - set(part))
         if strict and missing:
             raise EngineError(f"the model state has no entries for {missing[:5]} of this pipeline stage")
@@ -138,6 +156,9 @@ class PipelinePolicy(ParallelPolicy):
         params = [p for g in optimizer.param_groups for p in g["params"]]
         full = state["optimizer"]
         entries = {local[int(k)]: v for k, v in full["state"].items() if int(k) in local}
+        if self.grid:  # a grid parameter's whole state cut to this rank's block (new dicts: the caller's stay whole)
+            specs = param_specs(model)
+            entries = {i: _cut(entry, specs.get(id(params[i]))) for i, entry in entries.items()}
         optimizer.load_state_dict(
             {
                 # Copies of the containers: ZeroRedundancyOptimizer overwrites other ranks' entries.
@@ -149,6 +170,16 @@ class PipelinePolicy(ParallelPolicy):
             }
         )
         return state
+
+
+def _cut(entry: dict[str, Any], spec: Any) -> dict[str, Any]:
+    """One parameter's optimizer state with its whole tensors cut to the grid block ``spec`` says."""
+    if spec is None or spec.is_whole:
+        return entry
+    return {
+        n: spec.shard(v).clone() if isinstance(v, torch.Tensor) and v.shape == spec.shape else v
+        for n, v in entry.items()
+    }
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from torch import nn
 
 from ember.batch import batch_size, split_batch, to_device
 from ember.config import Config
-from ember.errors import EngineError
+from ember.errors import DataError, EngineError
 from ember.parallel.pipeline import PipelineOnly, StageModule, iter_stage_tensors, stage_optimizer, stage_plan
 from ember.parallel.pipeline_policy import PipelinePolicy
 
@@ -35,7 +35,8 @@ __all__ = ["PipelineSchedule", "build_pipeline"]
 
 
 class _Loss:
-    """The loss torch's schedule calls per micro-batch: the Engine's criterion, scaled, recorded."""
+    """The loss torch's schedule calls per micro-batch: the Engine's criterion, scaled (by the
+    accumulation factor, and by the fp16 loss scale), recorded."""
 
     def __init__(self) -> None:
         self.engine: Any = None
@@ -45,7 +46,7 @@ class _Loss:
     def __call__(self, output: Any, target: Any) -> torch.Tensor:
         loss = self.engine.criterion(output, target)
         self.recorded.append(loss.detach())
-        return loss * self.factor
+        return self.engine.precision.scale(loss * self.factor)
 
 
 class PipelineSchedule:
@@ -62,9 +63,22 @@ class PipelineSchedule:
             hooks such as ``AccuracyHook`` work on every rank (set False for large outputs, e.g. a
             language model's logits: other stages then see ``output=None``).
 
+    Without a Trainer, an Engine loop runs a batch with ``engine.schedule.forward_backward(engine,
+    batch, boundary)`` (the schedule takes the Engine where a Trainer would be) and then
+    ``engine.step()``, as Colossal-AI's ``engine.execute_schedule`` loop does.
+
+    Under 2-D/2.5-D/3-D tensor parallelism (``row_blocks`` R > 1: each rank of a stage computes
+    one of R blocks of a micro-batch's rows) the batch's rows are reordered before the split into
+    micro-batches, so that the output a rank's last stage returns is its contiguous block of the
+    *whole* batch, in order: what the grid's ``Accuracy2D``/``2p5D``/``3D`` pair with the whole
+    label. The batch size must then be a multiple of ``R × micro-batches``.
+
     Example:
         >>> engine, train_dl, test_dl, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), train_dl, test_dl)
-        >>> Trainer(engine, schedule=engine.schedule).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])
+        >>> Trainer(engine).fit(train_dl, epochs=2, hooks=[hooks.LossHook()])   # picks engine.schedule
+        >>> for x, y in train_dl:                                               # or the Engine loop
+        ...     result = engine.schedule.forward_backward(engine, (x, y), boundary=True)
+        ...     engine.step()                                                   # result["loss"]: the batch's
     """
 
     def __init__(
@@ -77,6 +91,7 @@ class PipelineSchedule:
         self.group, self.device = group, device
         self.last_rank = dist.get_global_rank(group, num_stages - 1)
         self.broadcast_output = True
+        self.row_blocks = 1
         self._runners: dict[tuple[Any, ...], tuple[PipelineScheduleSingle, _Loss]] = {}
 
     @property
@@ -90,28 +105,35 @@ class PipelineSchedule:
         return self.stage_index == self.num_stages - 1
 
     def forward_backward(self, trainer: Any, batch: Any, boundary: bool) -> dict[str, Any]:
-        """Forward and backward of one batch over all stages (see the Trainer's ``Schedule``)."""
-        engine = trainer.engine
+        """Forward and backward of one batch over all stages (see the Trainer's ``Schedule``);
+        ``trainer`` may be the Engine itself (a loop without a Trainer)."""
+        engine = getattr(trainer, "engine", trainer)
         engine.zero_grad()
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
-        runner, loss = self._runner(engine, args, kwargs, label, micro, training=True)
+        args, kwargs, order = self._interleave(args, kwargs, label, size, micro)
+        runner, loss = self._runner(engine, args, kwargs, order, micro, training=True)
 
         def run(factor: float) -> Any:
             loss.factor = factor / micro
-            return self._step(runner, args, kwargs, label, training=True)
+            # The loss (and its scaling) lives on the last stage; the others get scaled
+            # gradients from it and must unscale them: give their scaler its scale too.
+            engine.precision.scale(torch.zeros((), device=self.device))
+            return self._step(runner, args, kwargs, order, training=True)
 
         output = engine.run_backward(run, boundary=True if boundary else None)
         return self._result(output, loss, micro, label, size)
 
     def forward(self, trainer: Any, batch: Any) -> dict[str, Any]:
-        """Forward-only pass of one evaluation batch (the Trainer calls it under ``no_grad``)."""
-        engine = trainer.engine
+        """Forward-only pass of one evaluation batch (the Trainer calls it under ``no_grad``);
+        ``trainer`` may be the Engine itself."""
+        engine = getattr(trainer, "engine", trainer)
         args, kwargs, label, size = self._inputs(engine, batch)
         micro = math.gcd(size, self.microbatches)
-        runner, loss = self._runner(engine, args, kwargs, label, micro, training=False)
+        args, kwargs, order = self._interleave(args, kwargs, label, size, micro)
+        runner, loss = self._runner(engine, args, kwargs, order, micro, training=False)
         loss.factor = 1.0
-        output = self._step(runner, args, kwargs, label, training=False)
+        output = self._step(runner, args, kwargs, order, training=False)
         return self._result(output, loss, micro, label, size)
 
     # -- helpers ------------------------------------------------------------------------------
@@ -124,6 +146,28 @@ class PipelineSchedule:
                 "be (inputs..., label) tuples or dicts with a 'label'/'target' key"
             )
         return args, kwargs, label, batch_size(batch)
+
+    def _interleave(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, size: int, micro: int
+    ) -> tuple[tuple[Any, ...], dict[str, Any], Any]:
+        """The batch's tensors (and label) with their rows reordered for ``row_blocks`` (see the
+        class): row block i of micro-batch j is row block (i, j) of the whole batch."""
+        blocks = self.row_blocks
+        if blocks == 1 or micro == 1:
+            return args, kwargs, label
+        if size % (blocks * micro):
+            raise DataError(
+                f"a batch of {size} rows: the pipeline's {micro} micro-batches are each split into {blocks} row "
+                f"blocks over the tensor grid, so the batch size must be a multiple of {blocks * micro}"
+            )
+
+        def reorder(value: Any) -> Any:
+            if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != size:
+                return value
+            rest = value.shape[1:]
+            return value.reshape(blocks, micro, -1, *rest).transpose(0, 1).reshape(size, *rest)
+
+        return tuple(reorder(a) for a in args), {k: reorder(v) for k, v in kwargs.items()}, reorder(label)
 
     def _runner(
         self, engine: Any, args: tuple[Any, ...], kwargs: dict[str, Any], label: Any, micro: int, training: bool
@@ -176,7 +220,7 @@ class PipelineSchedule:
 
 def build_pipeline(
     model: nn.Module, optimizer: torch.optim.Optimizer, cfg: Config, ctx: Context, mesh: DeviceMesh,
-    stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0,
+    stages: list[list[str]], tensor_plan: dict[str, Any] | None = None, zero_stage: int = 0, grid: bool = False,
 ) -> tuple[StageModule, nn.Module, torch.optim.Optimizer, PipelinePolicy]:  # fmt: skip
     """This rank's stage of ``model`` and what the Engine needs to train it.
 
@@ -191,6 +235,8 @@ def build_pipeline(
         tensor_plan: the resolved tensor-parallel plan of the whole model, or None; each stage
             applies the entries inside its layers on the ``"tensor"`` dim.
         zero_stage: 1 for a ZeroRedundancyOptimizer over the ``"data"`` dim, else 0.
+        grid: the model's layers are 2-D/2.5-D/3-D grid layers (each rank holds its own blocks:
+            only the replicas of a block are made equal, see :func:`~ember.parallel.grid_plan.sync_replicas`).
 
     Returns:
         ``(stage, guard, optimizer, policy)``: the :class:`StageModule` (the Engine's
@@ -212,7 +258,7 @@ def build_pipeline(
     layout = f"pipeline ×{pipe.size} ({pipe.schedule}, stage {index}: {stages[index][0]}…{stages[index][-1]})"
     # The ranks holding this stage (its tensor peers and data replicas) start from the same
     # weights: those of the stage's (data 0, tensor 0) rank.
-    for dim in ("tensor", "data"):
+    for dim in ("data",) if grid else ("tensor", "data"):
         if mesh[dim].size() > 1:
             group = mesh[dim].get_group()
             for tensor in [*stage.parameters(), *stage.buffers()]:
@@ -236,8 +282,23 @@ def build_pipeline(
         stepping = zero_optimizer(stepping, mesh["data"].get_group())
         layout += " + ZeRO-1"
     group = mesh["pipeline"].get_group()
-    policy = PipelinePolicy(group, positions, layout, data_group, zero=zero_stage == 1)
+    tensor_group = None
+    if grid:
+        from ember.layout import TENSOR_SUB_DIMS, ParallelLayout
+        from ember.parallel.grid_plan import sync_replicas
+
+        fine = ParallelLayout.from_config(cfg.parallel, ctx.world_size)
+        sync_replicas(stage, None)  # the blocks replicated inside the grid; "data" was broadcast above
+        tensor_group = mesh["tensor"].get_group() if mesh["tensor"].size() > 1 else None
+        layout += f" × {fine.tensor_mode} tensor {fine.tensor}"
+    policy = PipelinePolicy(
+        group, positions, layout, data_group, zero=zero_stage == 1, tensor_group=tensor_group,
+        agree_overflow=cfg.amp == "fp16", grid=grid,
+    )  # fmt: skip
     policy.module = stage
     micro = pipe.microbatches or pipe.size
     policy.batch_schedule = PipelineSchedule(stage, stage, index, pipe.size, micro, pipe.schedule, group, ctx.device)
+    if grid:
+        axes = TENSOR_SUB_DIMS[fine.tensor_mode]  # a batch's rows are split over all axes but the last
+        policy.batch_schedule.row_blocks = fine.tensor // fine.size(axes[-1]) if axes else 1
     return stage, PipelineOnly(stage), stepping, policy

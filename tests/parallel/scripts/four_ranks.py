@@ -1,6 +1,7 @@
 """torchrun, 4 processes: a 2 × 2 mesh (FSDP2 over "data", tensor parallel over "tensor"), and
 the per-Engine layouts pipeline 2 × data 2 and pipeline 2 × tensor 2, each match a one-process
-run of the same model and global batch; coordinates and data sharding."""
+run of the same model and global batch; coordinates and data sharding; and the 2-D, 2.5-D and
+1-D-layer checks of :mod:`tests.parallel.scripts.grid_four`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import torch
 from tests.dist import report
 from tests.parallel.common import dataset, max_diff, mlp, optimizer_state_diff, reference, run_engine, sgd, tiny_gpt
+from tests.parallel.scripts.grid_four import grid_four
 from tests.parallel.scripts.pipeline_ranks import pipeline
 from torch import nn
 
@@ -88,6 +90,35 @@ def group_members() -> dict[str, Any]:
     return out
 
 
+def ddp_resume() -> dict[str, Any]:
+    """DDP on 4 ranks with ``deterministic=True``: 4 updates, a new Engine loaded with that state
+    (as a resume builds one), 4 more — bit-identical to 8 updates in one Engine."""
+    ds = dataset(GLOBAL * 8)
+    config = {"deterministic": True, "parallel": {"data": 4, "tensor": 1}, "zero": None, "clip_grad_norm": None}
+
+    def engine() -> tuple[Any, Any]:
+        model = mlp()
+        loader = ember.get_dataloader(ds, batch_size=GLOBAL // 4)
+        engine, loader, _, _ = ember.initialize(model, sgd(model), nn.CrossEntropyLoss(), loader, config=config)
+        return engine, loader
+
+    whole, loader = engine()
+    run_engine(whole, loader, 8)
+    first, loader = engine()
+    run_engine(first, loader, 4)
+    resumed, loader = engine()
+    resumed.load_state_dict(first.state_dict())
+    batches = iter(loader)
+    for _ in range(4):
+        next(batches)
+    for x, y in batches:
+        resumed.zero_grad()
+        resumed.backward(resumed.criterion(resumed(x), y))
+        resumed.step()
+    a, b = whole.state_dict()["model"], resumed.state_dict()["model"]
+    return {"ddp_resume.bitwise": all(torch.equal(a[k], b[k]) for k in a)}
+
+
 def main() -> None:
     ctx = ember.launch_from_torch(config=CONFIG, verbose=False)
     out: dict[str, Any] = {
@@ -97,6 +128,7 @@ def main() -> None:
         "context_module": [ember.context.coords, ember.context.data_parallel_size],
     }
     out.update(group_members())
+    out.update(ddp_resume())
     out.update(two_by_two(gpt=True))
     out.update(two_by_two(gpt=False))
     # Pipeline 2 × data 2 (DDP inside each stage), a per-Engine layout: batches of 16 per replica.
@@ -109,6 +141,8 @@ def main() -> None:
     out.update(pipeline("pp_tp", pipe, GLOBAL, 1, 0.6, data=1, tensor=tensor, layers=2, checkpoint=checkpoint))
     # Pipeline 2 × data 2 with ZeRO-1: each stage's optimizer state sharded over its 2 replicas.
     out.update(pipeline("pp_zero1", {"size": 2, "microbatches": 2}, 16, 1, 0.6, data=2, zero={"stage": 1}))
+    # Issue 27: 2-D, 2.5-D and 1-D layers, a converted plain model, 2-D sharded checkpoints -> 1-D.
+    out.update(grid_four(Path(os.environ.get("EMBER_GRID_OUT") or os.environ["EMBER_TEST_OUT"])))
     report(out)
 
 

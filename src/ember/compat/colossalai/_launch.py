@@ -114,6 +114,11 @@ def initialize(
 ) -> tuple[Engine, DataLoader[Any] | None, DataLoader[Any] | None, Any]:
     """Build the Engine from the launched config: :func:`ember.initialize` with Colossal-AI's arguments.
 
+    A :class:`~ember.compat.colossalai.pipeline.PipelinableModel` (from
+    ``PipelinableContext.partition``) brings its stage boundaries as
+    ``parallel.pipeline.split_points``, and the config's ``NUM_MICRO_BATCHES`` becomes
+    ``parallel.pipeline.microbatches`` (unless that is set), for this Engine.
+
     Args:
         model: the model.
         optimizer: an optimizer over its parameters.
@@ -139,7 +144,22 @@ def initialize(
             "initialize(ophooks=...) has no ember counterpart (Colossal-AI's operator hooks serve its ZeRO memory "
             "tracing): remove it, and set zero=dict(stage=...) in the config for sharding"
         )
-    return ember.initialize(model, optimizer, criterion, train_dataloader, test_dataloader, lr_scheduler)
+    return ember.initialize(
+        model, optimizer, criterion, train_dataloader, test_dataloader, lr_scheduler, config=_pipeline_config(model)
+    )
+
+
+def _pipeline_config(model: nn.Module) -> dict[str, Any] | None:
+    """This Engine's ``parallel.pipeline`` from a PipelinableModel's split and ``NUM_MICRO_BATCHES``."""
+    config = ember.context.get_context(default=True).config
+    pipeline: dict[str, Any] = {}
+    points = getattr(model, "pipeline_split_points", None)
+    if points is not None:
+        pipeline["split_points"] = list(points)
+    micro = config.get("NUM_MICRO_BATCHES") if config is not None else None
+    if micro is not None and config is not None and not config.parallel.pipeline.microbatches:
+        pipeline["microbatches"] = int(micro)
+    return {"parallel": {"pipeline": pipeline}} if pipeline else None
 
 
 def get_default_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,8 @@
-"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException`` and ``ParallelMode``.
+"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException``, ``ParallelMode`` and ``MOE_CONTEXT``.
 
 ``Config`` is ember's :class:`ember.config.Config` (a dict with attribute access), with
-Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``.
+Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``;
+``MOE_CONTEXT`` is :mod:`ember.compat.colossalai.moe_context`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from ember.config import Config as _Config
 from ember.config import load_config
 from ember.errors import ConfigError
 
-__all__ = ["Config", "ConfigException", "ParallelMode"]
+from .moe_context import MOE_CONTEXT
+
+__all__ = ["MOE_CONTEXT", "Config", "ConfigException", "ParallelMode"]
 
 ConfigException = ConfigError
 """Colossal-AI's name for a bad config: ember raises :class:`ember.errors.ConfigError`."""
@@ -54,12 +57,15 @@ class Config(_Config):
 
 
 class ParallelMode(enum.Enum):
-    """The process groups Colossal-AI names; ember has those of its mesh.
+    """The process groups Colossal-AI names; ember has those of its layout.
 
     ``GLOBAL`` is the whole job, ``DATA``/``PIPELINE``/``TENSOR`` the dimensions of ember's
-    ``("pipeline", "data", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block and
-    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ember has no
-    sequence, 2-D, 2.5-D or 3-D tensor parallelism: ``gpc`` reports them as not initialised.
+    ``("pipeline", "data", "context", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block,
+    ``PARALLEL_1D`` the tensor dimension, and the ``PARALLEL_2D_*``, ``PARALLEL_2P5D_*`` and
+    ``PARALLEL_3D_*`` members the sub-dimensions of the 2-D, 2.5-D and 3-D tensor modes
+    (:data:`ember.layout.TENSOR_SUB_DIMS`): ``gpc`` answers them when the launched config has
+    that ``parallel.tensor.mode``. ``SEQUENCE`` is ember's ``"context"`` group and
+    ``SEQUENCE_DP`` its data × context group, under ``tensor=dict(size=N, mode="sequence")``.
     """
 
     GLOBAL = "global"
@@ -75,6 +81,8 @@ class ParallelMode(enum.Enum):
     PARALLEL_3D_INPUT = "3d_input"
     PARALLEL_3D_WEIGHT = "3d_weight"
     PARALLEL_3D_OUTPUT = "3d_output"
+    PARALLEL_3D_INPUT_X_WEIGHT = "3d_input_x_weight"
+    PARALLEL_3D_OUTPUT_X_WEIGHT = "3d_output_x_weight"
     PARALLEL_2P5D_ROW = "2p5d_row"
     PARALLEL_2P5D_COL = "2p5d_col"
     PARALLEL_2P5D_DEP = "2p5d_dep"

@@ -1,9 +1,11 @@
 """Colossal-AI's ``colossalai.core``: ``global_context`` (``gpc``), read from ember's context.
 
 ``gpc.config`` is the launched config; ranks and sizes come from the launched
-:mod:`ember.context` and its ``("pipeline", "data", "tensor")`` mesh. Colossal-AI's "local
-rank" of a mode is this process's rank *inside that mode's group* (``get_local_rank(DATA)`` is
-the data-parallel rank), not its index on the machine (``ember.context.local_rank``).
+:mod:`ember.context` and its layout. Colossal-AI's "local rank" of a mode is this process's
+rank *inside that mode's group* (``get_local_rank(DATA)`` is the data-parallel rank), not its
+index on the machine (``ember.context.local_rank``). The 2-D, 2.5-D and 3-D modes' members
+(``PARALLEL_2D_ROW``, ``PARALLEL_2P5D_DEP``, ``PARALLEL_3D_WEIGHT``, ...) are the layout's
+sub-dimension groups, numbered as Colossal-AI's process-group initializers number them.
 """
 
 from __future__ import annotations
@@ -20,9 +22,21 @@ from .context import ParallelMode
 
 __all__ = ["ParallelContext", "global_context"]
 
-# The modes ember's mesh has; the others (sequence, 2-D/2.5-D/3-D tensor) it never initialises.
+# The modes of ember's mesh dims, and of the tensor modes' sub-dimensions (with their mode).
 _MESH_DIM = {ParallelMode.DATA: "data", ParallelMode.PIPELINE: "pipeline", ParallelMode.TENSOR: "tensor",
              ParallelMode.PARALLEL_1D: "tensor"}  # fmt: skip
+_SUB_DIM = {
+    ParallelMode.PARALLEL_2D_ROW: ("2d", "tensor_row"), ParallelMode.PARALLEL_2D_COL: ("2d", "tensor_col"),
+    ParallelMode.PARALLEL_2P5D_ROW: ("2.5d", "tensor_row"), ParallelMode.PARALLEL_2P5D_COL: ("2.5d", "tensor_col"),
+    ParallelMode.PARALLEL_2P5D_DEP: ("2.5d", "tensor_dep"), ParallelMode.PARALLEL_2P5D_XZ: ("2.5d", "tensor_xz"),
+    ParallelMode.PARALLEL_3D_INPUT: ("3d", "tensor_input"), ParallelMode.PARALLEL_3D_WEIGHT: ("3d", "tensor_weight"),
+    ParallelMode.PARALLEL_3D_OUTPUT: ("3d", "tensor_output"),
+    ParallelMode.PARALLEL_3D_INPUT_X_WEIGHT: ("3d", "tensor_input_x_weight"),
+    ParallelMode.PARALLEL_3D_OUTPUT_X_WEIGHT: ("3d", "tensor_output_x_weight"),
+}  # fmt: skip
+# Sequence parallelism (tensor=dict(mode="sequence") is ember's parallel.context): the context
+# group, and the data × context group its gradients are averaged over (ember.layout).
+_SEQUENCE_GROUP = {ParallelMode.SEQUENCE: "context", ParallelMode.SEQUENCE_DP: "data_context"}
 
 
 class ParallelContext:
@@ -62,12 +76,18 @@ class ParallelContext:
     def is_initialized(self, parallel_mode: ParallelMode) -> bool:
         """Whether ``parallel_mode``'s group exists: after a launch, the whole job, data,
         pipeline, tensor and model groups (size 1 when unused) do; the 1-D tensor group when
-        tensor parallelism is on; ember has no other."""
+        tensor parallelism is on in mode ``"1d"``; the 2-D/2.5-D/3-D groups under their
+        ``parallel.tensor.mode``; ember has no sequence groups."""
         mode = ParallelMode.of(parallel_mode)
         if not _context.is_launched():
             return False
+        layout = _launched().layout
         if mode is ParallelMode.PARALLEL_1D:
-            return _launched().layout.tensor > 1
+            return layout.tensor > 1 and layout.tensor_mode == "1d"
+        if mode in _SUB_DIM:
+            return layout.tensor_mode == _SUB_DIM[mode][0]
+        if mode in _SEQUENCE_GROUP:
+            return layout.context > 1
         return mode in _MESH_DIM or mode in (ParallelMode.GLOBAL, ParallelMode.MODEL)
 
     def is_first_rank(self, parallel_mode: ParallelMode) -> bool:
@@ -84,17 +104,30 @@ class ParallelContext:
 
         Raises:
             ContextError: ``MODEL`` (ember's mesh has no pipeline × tensor group of its own) or a
-                mode ember does not run.
+                mode ember does not run (or not in the launched tensor mode).
         """
         mode = ParallelMode.of(parallel_mode)
         ctx = _launched()
+        if mode in _SUB_DIM:
+            return _context.get_group(_sub_dim(mode, ctx))
         if ctx.mesh is None:
             return None
         if mode is ParallelMode.GLOBAL:
             return dist.group.WORLD
+        if mode in _SEQUENCE_GROUP:
+            _rank_and_size(mode)  # not initialised without sequence parallelism: say so
+            return _context.get_group(_SEQUENCE_GROUP[mode])
         if mode not in _MESH_DIM:
-            raise ContextError(f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE and TENSOR")
+            raise ContextError(
+                f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE, TENSOR and (with sequence "
+                "parallelism) SEQUENCE, SEQUENCE_DP"
+            )
         return ctx.mesh[_MESH_DIM[mode]].get_group()
+
+    def destroy(self) -> None:
+        """End the job's process group and forget the launch (``ember.context.reset()``), as
+        Colossal-AI's ``gpc.destroy()`` at a program's end; nothing happens when not launched."""
+        _context.reset()
 
     @property
     def data_parallel_size(self) -> int:
@@ -129,15 +162,38 @@ def _rank_and_size(parallel_mode: Any) -> tuple[int, int]:
     layout, coords = ctx.layout, ctx.coords
     if mode is ParallelMode.MODEL:  # the pipeline × tensor block this rank's model is split over
         return coords["pipeline"] * layout.tensor + coords["tensor"], layout.pipeline * layout.tensor
-    if mode is ParallelMode.PARALLEL_1D and layout.tensor == 1:
-        raise ContextError("ParallelMode.PARALLEL_1D is not initialised: set parallel=dict(tensor=dict(size=N))")
+    if mode in _SUB_DIM:
+        name = _sub_dim(mode, ctx)
+        return coords[name], layout.size(name)
+    if mode is ParallelMode.PARALLEL_1D and (layout.tensor == 1 or layout.tensor_mode != "1d"):
+        raise ContextError(
+            "ParallelMode.PARALLEL_1D is not initialised: set parallel=dict(tensor=dict(size=N, mode='1d'))"
+        )
+    if mode in _SEQUENCE_GROUP:
+        if layout.context == 1:
+            raise ContextError(
+                f"{mode} is not initialised: set parallel=dict(tensor=dict(size=N, mode='sequence')) "
+                "(ember's parallel.context=N)"
+            )
+        return coords[_SEQUENCE_GROUP[mode]], layout.size(_SEQUENCE_GROUP[mode])
     if mode not in _MESH_DIM:
         raise ContextError(
-            f"ember has no {mode} group (it runs data, pipeline and 1-D tensor parallelism): use ParallelMode.GLOBAL, "
-            "DATA, PIPELINE, TENSOR, MODEL or PARALLEL_1D"
+            f"ember has no {mode} group: use ParallelMode.GLOBAL, DATA, PIPELINE, TENSOR, MODEL, PARALLEL_1D, "
+            "SEQUENCE, SEQUENCE_DP or the members of the launched tensor mode"
         )
     dim = _MESH_DIM[mode]
     return coords[dim], getattr(layout, dim)
+
+
+def _sub_dim(mode: ParallelMode, ctx: _context.Context) -> str:
+    """The layout group of a 2-D/2.5-D/3-D member; ContextError under another tensor mode."""
+    wanted, name = _SUB_DIM[mode]
+    if ctx.layout.tensor_mode != wanted:
+        raise ContextError(
+            f"{mode} is not initialised: the launched config has parallel.tensor.mode={ctx.layout.tensor_mode!r}; "
+            f"it exists with parallel=dict(tensor=dict(size=..., mode={wanted!r}))"
+        )
+    return name
 
 
 global_context = ParallelContext()

@@ -1,7 +1,19 @@
-"""Colossal-AI's ``colossalai.nn``: its learning-rate schedulers and its accuracy metric."""
+"""Colossal-AI's ``colossalai.nn``: its layers and losses, learning-rate schedulers, accuracy metric and optimizers.
+
+``colossalai.nn.Linear``, ``LayerNorm``, ``Embedding``, ``PatchEmbedding``, ``Classifier``,
+``Dropout`` and ``CrossEntropyLoss`` build the launched ``parallel.tensor.mode``'s layers
+(:mod:`.layer`, :mod:`.loss`); each mode's own classes (``Linear2D``, ``Linear2p5D``,
+``Linear3D``, ...) are here too, and under ``colossalai.nn.layer.parallel_2d`` & co.
+"""
 
 from __future__ import annotations
 
-from . import lr_scheduler, metric
+from . import layer, loss, lr_scheduler, metric, optimizer
+from .layer import *  # noqa: F403 - Colossal-AI's namespace: every layer of every mode
+from .loss import *  # noqa: F403
+from .optimizer import FusedAdam, FusedLAMB, FusedSGD, Lamb
 
-__all__ = ["lr_scheduler", "metric"]
+__all__ = [
+    "FusedAdam", "FusedLAMB", "FusedSGD", "Lamb", "layer", "loss", "lr_scheduler", "metric", "optimizer",
+    *layer.__all__, *loss.__all__,
+]  # fmt: skip
