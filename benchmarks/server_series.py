@@ -68,7 +68,7 @@ def _append(settings: Settings, points: int, more: int) -> None:
     sessions = session_factory(engine)
     with sessions() as session, session.begin():
         run_pk = session.scalar(select(Run.pk).where(Run.id == RUN))
-        cursor = ingest.cursors(session, RUN)["metrics/train.jsonl"]
+        cursor = ingest.cursors(session, "run", RUN)["metrics/train.jsonl"]
         _store(session, run_pk, cursor, list(range(points, points + more)), {name: [0.5] * more for name in NAMES})
     engine.dispose()
 

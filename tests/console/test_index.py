@@ -150,8 +150,9 @@ def _tables(app: Any) -> dict[str, list[tuple[Any, ...]]]:
         "JOIN runs r ON r.pk = p.run_pk",
         "blocks": "SELECT r.id, b.type, b.name, b.block, b.first_step, b.last_step, b.min_epoch, b.max_epoch, "
         "b.min_value, b.max_value, b.count FROM metric_blocks b JOIN runs r ON r.pk = b.run_pk",
-        "cursors": 'SELECT node_id, stream, "offset" FROM cursors',
-        "log": 'SELECT r.id, c.start, c."end", c.text FROM log_chunks c JOIN runs r ON r.pk = c.run_pk',
+        "cursors": 'SELECT node_kind, node_id, stream, "offset" FROM cursors',
+        "log": 'SELECT r.id, r.log_bytes, c.start, c."end", c.line, c.newlines, c.text FROM log_pieces c '
+        "JOIN runs r ON r.pk = c.run_pk",
         "lineage": "SELECT source_kind, source_id, source_name, target_kind, target_id, target_name, time FROM lineage",
         "artifacts": 'SELECT a.id, a.name, f.path, a.labels, a.created, a."references", x.path, x.size, x.sha256 '
         "FROM artifacts a JOIN folders f ON f.id = a.folder_id JOIN artifact_files x ON x.artifact_pk = a.pk",

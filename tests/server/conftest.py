@@ -85,6 +85,22 @@ class Server:
         assert self.client.post("/ui/login", data=form, follow_redirects=False).status_code == 303
 
 
+def alembic_to(url: str, revision: str, down: bool = False) -> None:
+    """Bring the database at ``url`` to schema ``revision`` (up, or down with ``down``): a test's old server."""
+    from alembic import command
+    from alembic.config import Config
+
+    from ember.server.db import MIGRATIONS, make_engine
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = make_engine(url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
+    engine.dispose()
+
+
 def make_server(tmp_path: Path, db_url: str, **limits: int) -> Server:
     settings = Settings.make(data_dir=tmp_path / "data", db_url=db_url, **limits)
     key = admin.init(settings, "alice")

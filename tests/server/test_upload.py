@@ -70,7 +70,7 @@ def test_upload_is_complete_and_uploading_twice_adds_nothing(server: Server, tmp
     content = server.req("GET", f"/artifacts/{art[0]['id']}/files/model.pt").content
     assert content == weights.read_bytes()
     counts = {
-        t: _count(server, t) for t in ("metric_points", "log_chunks", "lineage", "blobs", "artifact_files", "runs")
+        t: _count(server, t) for t in ("metric_points", "log_pieces", "lineage", "blobs", "artifact_files", "runs")
     }
     assert counts["metric_points"] == _local_values(run.path)
     again = upload_run(run.path, folder="examples", client=_client(server))

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from ember.server import naming
 from ember.server.db import check_database, make_engine, migrate, prepare, session_factory, transaction
 from ember.server.domain_errors import Invalid
-from ember.server.keys import key_id_of, new_key
+from ember.server.keys import key_id_of, new_key, revoke
 from ember.server.models import ApiKey, User, now
 from ember.server.perms import forget_grantee, make_home
 from ember.server.settings import ServerError, Settings
@@ -74,7 +74,7 @@ def _add(session, name: str, is_admin: bool) -> str:
     session.flush()
     forget_grantee(session, name)
     make_home(session, user)
-    return new_key(session, user, "first key")
+    return new_key(session, user, "first key")[0]
 
 
 def create_key(settings: Settings, name: str, label: str = "", days: float | None = None) -> str:
@@ -84,15 +84,16 @@ def create_key(settings: Settings, name: str, label: str = "", days: float | Non
         if user is None:
             raise ServerError(f"no user {name!r}; add one with `ember server user add {name}`")
         expires = now() + timedelta(days=days) if days else None
-        return new_key(session, user, label, expires)
+        return new_key(session, user, label, expires)[0]
 
 
 def revoke_key(settings: Settings, key_or_id: str) -> str:
-    """Revoke a key given whole or by its id (the 16 hex digits after ``ember_``); return the id."""
+    """Revoke a key given whole or by its id (the 16 hex digits after ``ember_``), and the keys made with it;
+    return the id."""
     key_id = key_id_of(key_or_id) or key_or_id
     with transaction(_sessions(settings)) as session:
         row = session.scalar(select(ApiKey).where(ApiKey.key_id == key_id))
         if row is None:
             raise ServerError(f"no key with id {key_id[:16]!r}; `GET /api/v1/keys` lists a user's key ids")
-        row.revoked = row.revoked or now()
+        revoke(session, row)
         return key_id

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember.server import blobs as blob_rules
-from ember.server import ingest, naming
+from ember.server import edges, ingest, naming
 from ember.server.blobs import BlobStore
 from ember.server.domain_errors import Conflict, Invalid
-from ember.server.lookup import get_artifact
-from ember.server.models import Artifact, ArtifactFile, Blob, Cursor, Folder, User, now
+from ember.server.lookup import claim_id, get_artifact
+from ember.server.models import Artifact, ArtifactFile, Blob, Folder, User, now
 from ember.server.perms import Level, drop_shares, level, require, shares_of
 from ember.server.runs import place
 from ember.server.schemas import ArtifactIn
@@ -49,6 +49,7 @@ def put_artifact(
         require(level(session, user, artifact), Level.EDIT, f"artifact {artifact_id}")
         action = "updated"
     else:
+        claim_id(session, "artifact", artifact_id)
         folder, action, freed = place(session, user, body, Artifact, meta.name, "artifact")
         if action == "skipped":
             return {"id": artifact_id, "action": action, "folder": folder.path, "cursors": {}}
@@ -86,11 +87,14 @@ def put_artifact(
     blob_rules.check_quota(session, artifact.owner_id, owner, settings.quota_bytes)
     blob_rules.collect(session, store, freed)
     folder_path = session.scalar(select(Folder.path).where(Folder.id == artifact.folder_id))
-    return {"id": artifact_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, artifact_id)}
+    cursors = ingest.cursors(session, "artifact", artifact_id)
+    return {"id": artifact_id, "action": action, "folder": folder_path, "cursors": cursors}
 
 
 def artifact_view(session: Session, user: User, artifact: Artifact) -> dict[str, Any]:
-    """An artifact the caller may view: metadata, files with sha256 and size, references, lineage."""
+    """An artifact the caller may view: metadata, files with sha256 and size, references, lineage (as
+    :func:`ember.server.runs.run_view` gives it)."""
+    lineage = edges.edges_of(session, "artifact", artifact.id, artifact.name, user)
     files = session.scalars(
         select(ArtifactFile).where(ArtifactFile.artifact_pk == artifact.pk).order_by(ArtifactFile.path)
     ).all()
@@ -103,8 +107,10 @@ def artifact_view(session: Session, user: User, artifact: Artifact) -> dict[str,
         "created": artifact.created,
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files],
         "references": artifact.references,
-        "lineage": ingest.edges_of(session, artifact.id, user),
-        "cursors": ingest.cursors(session, artifact.id),
+        "lineage": lineage.edges,
+        "lineage_hidden": lineage.hidden,
+        "lineage_more": lineage.more,
+        "cursors": ingest.cursors(session, "artifact", artifact.id),
         "shares": shares_of(session, "artifact", artifact.pk),
     }
 
@@ -113,7 +119,7 @@ def delete_artifact(session: Session, user: User, artifact_id: str, store: BlobS
     """Delete an artifact the caller may edit, and the blobs no other artifact lists."""
     artifact = get_artifact(session, user, artifact_id, Level.EDIT)
     held = set(session.scalars(select(ArtifactFile.sha256).where(ArtifactFile.artifact_pk == artifact.pk)))
-    session.execute(delete(Cursor).where(Cursor.node_id == artifact.id))
+    ingest.drop_cursors(session, "artifact", artifact.id)
     drop_shares(session, "artifact", artifact.pk)
     session.delete(artifact)
     session.flush()

@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from ember.server.keys import verify
-from ember.server.models import User
+from ember.server.keys import verify_key
+from ember.server.models import ApiKey, User
 
 READS = ("GET", "HEAD")
 """Methods whose requests only read: their sessions come from ``app.state.read_sessions``."""
@@ -43,15 +43,23 @@ _SESSION = Depends(get_session, scope="function")
 
 
 def current_user(request: Request, session: Annotated[Session, _SESSION]) -> User:
-    """The user whose key the request carries; 401 without a valid one."""
+    """The user whose key the request carries; 401 without a valid one. The key's row is kept in
+    ``request.state.api_key`` (:data:`CallerKey`)."""
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise HTTPException(401, _UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
-    user = verify(session, key.strip())
-    if user is None:
+    row = verify_key(session, key.strip())
+    user = session.get(User, row.user_id) if row is not None else None
+    if row is None or user is None:
         raise HTTPException(401, "the API key is unknown, revoked or expired", headers={"WWW-Authenticate": "Bearer"})
+    request.state.api_key = row
     return user
+
+
+def caller_key(request: Request, _user: Annotated[User, Depends(current_user)]) -> ApiKey:
+    """The stored row of the key the request came with (after :func:`current_user` checked it)."""
+    return request.state.api_key
 
 
 def current_user_brief(request: Request) -> User:
@@ -68,5 +76,7 @@ CurrentUser = Annotated[User, Depends(current_user)]
 """An endpoint parameter: the authenticated caller (401 without a valid key)."""
 BriefUser = Annotated[User, Depends(current_user_brief)]
 """The caller, checked in a transaction that ends before the endpoint runs."""
+CallerKey = Annotated[ApiKey, Depends(caller_key)]
+"""An endpoint parameter: the caller's key (what a key made by this request may not outlive)."""
 DbSession = Annotated[Session, _SESSION]
 """An endpoint parameter: the request's session (commits on success)."""

@@ -12,7 +12,7 @@ them; ``POST /blobs/missing`` answers from the caller's own uploads. A blob no a
 removed when its last artifact is deleted, or, when it was never listed, once its upload's grace
 period has passed (:func:`collect`). A user's storage (:func:`usage`) is the blobs listed by
 artifacts in their folder tree, plus their uploads still waiting for an artifact, plus the
-images of the runs in their tree.
+images and the stored output (``runs.log_bytes``) of the runs in their tree.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def claim(session: Session, user: User, shas: Iterable[str]) -> None:
 
 def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     """Bytes held by a user: blobs listed by artifacts they own, their uploads still pending (each
-    blob once), and the images of the runs they own."""
+    blob once), and the images and stored output of the runs they own."""
     at = at or now()
     listed = (
         select(ArtifactFile.sha256.label("sha256"))
@@ -239,7 +239,8 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
         .join(Run, Run.pk == RunImage.run_pk)
         .where(Run.owner_id == user_id)
     )
-    return int(total or 0) + int(pictures or 0)
+    output = session.scalar(select(func.coalesce(func.sum(Run.log_bytes), 0)).where(Run.owner_id == user_id))
+    return int(total or 0) + int(pictures or 0) + int(output or 0)
 
 
 def usage_now(sessions: sessionmaker[Session], user: User) -> int:
@@ -252,7 +253,7 @@ def quota_text(user: User, quota: int) -> str:
     """Why an upload that would take ``user`` past the quota is refused."""
     return (
         f"the file passes what is left of {user.name!r}'s storage quota of {quota} bytes: delete artifacts "
-        "or runs with images, or ask an admin to raise `ember server --quota-mb`"
+        "or runs with images or long output, or ask an admin to raise `ember server --quota-mb`"
     )
 
 
@@ -263,9 +264,9 @@ def check_quota(session: Session, user_id: int, name: str, quota: int | None) ->
     used = usage(session, user_id)
     if used > quota:
         raise TooLarge(
-            f"this would make {used} bytes of artifact files and run images held by {name!r}, over the quota of "
-            f"{quota} bytes per user: delete artifacts or runs with images, or ask an admin to raise "
-            "`ember server --quota-mb`",
+            f"this would make {used} bytes of artifact files, run images and run output held by {name!r}, over the "
+            f"quota of {quota} bytes per user: delete artifacts or runs with images or long output, or ask an admin "
+            "to raise `ember server --quota-mb`",
         )
 
 

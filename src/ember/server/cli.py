@@ -21,6 +21,7 @@ def _settings(args: argparse.Namespace):
     body = int(args.max_body_mb * MiB) if getattr(args, "max_body_mb", None) else None
     blob = int(args.max_blob_mb * MiB) if getattr(args, "max_blob_mb", None) else None
     quota = int(args.quota_mb * MiB) if getattr(args, "quota_mb", None) else None
+    log = int(args.max_log_mb * MiB) if getattr(args, "max_log_mb", None) else None
     grace = args.blob_grace_hours * 3600 if getattr(args, "blob_grace_hours", None) is not None else None
     return Settings.make(
         data_dir=args.data,
@@ -32,6 +33,7 @@ def _settings(args: argparse.Namespace):
         allowed_hosts=_allowed_hosts(args) if hasattr(args, "allowed_hosts") else None,
         api_docs=True if getattr(args, "api_docs", False) else None,
         max_run_images=getattr(args, "max_run_images", None),
+        max_log_bytes=log,
     )
 
 
@@ -194,9 +196,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument(
         "--quota-mb",
         type=float,
-        help="storage per user, artifact files and run images, in MiB (2**20 bytes; default: no quota)",
+        help="storage per user, artifact files, run images and run output, in MiB (2**20 bytes; default: no quota)",
     )
     server.add_argument("--max-run-images", type=int, help="the most images one run may hold (default 10000)")
+    server.add_argument(
+        "--max-log-mb", type=float, help="the most output (stdout.log) one run may hold, in MiB (default 64)"
+    )
     server.add_argument(
         "--blob-grace-hours", type=float, help="keep uploaded files no artifact lists this long (default 24)"
     )

@@ -24,8 +24,13 @@ import math
 import re
 from typing import Any
 
-from ember.server.domain_errors import Invalid
+from ember.server.domain_errors import Invalid, TooLarge
 
+MAX_BACKSLASHES = 1 << 20
+"""The most backslashes one body may hold, that is escapes (``\\n``, ``\\uXXXX``; ``\\\\`` counts two):
+decoding costs about 25 ns an escape, in one call that no other request of the process can
+interrupt (a log request of 4 Mi newlines held every other request for 0.1-0.3 s). ember's client
+sends a run's output in requests of at most 512 KiB, which stay under it whatever the text."""
 _SUSPECT = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NON_FINITE = {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}
@@ -82,8 +87,15 @@ def loads(body: bytes) -> Any:
     Raises:
         Invalid: 422 naming the field of a NaN/Infinity literal, an infinite number, a NUL or
             a lone surrogate, or the body itself when it is not UTF-8.
+        TooLarge: 413 when the body holds more than :data:`MAX_BACKSLASHES` backslashes.
         json.JSONDecodeError: the body is not JSON (FastAPI answers 422).
     """
+    escapes = body.count(b"\\")
+    if escapes > MAX_BACKSLASHES:
+        raise TooLarge(
+            f"the request body holds {escapes} backslashes (escapes such as \\n or \\uXXXX), over the "
+            f"{MAX_BACKSLASHES} one request may hold: send the text in smaller requests"
+        )
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:

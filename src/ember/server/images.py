@@ -25,7 +25,7 @@ from ember.server import blobs, ingest
 from ember.server.domain_errors import Invalid, NotFound, TooLarge
 from ember.server.models import Run, RunImage, User
 from ember.server.schemas import Count, Number
-from ember.track.images import MAX_PNG_BYTES, NAME
+from ember.track.images import MAX_PNG_BYTES, MAX_SIDE, NAME
 
 STREAM = "images.jsonl"
 _PNG = b"\x89PNG\r\n\x1a\n"
@@ -52,7 +52,8 @@ class ImagesBatch(BaseModel):
 
 
 def image_rows(run_pk: int, images: list[ImageIn]) -> list[dict[str, Any]]:
-    """The ``run_images`` rows of a batch (422 for a file that is not a PNG, 413 for one too large)."""
+    """The ``run_images`` rows of a batch (422 for a file that is not a PNG or claims a side over
+    ``MAX_SIDE`` pixels, 413 for one too large)."""
     rows = []
     for image in images:
         try:
@@ -64,6 +65,11 @@ def image_rows(run_pk: int, images: list[ImageIn]) -> list[dict[str, Any]]:
         if len(data) < 24 or data[:8] != _PNG or data[12:16] != b"IHDR":
             raise Invalid(f"image {image.name!r} at step {image.step}: not a PNG file")
         width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):  # what run.log_image makes, no more
+            raise Invalid(
+                f"image {image.name!r} at step {image.step}: {width} x {height} pixels; each side must be 1 to "
+                f"{MAX_SIDE} (a browser would try to draw it whole)"
+            )
         rows.append(
             {
                 "run_pk": run_pk,
@@ -90,8 +96,8 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
         TooLarge: 413 when the batch takes the run past ``max_images`` or its owner past
             ``quota``; the caller's transaction is rolled back, so nothing of the batch is kept.
     """
-    ingest.lock_cursor(session, run.id, STREAM)
-    ingest.check_start(session, run.id, STREAM, batch.start, batch.end)
+    ingest.lock_cursor(session, "run", run.id, STREAM)
+    ingest.check_start(session, "run", run.id, STREAM, batch.start, batch.end)
     ingest.insert_ignore(session, RunImage, image_rows(run.pk, batch.images), ["run_pk", "name", "step"])
     if max_images is not None:
         held = int(session.scalar(select(func.count()).where(RunImage.run_pk == run.pk)) or 0)
@@ -104,7 +110,7 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
     if quota is not None:
         owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
         blobs.check_quota(session, run.owner_id, owner, quota)
-    return ingest.advance(session, run.id, STREAM, batch.end)
+    return ingest.advance(session, "run", run.id, STREAM, batch.end)
 
 
 def list_images(session: Session, run_pk: int) -> list[dict[str, Any]]:

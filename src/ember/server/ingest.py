@@ -1,7 +1,10 @@
-"""Idempotent writes: metric points, log chunks and lineage edges, each with its cursor.
+"""Idempotent writes: metric points and the cursors of every append-only file of a node.
 
 A client sends complete lines of an append-only file together with the byte range they came
-from. Rows are inserted with ``ON CONFLICT DO NOTHING`` on their natural key, and the file's
+from. A cursor is keyed by the node's kind, its id and the file (``("run", id,
+"metrics/train.jsonl")``): a run and an artifact never share one. The output log is stored by
+:mod:`ember.server.logs`, lineage by :mod:`ember.server.edges`, images by :mod:`ember.server.images`,
+all through the cursors here. Rows are inserted with ``ON CONFLICT DO NOTHING`` on their natural key, and the file's
 cursor moves to the end of the range in the same transaction. Sending a range again (a retry
 after a cut-off upload) therefore adds nothing, and a range that starts past the cursor (a gap)
 is refused with 409 and the cursor, from which the client sends again.
@@ -17,14 +20,12 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Table, and_, case, func, literal, select, true, update
+from sqlalchemy import Table, and_, case, delete, func, literal, select, true, update
 from sqlalchemy.orm import Session, aliased
 
-from ember.server import naming
 from ember.server.domain_errors import Conflict, Invalid, TooLarge
-from ember.server.models import BLOCK, Artifact, Cursor, Edge, LogChunk, MetricBlock, MetricPoint, Run, User
-from ember.server.perms import Level, level
-from ember.server.schemas import Columns, EdgeIn, MetricBatch
+from ember.server.models import BLOCK, Cursor, MetricBlock, MetricPoint
+from ember.server.schemas import Columns, MetricBatch
 
 _NONFINITE = {"NaN": None, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -48,28 +49,39 @@ def insert_ignore(session: Session, table: Any, rows: list[dict[str, Any]], keys
     session.connection().execute(_dialect_insert(session)(target).on_conflict_do_nothing(index_elements=keys), rows)
 
 
-def cursors(session: Session, node_id: str) -> dict[str, int]:
+def cursors(session: Session, kind: str, node_id: str) -> dict[str, int]:
     """Every stream's cursor of a run or artifact: ``{'metrics/train.jsonl': 12345, ...}``."""
-    rows = session.execute(select(Cursor.stream, Cursor.offset).where(Cursor.node_id == node_id)).all()
+    rows = session.execute(
+        select(Cursor.stream, Cursor.offset).where(Cursor.node_kind == kind, Cursor.node_id == node_id)
+    ).all()
     return {stream: int(offset) for stream, offset in rows}
 
 
-def lock_cursor(session: Session, node_id: str, stream: str) -> None:
+def _mine(kind: str, node_id: str, stream: str) -> Any:
+    return and_(Cursor.node_kind == kind, Cursor.node_id == node_id, Cursor.stream == stream)
+
+
+def _create(session: Session, kind: str, node_id: str, stream: str) -> None:
+    row = {"node_kind": kind, "node_id": node_id, "stream": stream, "offset": 0}
+    insert_ignore(session, Cursor, [row], ["node_kind", "node_id", "stream"])
+
+
+def lock_cursor(session: Session, kind: str, node_id: str, stream: str) -> None:
     """Create a stream's cursor row if missing and lock it until the transaction ends.
 
     Concurrent uploads of the same stream (on PostgreSQL; SQLite has one writer anyway) then
     take turns, so each sees the cursor the other left and block summaries stay exact.
     """
-    insert_ignore(session, Cursor, [{"node_id": node_id, "stream": stream, "offset": 0}], ["node_id", "stream"])
+    _create(session, kind, node_id, stream)
     if session.get_bind().dialect.name != "sqlite":
-        session.execute(select(Cursor.id).where(Cursor.node_id == node_id, Cursor.stream == stream).with_for_update())
+        session.execute(select(Cursor.id).where(_mine(kind, node_id, stream)).with_for_update())
 
 
-def check_start(session: Session, node_id: str, stream: str, start: int, end: int) -> int:
+def check_start(session: Session, kind: str, node_id: str, stream: str, start: int, end: int) -> int:
     """The stream's cursor; 409 when ``start`` lies past it (the client skipped a range)."""
     if end < start:
         raise Invalid(f"{stream}: end {end} is before start {start}")
-    current = cursors(session, node_id).get(stream, 0)
+    current = cursors(session, kind, node_id).get(stream, 0)
     if start > current:
         raise Conflict(
             f"{stream}: the server has bytes up to {current}, this range starts at {start}; resend from {current}"
@@ -77,15 +89,20 @@ def check_start(session: Session, node_id: str, stream: str, start: int, end: in
     return current
 
 
-def advance(session: Session, node_id: str, stream: str, end: int) -> int:
+def advance(session: Session, kind: str, node_id: str, stream: str, end: int) -> int:
     """Move a cursor forward to ``end`` (never back); return the new value."""
-    insert_ignore(session, Cursor, [{"node_id": node_id, "stream": stream, "offset": 0}], ["node_id", "stream"])
+    _create(session, kind, node_id, stream)
     session.execute(
         update(Cursor)
-        .where(Cursor.node_id == node_id, Cursor.stream == stream)
+        .where(_mine(kind, node_id, stream))
         .values(offset=case((Cursor.offset < end, end), else_=Cursor.offset))
     )
-    return max(cursors(session, node_id)[stream], end)
+    return max(cursors(session, kind, node_id)[stream], end)
+
+
+def drop_cursors(session: Session, kind: str, node_id: str) -> None:
+    """Delete the cursors of a run or artifact that is deleted (and only of that kind of node)."""
+    session.execute(delete(Cursor).where(Cursor.node_kind == kind, Cursor.node_id == node_id))
 
 
 def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch, max_points: int) -> int:
@@ -101,14 +118,14 @@ def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch
         The file's new cursor.
     """
     stream = f"metrics/{batch.type}.jsonl"
-    lock_cursor(session, run_id, stream)
-    check_start(session, run_id, stream, batch.start, batch.end)
+    lock_cursor(session, "run", run_id, stream)
+    check_start(session, "run", run_id, stream, batch.start, batch.end)
     cols = batch.columns()
     rows = metric_rows(run_pk, batch.type, cols, max_points)
     if rows:
         insert_points(session, rows)
         summarize(session, run_pk, batch.type, cols.metrics, min(cols.step), max(cols.step))
-    return advance(session, run_id, stream, batch.end)
+    return advance(session, "run", run_id, stream, batch.end)
 
 
 def metric_rows(run_pk: int, type_: str, cols: Columns, max_points: int) -> list[tuple[Any, ...]]:
@@ -266,98 +283,6 @@ def summarize(
     stats += ["min_at_step", "min_at_epoch", "min_at_time", "max_at_step", "max_at_epoch", "max_at_time"]
     insert = _dialect_insert(session)(MetricBlock).from_select(keys + stats, summary)
     session.execute(insert.on_conflict_do_update(index_elements=keys, set_={c: insert.excluded[c] for c in stats}))
-
-
-def store_log(session: Session, run_pk: int, run_id: str, start: int, end: int, text: str) -> int:
-    """Store the text of bytes ``start``..``end`` of stdout.log; return the new cursor."""
-    current = check_start(session, run_id, "stdout.log", start, end)
-    if end <= current or not text:
-        return current
-    if start < current:
-        raise Conflict(
-            f"stdout.log: the server has bytes up to {current}; send the text from byte {current}, not {start}"
-        )
-    insert_ignore(
-        session, LogChunk, [{"run_pk": run_pk, "start": start, "end": end, "text": text}], ["run_pk", "start"]
-    )
-    return advance(session, run_id, "stdout.log", end)
-
-
-def read_log(session: Session, run_pk: int, offset: int = 0) -> str:
-    """The stored stdout.log text from byte ``offset`` (whole chunks)."""
-    chunks = session.scalars(
-        select(LogChunk.text).where(LogChunk.run_pk == run_pk, LogChunk.end > offset).order_by(LogChunk.start)
-    ).all()
-    return "".join(chunks)
-
-
-def store_edges(session: Session, node_id: str, edges: list[EdgeIn], start: int, end: int) -> int:
-    """Insert lineage edges read from a node's ``lineage.jsonl``; each must touch that node."""
-    check_start(session, node_id, "lineage.jsonl", start, end)
-    insert_ignore(session, Edge, edge_rows(node_id, edges), ["source_id", "target_id"])
-    return advance(session, node_id, "lineage.jsonl", end)
-
-
-def edge_rows(node_id: str, edges: list[EdgeIn]) -> list[dict[str, Any]]:
-    """The ``edges`` rows of lineage lines sent for a node (422 for a bad id or an edge not touching it)."""
-    rows = []
-    for edge in edges:
-        naming.node_id(edge.source.id, "lineage source id")
-        naming.node_id(edge.target.id, "lineage target id")
-        if node_id not in (edge.source.id, edge.target.id):
-            raise Invalid(f"a lineage edge sent for {node_id} must have it as its source or target")
-        rows.append(
-            {
-                "source_kind": edge.source.kind,
-                "source_id": edge.source.id,
-                "source_name": edge.source.name[:100],
-                "target_kind": edge.target.kind,
-                "target_id": edge.target.id,
-                "target_name": edge.target.name[:100],
-                "time": edge.time,
-            }
-        )
-    return rows
-
-
-def edges_of(session: Session, node_id: str, user: User) -> list[dict[str, Any]]:
-    """The lineage edges a node takes part in, oldest first, as ``user`` may see them.
-
-    An end the user cannot view is given exactly as one that was never uploaded: its kind and
-    id (which the edge's writer sent), no name, ``visible: false``. So the graph tells nobody
-    whether a private run or artifact exists, nor its name.
-    """
-    rows = session.scalars(
-        select(Edge).where((Edge.source_id == node_id) | (Edge.target_id == node_id)).order_by(Edge.time, Edge.id)
-    ).all()
-    names: dict[str, str | None] = {}
-
-    def end(kind: str, id_: str) -> dict[str, Any]:
-        if id_ not in names:
-            names[id_] = _viewable_name(session, user, kind, id_)
-        name = names[id_]
-        return {"kind": kind, "id": id_, "name": name or "", "visible": name is not None}
-
-    return [
-        {
-            "time": e.time,
-            "source": end(e.source_kind, e.source_id),
-            "target": end(e.target_kind, e.target_id),
-        }
-        for e in rows
-    ]
-
-
-def _viewable_name(session: Session, user: User, kind: str, node_id: str) -> str | None:
-    """A run's or artifact's name when it is on the server and ``user`` may view it, else None."""
-    node: Run | Artifact | None
-    if kind == "run":
-        node = session.scalar(select(Run).where(Run.id == node_id))
-    else:
-        node = session.scalar(select(Artifact).where(Artifact.id == node_id))
-    if node is None or level(session, user, node) < Level.VIEW:
-        return None
-    return str(node.name)
 
 
 def encode_value(value: float | None) -> float | str:

@@ -4,6 +4,12 @@ A key reads ``ember_<key id>_<secret>``: the key id (16 hex digits, not secret) 
 then the digest of the whole key is compared with :func:`hmac.compare_digest`. Keys carry 256
 bits of randomness, so a fast hash is enough (there is nothing to brute-force). Keys are never
 logged; error messages name the key id at most. Checking a request's key: :mod:`ember.server.auth`.
+
+A key made with a key (``POST /api/v1/keys``, or the first key of a user an admin creates
+through the API) can do no more than its maker: it expires no later (it gets the maker's expiry
+when it asks for none or a later one), and revoking the maker revokes it too (:func:`revoke`).
+Keys carry no other scope than their user, so that is all a key can pass on. Keys an admin
+makes on the server (``ember server key create``) have no maker.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import re
 import secrets
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from ember.server.models import ApiKey, User, aware, now
@@ -30,18 +36,51 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def new_key(session: Session, user: User, label: str = "", expires: datetime | None = None) -> str:
-    """Create an API key for ``user`` and return it: the only time the full key exists.
+def new_key(
+    session: Session, user: User, label: str = "", expires: datetime | None = None, maker: ApiKey | None = None
+) -> tuple[str, datetime | None]:
+    """Create an API key for ``user``; return it (the only time the full key exists) and when it expires.
+
+    Args:
+        maker: the key the request that makes this one came with: the new key expires no later
+            than it and is revoked with it. None for an admin on the server.
 
     Example:
-        >>> key = new_key(session, alice, label="laptop")   # print it once, store nothing else
+        >>> key, expires = new_key(session, alice, label="laptop")   # print it once, store nothing else
     """
+    if maker is not None and maker.expires is not None:
+        limit = aware(maker.expires)
+        expires = limit if expires is None else min(aware(expires), limit)
     key_id = secrets.token_hex(8)
     key = f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
     session.add(
-        ApiKey(key_id=key_id, digest=digest(key), user_id=user.id, label=label[:100], created=now(), expires=expires)
+        ApiKey(
+            key_id=key_id,
+            digest=digest(key),
+            user_id=user.id,
+            label=label[:100],
+            created=now(),
+            expires=expires,
+            parent_id=maker.id if maker is not None else None,
+        )
     )
-    return key
+    return key, expires
+
+
+def revoke(session: Session, row: ApiKey) -> int:
+    """Revoke a key and every key made with it, at any depth; return how many were revoked now."""
+    stamp, count, level = now(), 0, [row.id]
+    if row.revoked is None:
+        row.revoked, count = stamp, 1
+    while level:
+        children = list(session.scalars(select(ApiKey.id).where(ApiKey.parent_id.in_(level))))
+        if children:
+            done = session.execute(
+                update(ApiKey).where(ApiKey.id.in_(children), ApiKey.revoked.is_(None)).values(revoked=stamp)
+            )
+            count += int(getattr(done, "rowcount", 0) or 0)
+        level = children
+    return count
 
 
 def key_id_of(key: str) -> str | None:
@@ -50,8 +89,8 @@ def key_id_of(key: str) -> str | None:
     return match.group(1) if match else None
 
 
-def verify(session: Session, key: str) -> User | None:
-    """The user a key belongs to, or None when it is unknown, revoked, expired or malformed."""
+def verify_key(session: Session, key: str) -> ApiKey | None:
+    """The stored row of a key that is known, unrevoked and unexpired; None otherwise (or when malformed)."""
     match = _KEY.match(key)
     row = session.scalar(select(ApiKey).where(ApiKey.key_id == match.group(1))) if match else None
     stored = row.digest if row is not None else _DUMMY_DIGEST
@@ -61,4 +100,10 @@ def verify(session: Session, key: str) -> User | None:
         return None
     if row.expires is not None and aware(row.expires) <= now():
         return None
-    return session.get(User, row.user_id)
+    return row
+
+
+def verify(session: Session, key: str) -> User | None:
+    """The user a key belongs to, or None when it is unknown, revoked, expired or malformed."""
+    row = verify_key(session, key)
+    return session.get(User, row.user_id) if row is not None else None

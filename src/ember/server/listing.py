@@ -19,8 +19,8 @@ from ember.server import filtering, liveness
 from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
-from ember.server.models import Folder, MetricPoint, Run, Share, User
-from ember.server.perms import PUBLIC, ancestors, home_of
+from ember.server.models import Artifact, Folder, MetricPoint, Run, Share, User
+from ember.server.perms import PUBLIC
 from ember.track import query
 from ember.track.best import Mode
 from ember.track.hparams import flatten
@@ -47,20 +47,41 @@ def _to(user: User) -> ColumnElement[bool]:
     return or_(Share.grantee == user.name, Share.grantee == PUBLIC)
 
 
+def visible_folders(user: User) -> Select[tuple[int]]:
+    """The ids of the folders the user may view, as a query: their own tree, and the trees beneath
+    folders shared with them or public.
+
+    Read by key from those roots down (``folders.parent_id``), so it costs the folders the user may
+    view, not every folder of the server (one user's 100,000 folders used to slow every other
+    user's listings).
+    """
+    granted = select(Share.node_id).where(Share.node_kind == "folder", _to(user))
+    roots = select(Folder.id).where(or_(Folder.path == f"/{user.name}", Folder.id.in_(granted)))
+    tree = roots.cte("visible_tree", recursive=True)
+    tree = tree.union(select(Folder.id).where(Folder.parent_id == tree.c.id))
+    return select(tree.c.id)
+
+
 def visible_folder_ids(session: Session, user: User) -> set[int]:
-    """Folders the user may view: in their own tree, or shared (directly or through a parent), or public."""
-    rows = session.execute(select(Folder.id, Folder.path)).all()
-    granted = set(session.scalars(select(Share.node_id).where(Share.node_kind == "folder", _to(user))))
-    open_paths = {path for fid, path in rows if fid in granted or home_of(path) == user.name}
-    return {fid for fid, path in rows if any(a in open_paths for a in ancestors(path))}
+    """The ids of :func:`visible_folders`."""
+    return set(session.scalars(visible_folders(user)))
 
 
-def visible_condition(session: Session, user: User) -> ColumnElement[bool]:
-    """A WHERE clause on ``Run`` that keeps exactly the runs the user may view."""
-    shared = select(Share.node_id).where(Share.node_kind == "run", _to(user))
-    folders = visible_folder_ids(session, user)
-    in_folders = Run.folder_id.in_(folders) if folders else false()
-    return or_(in_folders, Run.pk.in_(shared))
+def visible_condition(
+    session: Session,
+    user: User,
+    model: type[Run] | type[Artifact] = Run,
+    folders: set[int] | Select[tuple[int]] | None = None,
+) -> ColumnElement[bool]:
+    """A WHERE clause on ``model`` (runs, or artifacts) that keeps exactly the nodes the user may view.
+
+    ``folders``: :func:`visible_folder_ids` (read here when None), or the query :func:`visible_folders`.
+    """
+    kind = "run" if model is Run else "artifact"
+    shared = select(Share.node_id).where(Share.node_kind == kind, _to(user))
+    folders = visible_folder_ids(session, user) if folders is None else folders
+    in_folders = model.folder_id.in_(folders) if isinstance(folders, Select) or folders else false()
+    return or_(in_folders, model.pk.in_(shared))
 
 
 def filter_of(filters: Sequence[str] = (), q: str = "", label: str = "", status: str = "") -> query.Node | None:

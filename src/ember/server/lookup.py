@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.domain_errors import NotFound
+from ember.server.domain_errors import Conflict, NotFound
 from ember.server.models import Artifact, ArtifactFile, Run, User
 from ember.server.perms import Level, level, require
 
@@ -53,3 +53,26 @@ def get_artifact_file(session: Session, user: User, artifact_id: str, path: str)
     if row is None:
         raise NotFound(f"artifact {artifact_id} has no file {path!r}")
     return row
+
+
+_ID_LOCK = 7316872  # the first key of the PostgreSQL advisory locks on node ids (blobs.lock uses 7316871)
+
+
+def claim_id(session: Session, kind: str, node_id: str) -> None:
+    """Refuse (409) to create a ``kind`` node with an id that a node of the other kind holds.
+
+    Runs and artifacts each get a fresh uuid4 id, so a shared id is a copy, or someone taking
+    the id of a node they can see. On PostgreSQL the id stays locked until the transaction
+    ends, so a run and an artifact created at once with one id cannot both pass.
+
+    Raises:
+        Conflict: the other kind holds ``node_id``.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SELECT pg_advisory_xact_lock({_ID_LOCK}, hashtext(:id))"), {"id": node_id})
+    other, other_kind = (Artifact, "an artifact") if kind == "run" else (Run, "a run")
+    if session.scalar(select(other.pk).where(other.id == node_id)) is not None:
+        raise Conflict(
+            f"the id {node_id} is taken by {other_kind}: {'a run' if kind == 'run' else 'an artifact'} needs an id "
+            "of its own (ember gives each run and artifact a fresh one: was this one copied?)"
+        )

@@ -1,6 +1,10 @@
 """The tables: users, API keys, folders, shares, runs, metric points and their block summaries, logs,
 artifacts, blobs and their uploaders, lineage.
 
+Runs and artifacts are two kinds of node, each with its own ids: whatever is keyed by a node
+(cursors, lineage ends, shares) is keyed by its kind and its id (or primary key), so a run and
+an artifact never share a row (migration 0008).
+
 A folder tree has one owner: the user whose home ``/<user>`` is its root. ``owner_id`` of every
 folder, run and artifact in it is that user, whoever created them (migration 0004).
 
@@ -66,6 +70,11 @@ class ApiKey(Base):
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     expires: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The key that minted this one through the API (migration 0009): this key expires no later,
+    # and revoking that key revokes this one too. NULL for keys an admin made on the server.
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="CASCADE"), nullable=True, index=True
+    )
 
 
 class Folder(Base):
@@ -105,14 +114,18 @@ class Run(Base):
     meta: Mapped[dict[str, Any]] = mapped_column(JSON)  # the whole run.json
     platform: Mapped[dict[str, Any]] = mapped_column(JSON)  # platform.json
     uploaded: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The stored bytes of its output (the end of its last LogPiece): the per-run limit and the
+    # owner's quota read this instead of the pieces (migration 0010).
+    log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Cursor(Base):
-    """How far into one append-only file of a run (or artifact) the server has stored."""
+    """How far into one append-only file of a run or an artifact the server has stored."""
 
     __tablename__ = "cursors"
-    __table_args__ = (UniqueConstraint("node_id", "stream", name="uq_cursor"),)
+    __table_args__ = (UniqueConstraint("node_kind", "node_id", "stream", name="uq_cursor"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_kind: Mapped[str] = mapped_column(String(16))  # run, artifact
     node_id: Mapped[str] = mapped_column(ID)
     stream: Mapped[str] = mapped_column(String(100))  # 'metrics/train.jsonl', 'stdout.log', ...
     offset: Mapped[int] = mapped_column(BigInteger)
@@ -177,15 +190,25 @@ class MetricBlock(Base):
     max_at_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
-class LogChunk(Base):
-    """A piece of a run's stdout.log, keyed by its byte offset in the file."""
+class LogPiece(Base):
+    """A piece of a run's output (stdout.log): at most ``logs.PIECE_CHARS`` characters of it.
 
-    __tablename__ = "log_chunks"
-    __table_args__ = (UniqueConstraint("run_pk", "start", name="uq_log_chunk"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ``start``/``end``: its place in the stored text, in UTF-8 bytes; ``line``: the number of
+    newlines before it (the 0-based line it starts in), ``newlines``: the newlines in it. So
+    the tail, a window of lines or a search reads a few pieces by key, whatever the log's size
+    (``logs.py``; migration 0010).
+    """
+
+    __tablename__ = "log_pieces"
+    __table_args__ = (
+        PrimaryKeyConstraint("run_pk", "start", name="pk_log_pieces"),
+        Index("ix_log_pieces_line", "run_pk", "line"),
+    )
     run_pk: Mapped[int] = mapped_column(ForeignKey("runs.pk", ondelete="CASCADE"))
-    start: Mapped[int] = mapped_column(BigInteger)
+    start: Mapped[int] = mapped_column(BigInteger, autoincrement=False)
     end: Mapped[int] = mapped_column(BigInteger)
+    line: Mapped[int] = mapped_column(BigInteger)
+    newlines: Mapped[int] = mapped_column(Integer)
     text: Mapped[str] = mapped_column(Text)
 
 
@@ -252,10 +275,10 @@ class ArtifactFile(Base):
 
 
 class Edge(Base):
-    """A lineage edge between two nodes by their ids; either end may not be uploaded (yet)."""
+    """A lineage edge between two nodes by their kinds and ids; either end may not be uploaded (yet)."""
 
     __tablename__ = "lineage"
-    __table_args__ = (UniqueConstraint("source_id", "target_id", name="uq_edge"),)
+    __table_args__ = (UniqueConstraint("source_kind", "source_id", "target_kind", "target_id", name="uq_edge"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     source_kind: Mapped[str] = mapped_column(String(16))
     source_id: Mapped[str] = mapped_column(ID, index=True)

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from sqlalchemy import delete, or_, select, tuple_
+from sqlalchemy import delete, func, or_, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ember.server import naming
-from ember.server.domain_errors import Forbidden, NotFound
+from ember.server.domain_errors import Forbidden, NotFound, TooLarge
 from ember.server.models import Artifact, Folder, Run, Share, User, now
 
 PUBLIC = "*"
+MAX_GRANTS = 1_000
+"""Grants one folder, run or artifact may carry (grants to names that are no user count too)."""
 
 
 class Level(IntEnum):
@@ -158,6 +160,9 @@ def set_share(session: Session, kind: str, node_pk: int, grantee: str, new_level
         if kind == "folder":
             _revoke_below(session, node_pk, grantee)
     elif row is None:
+        held = session.scalar(select(func.count()).where(Share.node_kind == kind, Share.node_id == node_pk)) or 0
+        if held >= MAX_GRANTS:
+            raise TooLarge(f"this {kind} carries {held} grants, the most one may: remove some first")
         session.add(Share(node_kind=kind, node_id=node_pk, grantee=grantee, level=new_level))
     else:
         row.level = new_level

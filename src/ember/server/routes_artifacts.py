@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ember.server import artifacts, ingest, naming
+from ember.server import artifacts, edges, naming
 from ember.server import blobs as blob_rules
 from ember.server.auth import BriefUser, CurrentUser, DbSession
 from ember.server.blobs import BlobStore
@@ -92,7 +92,7 @@ def download(
 @router.post("/{artifact_id}/lineage", summary="Append complete lines of the artifact's lineage.jsonl")
 def post_lineage(artifact_id: str, batch: LineageBatch, user: CurrentUser, session: DbSession):
     artifact = get_artifact(session, user, artifact_id, Level.EDIT)
-    return {"cursor": ingest.store_edges(session, artifact.id, batch.edges, batch.start, batch.end)}
+    return {"cursor": edges.store_edges(session, "artifact", artifact.id, batch.edges, batch.start, batch.end)}
 
 
 @router.delete("/{artifact_id}", summary="Delete an artifact, and the blobs no other artifact lists")

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from ember.server import accounts, folders
-from ember.server.auth import CurrentUser, DbSession
+from ember.server.auth import CallerKey, CurrentUser, DbSession
 from ember.server.folder_pages import MAX_LIMIT
 from ember.server.perms import ensure_folder
 from ember.server.schemas import FolderIn, KeyIn, ShareIn, UserIn
@@ -27,18 +27,20 @@ def list_keys(user: CurrentUser, session: DbSession):
 
 
 @router.post("/keys", summary="Create an API key for the caller; the key is in this answer only")
-def create_key(body: KeyIn, user: CurrentUser, session: DbSession):
-    return accounts.create_key(session, user, body.label, body.expires_days)
+def create_key(body: KeyIn, user: CurrentUser, key: CallerKey, session: DbSession):
+    """The new key expires no later than the key this request came with, and is revoked with it."""
+    return accounts.create_key(session, user, body.label, body.expires_days, key)
 
 
-@router.delete("/keys/{key_id}", summary="Revoke one of the caller's keys (an admin may revoke any)")
+@router.delete("/keys/{key_id}", summary="Revoke one of the caller's keys and those made with it (an admin: any)")
 def revoke_key(key_id: str, user: CurrentUser, session: DbSession):
     return accounts.revoke_key(session, user, key_id)
 
 
 @router.post("/users", summary="Create a user and its first key (admins only)")
-def create_user(body: UserIn, user: CurrentUser, session: DbSession):
-    return accounts.create_user(session, user, body.name, body.admin)
+def create_user(body: UserIn, user: CurrentUser, key: CallerKey, session: DbSession):
+    """The first key expires no later than the admin's key this request came with, and is revoked with it."""
+    return accounts.create_user(session, user, body.name, body.admin, key)
 
 
 @router.get("/folders", summary="A folder: a page of its sub-folders, runs and artifacts the caller may see")

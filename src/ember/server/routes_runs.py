@@ -7,12 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from ember.server import ingest, listing, naming, runs
+from ember.server import edges, ingest, listing, logs, naming, runs
 from ember.server.auth import CurrentUser, DbSession
 from ember.server.lookup import get_run
 from ember.server.perms import Level
 from ember.server.responses import metrics_download
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn, RunPageOut
+from ember.server.series import MAX_BUCKETS
 from ember.server.wire import CheckedRoute, SafeJSONResponse
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
@@ -70,7 +71,7 @@ def read_series(
     request: Request,
     user: CurrentUser,
     session: DbSession,
-    buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
+    buckets: Annotated[int, Query(ge=10, le=MAX_BUCKETS)] = 1000,
     start: Annotated[int | None, Query(ge=0, description="first step of a range (a zoomed chart)")] = None,
     end: Annotated[int | None, Query(ge=0, description="last step of a range, included")] = None,
 ):
@@ -114,26 +115,33 @@ def post_metrics(
 
 
 @router.post("/{run_id}/log", summary="Append text of stdout.log from a byte offset (idempotent)")
-def post_log(run_id: str, chunk: LogChunkIn, user: CurrentUser, session: DbSession):
+def post_log(run_id: str, chunk: LogChunkIn, request: Request, user: CurrentUser, session: DbSession):
+    """413 past the server's output limit per run (``--max-log-mb``) or the owner's quota; nothing is kept."""
     run = get_run(session, user, run_id, Level.EDIT)
-    return {"cursor": ingest.store_log(session, run.pk, run.id, chunk.start, chunk.end, chunk.text)}
+    settings = request.app.state.settings
+    cursor = logs.store_log(
+        session, run, chunk.start, chunk.end, chunk.text, settings.max_log_bytes, settings.quota_bytes
+    )
+    return {"cursor": cursor}
 
 
-@router.get("/{run_id}/log", summary="The stdout.log text stored so far")
+@router.get("/{run_id}/log", summary="The stdout.log text stored, a few MiB at a time from offset")
 def read_log(
     run_id: str,
     user: CurrentUser,
     session: DbSession,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, description="a byte of the stored text (next_offset of the answer before)")] = 0,
 ):
+    """``{"text", "offset", "next_offset"}``: whole pieces from the one holding ``offset``, about 4 MiB at
+    most; ``next_offset`` continues (null at the end)."""
     run = get_run(session, user, run_id)
-    return {"text": ingest.read_log(session, run.pk, offset)}
+    return logs.text_from(session, run.pk, offset)
 
 
 @router.post("/{run_id}/lineage", summary="Append complete lines of the run's lineage.jsonl (idempotent)")
 def post_lineage(run_id: str, batch: LineageBatch, user: CurrentUser, session: DbSession):
     run = get_run(session, user, run_id, Level.EDIT)
-    return {"cursor": ingest.store_edges(session, run.id, batch.edges, batch.start, batch.end)}
+    return {"cursor": edges.store_edges(session, "run", run.id, batch.edges, batch.start, batch.end)}
 
 
 @router.delete("/{run_id}", summary="Delete a run and its points")

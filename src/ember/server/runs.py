@@ -11,23 +11,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ember.server import codec, ingest, naming, series
-from ember.server.domain_errors import Conflict, Invalid
-from ember.server.lookup import get_run
-from ember.server.models import Artifact, ArtifactFile, Cursor, Folder, Run, User, now
+from ember.server import codec, edges, ingest, naming, series
+from ember.server.domain_errors import Conflict, Invalid, TooLarge
+from ember.server.lookup import claim_id, get_run
+from ember.server.models import Artifact, ArtifactFile, Folder, Run, User, now
 from ember.server.perms import Level, drop_shares, ensure_folder, level, require, shares_of
 from ember.server.schemas import Placement, RunIn
 
 STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
+MAX_META_BYTES = 1 << 20
+"""The largest run.json, and the largest platform.json, a run may have (their JSON, in bytes): each
+page of the run and every listing holding it reads them whole."""
 
 
 def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
-    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong)."""
+    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong, 413 for one
+    over :data:`MAX_META_BYTES`)."""
     codec.check(body.run, "run")
     codec.check(body.platform, "platform")
+    for name, value in (("run.json", body.run), ("platform.json", body.platform)):
+        size = len(codec.encode(value))
+        if size > MAX_META_BYTES:
+            raise TooLarge(
+                f"{name} of run {run_id} is {size} bytes as JSON, over the {MAX_META_BYTES} a run's may hold: "
+                "keep large configurations and notes in an artifact"
+            )
     meta = body.run
     if meta.get("id") != run_id:
         raise Invalid(f"run.id {meta.get('id')!r} differs from the id in the URL {run_id!r}")
@@ -76,7 +87,7 @@ def place(
         require(level(session, user, old, folder), Level.EDIT, f"{what} {old.id}")
         if isinstance(old, Artifact):
             freed |= set(session.scalars(select(ArtifactFile.sha256).where(ArtifactFile.artifact_pk == old.pk)))
-        session.execute(delete(Cursor).where(Cursor.node_id == old.id))
+        ingest.drop_cursors(session, what, old.id)
         drop_shares(session, what, old.pk)
         session.delete(old)
     session.flush()
@@ -92,6 +103,7 @@ def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str,
         apply_meta(run, meta, body.platform)
         action = "updated"
     else:
+        claim_id(session, "run", run_id)
         folder, action, _ = place(session, user, body, Run, meta["name"], "run")
         if action == "skipped":
             return {"id": run_id, "action": action, "folder": folder.path, "cursors": {}}
@@ -100,11 +112,17 @@ def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str,
         session.add(run)
         session.flush()
     folder_path = session.scalar(select(Folder.path).where(Folder.id == run.folder_id))
-    return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, run_id)}
+    return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, "run", run_id)}
 
 
 def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
-    """A run the caller may view: metadata, hparams, platform, metric summary, lineage (as they may see it)."""
+    """A run the caller may view: metadata, hparams, platform, metric summary, lineage (as they may see it).
+
+    ``lineage`` holds the edges whose other end the caller may view; ``lineage_hidden`` counts
+    the others (:func:`ember.server.edges.edges_of`), ``lineage_more`` the visible ones past
+    :data:`ember.server.edges.MAX_EDGES`.
+    """
+    lineage = edges.edges_of(session, "run", run.id, run.name, user)
     return {
         "id": run.id,
         "name": run.name,
@@ -119,8 +137,10 @@ def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
         "platform": run.platform,
         "meta": run.meta,
         "metrics": series.metric_counts(session, run.pk),
-        "lineage": ingest.edges_of(session, run.id, user),
-        "cursors": ingest.cursors(session, run.id),
+        "lineage": lineage.edges,
+        "lineage_hidden": lineage.hidden,
+        "lineage_more": lineage.more,
+        "cursors": ingest.cursors(session, "run", run.id),
         "shares": shares_of(session, "run", run.pk),
     }
 
@@ -128,7 +148,7 @@ def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
 def delete_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
     """Delete a run the caller may edit, with its points, cursors and grants."""
     run = get_run(session, user, run_id, Level.EDIT)
-    session.execute(delete(Cursor).where(Cursor.node_id == run.id))
+    ingest.drop_cursors(session, "run", run.id)
     drop_shares(session, "run", run.pk)
     session.delete(run)
     return {"id": run_id, "deleted": True}

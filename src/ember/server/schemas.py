@@ -94,11 +94,15 @@ class MetricBatch(_Strict):
 
 
 class LogChunkIn(_Strict):
-    """Text of ``stdout.log`` from byte ``start`` to byte ``end`` of the file (decoded as UTF-8)."""
+    """Text of ``stdout.log`` from byte ``start`` to byte ``end`` of the file (decoded as UTF-8).
+
+    At most 4 Mi characters (ember's client sends at most 512 KiB of the file at once; before issue
+    30, 4 MiB), and at most :data:`ember.server.codec.MAX_BACKSLASHES` backslashes in the body.
+    """
 
     start: Count
     end: Count
-    text: Annotated[str, Field(max_length=16 << 20)]
+    text: Annotated[str, Field(max_length=4 << 20)]
 
 
 class NodeRef(BaseModel):
@@ -156,15 +160,21 @@ class ReferenceIn(_Strict):
 
 
 class ArtifactMeta(BaseModel):
-    """The parts of ``artifact.json`` the server keeps (others, such as ``source``, are dropped)."""
+    """The parts of ``artifact.json`` the server keeps (others, such as ``source``, are dropped).
+
+    Bounded, as every list a request can grow: at most 1,000 labels, 100,000 files and 10,000
+    references (422 above).
+    """
 
     id: str
     name: str
-    labels: list[Annotated[str, Field(max_length=200)]] = Field(default_factory=list)
+    labels: Annotated[list[Annotated[str, Field(max_length=200)]], Field(max_length=1_000)] = Field(
+        default_factory=list
+    )
     description: Annotated[str, Field(max_length=100_000)] = ""
     created: Annotated[str, Field(max_length=40)] | None = None
-    files: list[FileIn] = Field(default_factory=list)
-    references: list[ReferenceIn] = Field(default_factory=list)
+    files: Annotated[list[FileIn], Field(max_length=100_000)] = Field(default_factory=list)
+    references: Annotated[list[ReferenceIn], Field(max_length=10_000)] = Field(default_factory=list)
 
 
 class ArtifactIn(Placement):

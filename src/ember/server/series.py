@@ -10,9 +10,12 @@ Long series are read from their block summaries (``metric_blocks``: min, max, th
 them and count per :data:`~ember.server.models.BLOCK` steps), which ingest writes in the same
 transaction as the points. A chart of 3 metrics x 1,000,000 points therefore reads about 23,000
 summary rows and no point, the same on a cold server process as on a warm one, and every server
-process sees the same data. Medium series (too long to send whole, spanning too few blocks to
-fill the buckets) are bucketed in one SQL query over their points, at most ``buckets * BLOCK``
-steps of each.
+process sees the same data. A range (a zoomed chart) is answered the same way: the blocks
+inside it from their summaries, and the points of the two blocks it cuts at its ends (at most
+``BLOCK`` each) read raw. Points are read otherwise only when few: a range of at most
+``2 * buckets`` points is sent whole, one of at most :data:`RAW_POINTS` is bucketed exactly in
+SQL over its points; past that, each bucket is one or more whole blocks (a range spanning fewer
+blocks than ``buckets`` gets a bucket per block). ``buckets`` is at most :data:`MAX_BUCKETS`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ from sqlalchemy.orm import Session
 
 from ember.server import codec, ingest
 from ember.server.models import BLOCK, MetricBlock, MetricPoint
+
+MAX_BUCKETS = 4_000
+"""The most buckets a request may ask for (a chart is a few thousand pixels wide)."""
+RAW_POINTS = 16_384
+"""The most points of one series a request reads to bucket them exactly; past it, blocks are buckets."""
 
 # One block or bucket: [first step, last step, min epoch, max epoch, min value, max value, count,
 # then the step, epoch and time of the first point holding the min, and the same of the max].
@@ -178,19 +186,26 @@ class SeriesReader:
         key = (run_pk, type_)
         for name in sorted(names):
             blocks = names[name]
-            whole = all(lo <= b[0] and b[1] <= hi for b in blocks.values())
-            if whole:
-                count = sum(b[6] for b in blocks.values())
-            else:  # the blocks at the range's ends are cut: count the points themselves
-                count = int(session.scalar(_points(key, name, lo, hi).with_only_columns(func.count())) or 0)
+            inner = {k: b for k, b in blocks.items() if lo <= b[0] and b[1] <= hi}
+            # The blocks the range cuts (one at each end at most): their points in the range, read raw.
+            cut: dict[int, Block] = {}
+            for k, b in blocks.items():
+                edge = None if k in inner else _summary(_edge(session, key, name, max(lo, b[0]), min(hi, b[1])))
+                if edge is not None:
+                    cut[k] = edge
+            count = sum(b[6] for b in inner.values()) + sum(b[6] for b in cut.values())
+            first = min(b[0] for b in (*inner.values(), *cut.values())) if count else lo
+            last = max(b[1] for b in (*inner.values(), *cut.values())) if count else lo
             if count <= 2 * buckets:
                 out[name] = _raw(session, key, name, lo, hi, count)
-            elif whole and len(blocks) >= buckets:
-                out[name] = _exact(_merge(blocks, buckets), count)
-            else:
-                first = max(lo, min(b[0] for b in blocks.values()))
-                last = min(hi, max(b[1] for b in blocks.values()))
+            elif count <= RAW_POINTS:
                 out[name] = _bucketed(session, key, name, first, last, buckets, count)
+            else:
+                ends = sorted(cut)
+                head = [cut[k] for k in ends if not inner or k < min(inner)]
+                tail = [cut[k] for k in ends if inner and k > max(inner)]
+                merged = _merge(inner, max(1, buckets - len(head) - len(tail))) if inner else []
+                out[name] = _exact([*head, *merged, *tail], count)
         return {"type": type_, "metrics": out}
 
 
@@ -200,6 +215,40 @@ def _points(key: tuple[int, str], name: str, lo: int, hi: int) -> Any:
     return select(point.step).where(
         point.run_pk == key[0], point.type == key[1], point.name == name, point.step.between(lo, hi)
     )
+
+
+def _edge(session: Session, key: tuple[int, str], name: str, lo: int, hi: int) -> list[Any]:
+    """The points of one series in ``lo..hi`` (a block the range cuts: at most ``BLOCK`` of them)."""
+    if hi < lo:
+        return []
+    return list(
+        session.execute(
+            _points(key, name, lo, hi)
+            .add_columns(MetricPoint.epoch, MetricPoint.time, MetricPoint.value)
+            .order_by(MetricPoint.step)
+        ).all()
+    )
+
+
+def _summary(points: list[Any]) -> Block | None:
+    """A :data:`Block` of points ``(step, epoch, time, value)`` in step order (None when there are none)."""
+    if not points:
+        return None
+    epochs = [p[1] for p in points if p[1] is not None]
+    valued = [p for p in points if p[3] is not None]
+    low = min(valued, key=lambda p: p[3]) if valued else None  # min/max keep the first point holding it
+    high = max(valued, key=lambda p: p[3]) if valued else None
+    return [
+        points[0][0],
+        points[-1][0],
+        min(epochs) if epochs else None,
+        max(epochs) if epochs else None,
+        low[3] if low else None,
+        high[3] if high else None,
+        len(points),
+        *(low[:3] if low else (None, None, None)),
+        *(high[:3] if high else (None, None, None)),
+    ]
 
 
 def _raw(session: Session, key: tuple[int, str], name: str, lo: int, hi: int, count: int) -> dict[str, Any]:

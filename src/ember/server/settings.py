@@ -14,12 +14,14 @@ ENV_MAX_BODY = "EMBER_SERVER_MAX_BODY_BYTES"
 ENV_MAX_BLOB = "EMBER_SERVER_MAX_BLOB_BYTES"
 ENV_QUOTA = "EMBER_SERVER_QUOTA_BYTES"
 ENV_MAX_IMAGES = "EMBER_SERVER_MAX_RUN_IMAGES"
+ENV_MAX_LOG = "EMBER_SERVER_MAX_LOG_BYTES"
 ENV_GRACE = "EMBER_SERVER_BLOB_GRACE_S"
 ENV_HOSTS = "EMBER_SERVER_ALLOWED_HOSTS"
 ENV_DOCS = "EMBER_SERVER_API_DOCS"
 DEFAULT_DATA = ".ember-server"
 MiB = 1 << 20
 DAY_S = 24 * 3600
+DEFAULT_MAX_LOG = 64 * MiB
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The names a loopback-only server answers to (``ember ui``; ``ember server`` by default)."""
 
@@ -38,9 +40,10 @@ class Settings:
         max_body_bytes: the largest JSON request accepted (413 above it).
         max_blob_bytes: the largest artifact file accepted (413 above it).
         max_batch_points: the most metric records in one request (413 above it).
-        quota_bytes: the most bytes one user may hold, artifact files and run images together (413
-            above it); None: no quota.
+        quota_bytes: the most bytes one user may hold, artifact files, run images and run output
+            together (413 above it); None: no quota.
         max_run_images: the most images one run may hold (413 above it).
+        max_log_bytes: the most bytes of output (stdout.log) one run may hold (413 above it).
         blob_grace_s: how long uploaded bytes no artifact refers to are kept (the time a client
             has between uploading a blob and the artifact that lists it).
         allowed_hosts: the ``Host`` header names (without port) the server answers; others get
@@ -61,6 +64,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] | None = None
     api_docs: bool = False
     max_run_images: int = 10_000
+    max_log_bytes: int = DEFAULT_MAX_LOG
 
     @classmethod
     def make(
@@ -74,6 +78,7 @@ class Settings:
         allowed_hosts: tuple[str, ...] | list[str] | None = None,
         api_docs: bool | None = None,
         max_run_images: int | None = None,
+        max_log_bytes: int | None = None,
     ) -> Settings:
         """Settings from arguments, falling back to ``$EMBER_SERVER_*`` and the defaults.
 
@@ -104,7 +109,10 @@ class Settings:
         images = max_run_images if max_run_images is not None else _env_int(ENV_MAX_IMAGES, 10_000)
         if images <= 0:
             raise ServerError(f"max_run_images must be positive, got {images}")
-        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs, images)
+        log = max_log_bytes if max_log_bytes is not None else _env_int(ENV_MAX_LOG, DEFAULT_MAX_LOG)
+        if log <= 0:
+            raise ServerError(f"max_log_bytes must be positive, got {log}")
+        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs, images, log)
 
     def export_env(self) -> None:
         """Put these settings in the environment, for worker processes that rebuild them."""
@@ -117,6 +125,7 @@ class Settings:
         os.environ[ENV_HOSTS] = "*" if self.allowed_hosts is None else ",".join(self.allowed_hosts)
         os.environ[ENV_DOCS] = "1" if self.api_docs else "0"
         os.environ[ENV_MAX_IMAGES] = str(self.max_run_images)
+        os.environ[ENV_MAX_LOG] = str(self.max_log_bytes)
 
 
 def check_hosts(hosts: tuple[str, ...] | list[str]) -> tuple[str, ...] | None:

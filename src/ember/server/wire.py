@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from ember.server.codec import encode, loads, safe
-from ember.server.domain_errors import Invalid
+from ember.server.domain_errors import Invalid, TooLarge
 
 
 class FieldError(HTTPException):
@@ -37,6 +37,8 @@ class _CheckedRequest(Request):
                 self._json = loads(await self.body())
             except Invalid as e:  # FastAPI's body parsing turns any other exception into a 400
                 raise FieldError(e) from None
+            except TooLarge as e:
+                raise HTTPException(413, e.detail) from None
         return self._json
 
 

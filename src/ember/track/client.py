@@ -38,6 +38,7 @@ log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
 BATCH_LINES = 20_000
 BATCH_BYTES = 4 << 20
+LOG_BATCH_BYTES = 512 << 10  # a request's escapes stay under the server's bound (ember.server.codec.MAX_BACKSLASHES)
 BATCH_VALUES = 20_000  # the server's default limit of values per metrics request
 CONFLICTS = ("new", "skip", "error", "replace")
 DEFAULT_RETRY = Retry()
@@ -282,12 +283,12 @@ def refuse_links(folder: Path, what: str) -> None:
                 )
 
 
-def _read(path: Path, offset: int) -> bytes:
-    """Up to one batch of bytes of an append-only file from ``offset`` (nothing when missing)."""
+def _read(path: Path, offset: int, size: int = BATCH_BYTES) -> bytes:
+    """Up to ``size`` bytes of an append-only file from ``offset`` (nothing when missing)."""
     try:
         with open(path, "rb", opener=_no_follow) as f:
             f.seek(offset)
-            return f.read(BATCH_BYTES)
+            return f.read(size)
     except FileNotFoundError:
         return b""
 
@@ -372,7 +373,7 @@ def _send_log(client: Client, run_id: str, path: Path, cursor: int) -> int:
     bytes of a character not yet completely written wait for the next upload.
     """
     while True:
-        data = _read(path, cursor)
+        data = _read(path, cursor, LOG_BATCH_BYTES)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         text = decoder.decode(data, final=False)
         end = cursor + len(data) - len(decoder.getstate()[0])
@@ -429,11 +430,12 @@ def upload_run(
         for file in sorted((run_dir / "metrics").glob("*.jsonl")):
             stream = f"metrics/{file.name}"
             cursors[stream] = _send_metrics(client, rid, file, cursors.get(stream, 0))
-        cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
         for linked in linked_artifacts:
             upload_artifact(linked, body["folder"], make_folder, "new", client)
         cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
-        # Images last: a server's image limits (count, quota) refuse them without holding back the rest.
+        # The output and the images last: a server's limits on them (--max-log-mb, --max-run-images, the
+        # quota) refuse them without holding back the rest.
+        cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
         if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
             cursors[images.IMAGES_FILE] = images.send(client, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
         answer["cursors"] = cursors

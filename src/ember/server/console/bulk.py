@@ -7,9 +7,10 @@ For runs the database does not hold yet, :class:`Recorder` stands in for the HTT
 and answers as the server answers for a new run: every cursor at 0, each range accepted. It keeps
 each request, decoded as the wire decodes it (:func:`ember.server.codec.loads`) and checked by the route's
 model. :func:`write` then applies a batch of recorded runs with the routes' own checks and row
-builders (``runs.checked_meta``/``apply_meta``, ``ingest.metric_rows``/``edge_rows``,
-``ingest.summarize``): one insert for the batch's runs, one for their cursors, log chunks and
-lineage edges, and per metric type of a run one insert of points and one of block summaries.
+builders (``runs.checked_meta``/``apply_meta``, ``ingest.metric_rows``, ``edges.edge_rows``,
+``logs.pieces``, ``ingest.summarize``): one insert for the batch's runs, one for their cursors,
+output pieces and lineage edges, and per metric type of a run one insert of points and one of
+block summaries.
 
 A run whose request is refused keeps what came before it and is reported with the reason (the
 caller lists it ``Damaged``), as over HTTP. ``tests/console/test_index.py`` checks that a store
@@ -24,11 +25,12 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from ember.server import codec, images, ingest, naming
+from ember.server import codec, edges, images, ingest, logs, naming
 from ember.server.console.direct import as_sent, validation_text
 from ember.server.domain_errors import DomainError
 from ember.server.errors import status_of
-from ember.server.models import Cursor, Edge, Folder, LogChunk, Run, RunImage, User
+from ember.server.lookup import claim_id
+from ember.server.models import Cursor, Edge, Folder, LogPiece, Run, RunImage, User
 from ember.server.perms import ensure_folder
 from ember.server.runs import apply_meta, checked_meta
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
@@ -133,6 +135,7 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
         assert rec.run is not None, f"{rec.name}: write() needs a recorded PUT"
         try:
             meta = checked_meta(rec.run, rec.run_id)
+            claim_id(session, "run", rec.run_id)
             if rec.run.folder not in folders:
                 try:
                     with session.begin_nested():
@@ -152,27 +155,32 @@ def write(session: Session, user: User, batch: list[Recorded], max_points: int) 
     session.flush()  # one INSERT for the batch; the runs' primary keys
     points: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
     cursors: list[dict[str, Any]] = []
-    chunks: list[dict[str, Any]] = []
-    edges: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = []
+    lineage: list[dict[str, Any]] = []
     pictures: list[dict[str, Any]] = []
     for rec, run in runs:
         ends: dict[str, int] = {}
+        texts: list[str] = []
         for route, stream, request in rec.requests:
             try:
-                moved = _rows(run, request, max_points, points, chunks, edges, pictures)
+                moved = _rows(run, request, max_points, points, texts, lineage, pictures)
             except DomainError as e:
                 outcome[rec.name] = f"POST /runs/{run.id}/{route} -> {status_of(e)}: {e.detail}"
                 break
             if moved:
                 ends[stream] = request.end
-        cursors += [{"node_id": run.id, "stream": stream, "offset": end} for stream, end in ends.items()]
+        cursors += [{"node_kind": "run", "node_id": run.id, "stream": s, "offset": end} for s, end in ends.items()]
+        if texts:
+            output += logs.pieces(run.pk, "".join(texts), 0, 0)
+            run.log_bytes = output[-1]["end"]
     for (pk, type_), rows in points.items():
         ingest.insert_points(session, rows)
         ingest.summarize(session, pk, type_, None, 0)
-    ingest.insert_ignore(session, Cursor, cursors, ["node_id", "stream"])
-    ingest.insert_ignore(session, LogChunk, chunks, ["run_pk", "start"])
-    ingest.insert_ignore(session, Edge, edges, ["source_id", "target_id"])
+    ingest.insert_ignore(session, Cursor, cursors, ["node_kind", "node_id", "stream"])
+    ingest.insert_ignore(session, LogPiece, output, ["run_pk", "start"])
+    ingest.insert_ignore(session, Edge, lineage, ["source_kind", "source_id", "target_kind", "target_id"])
     ingest.insert_ignore(session, RunImage, pictures, ["run_pk", "name", "step"])
+    session.flush()
     return outcome
 
 
@@ -181,8 +189,8 @@ def _rows(
     request: MetricBatch | LogChunkIn | LineageBatch | images.ImagesBatch,
     max_points: int,
     points: dict[tuple[int, str], list[tuple[Any, ...]]],
-    chunks: list[dict[str, Any]],
-    edges: list[dict[str, Any]],
+    texts: list[str],
+    lineage: list[dict[str, Any]],
     pictures: list[dict[str, Any]],
 ) -> bool:
     """Append the rows one request of a new run adds, as its route stores them; whether it moves its cursor."""
@@ -191,10 +199,10 @@ def _rows(
         points.setdefault((run.pk, request.type), []).extend(rows)
     elif isinstance(request, LogChunkIn):
         if request.end <= request.start or not request.text:
-            return False  # as ingest.store_log: nothing stored, the cursor stays
-        chunks.append({"run_pk": run.pk, "start": request.start, "end": request.end, "text": request.text})
+            return False  # as logs.store_log: nothing stored, the cursor stays
+        texts.append(request.text)
     elif isinstance(request, images.ImagesBatch):
         pictures.extend(images.image_rows(run.pk, request.images))
     else:
-        edges.extend(ingest.edge_rows(run.id, request.edges))
+        lineage.extend(edges.edge_rows("run", run.id, request.edges))
     return True

@@ -14,6 +14,7 @@ from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
 from ember.server.lookup import get_artifact_file, get_run
 from ember.server.responses import file_response, metrics_download
+from ember.server.series import MAX_BUCKETS
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -37,7 +38,7 @@ def series(
     type: MetricType,
     request: Request,
     session: DbSession,
-    buckets: Annotated[int, Query(ge=10, le=20_000)] = 1000,
+    buckets: Annotated[int, Query(ge=10, le=MAX_BUCKETS)] = 1000,
     start: Annotated[int | None, Query(ge=0, description="first step of a range (a zoomed chart)")] = None,
     end: Annotated[int | None, Query(ge=0, description="last step of a range, included")] = None,
 ) -> Response:

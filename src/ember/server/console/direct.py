@@ -23,11 +23,11 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ember.server import codec, images, ingest, naming, runs
+from ember.server import codec, edges, images, ingest, logs, naming, runs
 from ember.server.domain_errors import DomainError
 from ember.server.errors import status_of
 from ember.server.lookup import get_run
-from ember.server.models import Folder, Run, User, now
+from ember.server.models import Artifact, Folder, Run, User, now
 from ember.server.perms import Level, ensure_folder
 from ember.server.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn
 from ember.track.client import Client, UploadError
@@ -78,11 +78,12 @@ class DirectClient:
             batch = MetricBatch.model_validate(body)
             return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, self.max_points)}
         if method == "POST" and rest == ["log"]:
-            chunk = LogChunkIn.model_validate(body)
-            return {"cursor": ingest.store_log(session, run.pk, run.id, chunk.start, chunk.end, chunk.text)}
+            chunk = LogChunkIn.model_validate(body)  # the user's own store: no limits
+            cursor = logs.store_log(session, run, chunk.start, chunk.end, chunk.text, max_bytes=None, quota=None)
+            return {"cursor": cursor}
         if method == "POST" and rest == ["lineage"]:
             lines = LineageBatch.model_validate(body)
-            return {"cursor": ingest.store_edges(session, run.id, lines.edges, lines.start, lines.end)}
+            return {"cursor": edges.store_edges(session, "run", run.id, lines.edges, lines.start, lines.end)}
         if method == "POST" and rest == ["images"]:
             pictures = images.ImagesBatch.model_validate(body)  # the user's own store: no limits
             return {"cursor": images.store_images(session, run, pictures, max_images=None, quota=None)}
@@ -108,7 +109,8 @@ def damaged_id(folder_name: str) -> str:
 
 
 def mark_damaged(session: Session, user: User, run_id: str, folder_name: str, meta: dict[str, Any], reason: str) -> Run:
-    """Record the run ``run_id`` as ``Damaged`` with ``reason``, creating its row when missing.
+    """Record the run ``run_id`` as ``Damaged`` with ``reason``, creating its row when missing (under the
+    folder's :func:`damaged_id` when an artifact holds ``run_id``).
 
     A row already indexed keeps what was stored (its points, its log) and its metadata, with the
     status and the reason replaced. A new row takes what ``meta`` holds that the server accepts
@@ -118,6 +120,9 @@ def mark_damaged(session: Session, user: User, run_id: str, folder_name: str, me
         The run's row.
     """
     run = session.scalar(select(Run).where(Run.id == run_id))
+    if run is None and session.scalar(select(Artifact.pk).where(Artifact.id == run_id)) is not None:
+        run_id = damaged_id(folder_name)  # an artifact holds the id: runs and artifacts never share one
+        run = session.scalar(select(Run).where(Run.id == run_id))
     if run is None:
         folder = _folder(session, user, meta.get("folder"))
         start = meta.get("start_time")

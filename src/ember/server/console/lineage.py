@@ -1,9 +1,10 @@
 """The lineage graph of a run or artifact: inputs on the left, the node, outputs on the right.
 
-Laid out on the server as SVG with links, so it needs no script. A neighbour the viewer may
-not see is shown exactly like one that was never uploaded: greyed, without name or link (the
-edges come from :func:`ember.server.ingest.edges_of`, which masks them), so the graph tells
-nobody whether a private run or artifact exists.
+Laid out on the server as SVG with links, so it needs no script. It draws only the edges whose
+other end the viewer may view (:func:`ember.server.edges.edges_of`); the others are only
+counted below it, one number for edges to private runs and artifacts and to ones never
+uploaded, so the graph tells nobody whether a private node exists, and nobody can draw on
+another user's graph from a node that user cannot see.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.server.console.session import PREFIX
+from ember.server.edges import MAX_EDGES, Lineage
 
 NODE_W, NODE_H, GAP_Y, COL_X = 200, 44, 16, (10, 290, 570)
 
@@ -29,24 +31,22 @@ class Node:
     center: bool = False
 
 
-HIDDEN = "(missing or not shared)"  # short enough not to be truncated in its box
-
-
-def graph(kind: str, node_id: str, name: str, edges: list[dict[str, Any]]) -> dict:
-    """Nodes, edges and the canvas size for ``_lineage.html`` (``edges`` as the viewer may see them)."""
-    inputs: dict[str, dict[str, Any]] = {}
-    outputs: dict[str, dict[str, Any]] = {}
-    for e in edges:
-        if e["target"]["id"] == node_id and e["source"]["id"] != node_id:
-            inputs[e["source"]["id"]] = e["source"]
-        elif e["source"]["id"] == node_id and e["target"]["id"] != node_id:
-            outputs[e["target"]["id"]] = e["target"]
+def graph_of(kind: str, node_id: str, name: str, lineage: Lineage) -> dict:
+    """Nodes, edges, the canvas size and the hidden edges' count for ``_lineage.html``."""
+    me = (kind, node_id)
+    inputs: dict[tuple[str, str], dict[str, Any]] = {}
+    outputs: dict[tuple[str, str], dict[str, Any]] = {}
+    for e in lineage.edges:
+        source, target = (e["source"]["kind"], e["source"]["id"]), (e["target"]["kind"], e["target"]["id"])
+        if target == me and source != me:
+            inputs[source] = e["source"]
+        elif source == me and target != me:
+            outputs[target] = e["target"]
     columns: list[list[Node]] = [[], [], []]
     for index, ends in ((0, inputs), (2, outputs)):
         for end in ends.values():
-            href = f"{PREFIX}/{end['kind']}s/{end['id']}" if end["visible"] else None
-            label = end["name"] if end["visible"] else HIDDEN
-            columns[index].append(Node(end["kind"], end["id"], label, href, COL_X[index], 0))
+            href = f"{PREFIX}/{end['kind']}s/{end['id']}"
+            columns[index].append(Node(end["kind"], end["id"], end["name"], href, COL_X[index], 0))
     columns[1].append(Node(kind, node_id, name, None, COL_X[1], 0, center=True))
     height = max(len(c) for c in columns) * (NODE_H + GAP_Y) + GAP_Y
     for col in columns:
@@ -64,4 +64,7 @@ def graph(kind: str, node_id: str, name: str, edges: list[dict[str, Any]]) -> di
         "w": NODE_W,
         "h": NODE_H,
         "empty": not columns[0] and not columns[2],
+        "hidden": lineage.hidden,
+        "more": lineage.more,
+        "max": MAX_EDGES,
     }

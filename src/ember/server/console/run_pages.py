@@ -1,18 +1,24 @@
-"""The console's run page, and what it fetches while open (a live run's refresh, the whole output)."""
+"""The console's run page, and what it fetches while open (a live run's refresh, the whole output).
+
+The output section reads a bounded window of the run's output (:mod:`ember.server.logs`),
+whatever its size: the last lines, the lines from ``log_from`` (earlier/later links), or the
+lines holding ``log_q``, searched backwards a bounded stretch at a time (``log_before`` goes on).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ember._format import format_time
-from ember.server import ingest, liveness
+from ember.server import edges, liveness, logs
 from ember.server.auth import DbSession
-from ember.server.console import lineage
 from ember.server.console.assets import VERSION
+from ember.server.console.lineage import graph_of
 from ember.server.console.salvage import SKIPPED
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
@@ -23,19 +29,35 @@ from ember.server.series import metric_counts
 from ember.server.wire import SafeJSONResponse
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
-TAIL_LINES = 200
-MAX_HITS = 500
 TYPE_ORDER = {"train": 0, "val": 1, "test": 2}
+LineNumber = Annotated[int | None, Query(ge=0, le=2**62)]
 
 
-def _log_view(text: str, search: str) -> tuple[list[str], int, int]:
-    """The last lines of a log, or the last :data:`MAX_HITS` lines matching ``search``; the number
-    of lines, and of matching lines (0 without a search)."""
-    lines = text.splitlines()
+def _output(session: Session, run_pk: int, search: str, start: int | None, before: int | None) -> dict[str, Any]:
+    """What the output section shows: the tail, a window of lines from line ``start`` (1-based), or the
+    lines holding ``search`` before line ``before`` (0-based: where the last search stopped)."""
     if search:
-        hits = [line for line in lines if search.lower() in line.lower()]
-        return hits[-MAX_HITS:], len(lines), len(hits)
-    return lines[-TAIL_LINES:], len(lines), 0
+        found = logs.search(session, run_pk, search, before)
+        return {
+            "mode": "search",
+            "lines": [line for _, line in found.hits],
+            "total": found.total,
+            "hits": found.count,
+            "searched_from": found.searched_from,
+            "until": found.until,
+        }
+    view = logs.window(session, run_pk, start - 1, logs.TAIL_LINES) if start else logs.tail(session, run_pk)
+    shown_to = view.first + len(view.lines)
+    return {
+        "mode": "window" if shown_to < view.total else "tail",
+        "lines": view.lines,
+        "total": view.total,
+        "first": view.first + 1,
+        "last": shown_to,
+        "cut": view.cut,
+        "earlier": max(1, view.first + 1 - logs.TAIL_LINES) if view.first > 0 else None,
+        "later": shown_to + 1 if shown_to < view.total else None,
+    }
 
 
 def _types(counts: list[dict[str, Any]]) -> list[str]:
@@ -57,29 +79,34 @@ def _packages(system: Any) -> list[tuple[str, str]] | None:
     return sorted(((str(k), "" if v is None else str(v)) for k, v in packages.items()), key=lambda p: p[0].lower())
 
 
-def _artifacts(session: Any, user: User, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _artifacts(session: Any, user: User, lineage: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The artifacts linked to a run that the viewer may see, with their files."""
-    ids = {end["id"] for e in edges for end in (e["source"], e["target"]) if end["kind"] == "artifact"}
+    ids = {end["id"] for e in lineage for end in (e["source"], e["target"]) if end["kind"] == "artifact"}
     out = []
     for art in session.scalars(select(Artifact).where(Artifact.id.in_(ids)).order_by(Artifact.name)):
         if level(session, user, art) < Level.VIEW:
             continue
         files = session.scalars(select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk)).all()
-        role = "output" if any(e["target"]["id"] == art.id for e in edges) else "input"
+        output = any(e["target"]["kind"] == "artifact" and e["target"]["id"] == art.id for e in lineage)
+        role = "output" if output else "input"
         out.append({"id": art.id, "name": art.name, "role": role, "files": sorted(files, key=lambda f: f.path)})
     return out
 
 
 @router.get("/runs/{run_id}")
 def run_page(
-    run_id: str, request: Request, session: DbSession, log_q: Annotated[str, Query(max_length=200)] = ""
+    run_id: str,
+    request: Request,
+    session: DbSession,
+    log_q: Annotated[str, Query(max_length=200)] = "",
+    log_from: LineNumber = None,
+    log_before: LineNumber = None,
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id)) or ""
     found = metric_counts(session, run.pk)  # from the block summaries
-    edges = ingest.edges_of(session, run.id, user)
-    log_lines, total_lines, hits = _log_view(ingest.read_log(session, run.pk), log_q)
+    lineage = edges.edges_of(session, "run", run.id, run.name, user)
     platform = run.platform if isinstance(run.platform, dict) else {}
     system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
     status = liveness.shown_status(run.status, run.meta)
@@ -109,27 +136,25 @@ def run_page(
         packages=_packages(system),
         git=platform.get("git") or {},
         command=platform.get("command") or {},
-        log_lines=log_lines,
-        total_lines=total_lines,
-        hits=hits,
-        max_hits=MAX_HITS,
+        output=_output(session, run.pk, log_q, log_from, log_before),
+        max_hits=logs.MAX_HITS,
         log_q=log_q,
-        artifacts=_artifacts(session, user, edges),
-        graph=lineage.graph("run", run.id, run.name, edges),
+        artifacts=_artifacts(session, user, lineage.edges),
+        graph=graph_of("run", run.id, run.name, lineage),
     )
 
 
 @router.get("/runs/{run_id}/live")
 def run_live(run_id: str, request: Request, session: DbSession) -> Response:
-    """What a live run page refreshes: the status, the metric types, the output's last lines."""
+    """What a live run page refreshes: the status, the metric types, the output's last lines (a bounded read)."""
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    lines, total, _ = _log_view(ingest.read_log(session, run.pk), "")
+    tail = logs.tail(session, run.pk)
     body = {
         "status": liveness.shown_status(run.status, run.meta),
         "types": _types(metric_counts(session, run.pk)),
-        "lines": lines,
-        "total_lines": total,
+        "lines": tail.lines,
+        "total_lines": tail.total,
     }
     response = SafeJSONResponse(body)
     secure(response)
@@ -138,10 +163,11 @@ def run_live(run_id: str, request: Request, session: DbSession) -> Response:
 
 @router.get("/runs/{run_id}/output.log")
 def run_log(run_id: str, request: Request, session: DbSession) -> Response:
-    """The run's whole output (stdout.log), as a download."""
+    """The run's whole output (stdout.log), as a download streamed a few pieces at a time."""
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
-    response = Response(ingest.read_log(session, run.pk), media_type="text/plain; charset=utf-8")
+    body = logs.stream(request.app.state.read_sessions, run.pk)
+    response = StreamingResponse(body, media_type="text/plain; charset=utf-8")
     response.headers["Content-Disposition"] = f'attachment; filename="{run.id}.log"'
     secure(response)
     return response

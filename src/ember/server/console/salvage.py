@@ -70,7 +70,7 @@ def _salvage(path: Path, run_id: str, client: DirectClient) -> list[str]:
     """Send every metrics file's unsent complete lines, damaged ones left out; what was skipped."""
     if client.session.scalar(select(Run.pk).where(Run.id == run_id)) is None:
         return []  # refused at its PUT: nothing to continue
-    cursors = ingest.cursors(client.session, run_id)
+    cursors = ingest.cursors(client.session, "run", run_id)
     skipped: list[str] = []
     folder = path / "metrics"
     for file in sorted(folder.glob("*.jsonl")) if folder.is_dir() and not folder.is_symlink() else []:

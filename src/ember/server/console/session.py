@@ -40,6 +40,8 @@ from ember.server.models import ApiKey, ConsoleSession, User, aware, now
 SESSION_COOKIE = "ember_session"
 CSRF_COOKIE = "ember_csrf"
 MAX_AGE_S = 12 * 3600
+MAX_SESSIONS_PER_KEY = 100
+"""Live console sessions one API key may have; logging in again past it ends the oldest."""
 PREFIX = "/ui"
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
@@ -73,6 +75,14 @@ def start_session(request: Request, response: Response, session: Session, api_ke
         return None
     issued = now()
     session.execute(delete(ConsoleSession).where(ConsoleSession.expires <= issued))  # keep the table small
+    # Logging in again and again with one key must not grow the table without end: its oldest go.
+    older = (
+        select(ConsoleSession.digest)
+        .where(ConsoleSession.key_id == key_id)
+        .order_by(ConsoleSession.created.desc(), ConsoleSession.digest)
+        .offset(MAX_SESSIONS_PER_KEY - 1)
+    )
+    session.execute(delete(ConsoleSession).where(ConsoleSession.digest.in_(older.scalar_subquery())))
     token = secrets.token_urlsafe(32)
     session.add(
         ConsoleSession(

@@ -335,7 +335,7 @@
     const log = $("log-lines");
     if (log && log.dataset.tail === "1") {
       log.textContent = info.lines.length ? info.lines.join("\n") + "\n" : "(empty)";
-      $("log-count").textContent = info.total_lines + " lines, last " + info.lines.length;
+      $("log-count").textContent = "(" + info.total_lines.toLocaleString("en-US") + " lines, last " + info.lines.length + ")";
     }
     return status;
   }
