@@ -2,7 +2,8 @@
 
 ``ember run`` starts every worker as ``python -u -c "import ember._worker; ember._worker.main()"
 [-m] SCRIPT ARGS...`` so that an uncaught error is reported the interpreter's way and also
-reaches the launcher (torchelastic's error file).
+reaches the launcher (torchelastic's error file), and so that the launcher learns the worker's
+rank, pid and exit code (:mod:`ember._supervisor`).
 """
 
 from __future__ import annotations
@@ -18,17 +19,30 @@ def main() -> None:
     handlers such as ember.track's, ``sys.excepthook`` prints it, exit code 1) with the
     traceback starting at the script, and is also written to the torchelastic error file the
     launcher reads. The process group, if the script made one, is left cleanly at exit (as
-    after ``ember.launch``).
+    after ``ember.launch``). The launcher gets a start record before the script runs and the
+    exit code when it ends through Python.
     """
+    from ember._supervisor import announce, record_exit
+
+    announce()
+    try:
+        if sys.argv[1] == "-m":
+            _run_module(sys.argv[2], sys.argv[3:])
+        else:
+            _run_script(*sys.argv[1:])
+    except SystemExit as stop:
+        record_exit(stop.code)
+        raise
+    record_exit(0)
+
+
+def _run_script(script: str, *script_args: str) -> None:
+    """Run ``script`` as ``python SCRIPT ARGS...`` would."""
     import importlib.machinery
     import types
 
     from ember._exit import leave_process_group_at_exit
 
-    if sys.argv[1] == "-m":
-        _run_module(sys.argv[2], sys.argv[3:])
-        return
-    script, *script_args = sys.argv[1:]
     path = os.path.abspath(script)
     sys.argv = [script, *script_args]
     if not getattr(sys.flags, "safe_path", False):  # python -P / PYTHONSAFEPATH: no script folder on the path
