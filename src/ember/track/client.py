@@ -33,6 +33,7 @@ from ember.errors import TrackingError
 from ember.track import images, lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
 from ember.track.retry import Retry, retry_after, should_retry
+from ember.track.store import read_platform
 
 log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
@@ -418,7 +419,7 @@ def upload_run(
         refuse_links(linked, "artifact")
     meta = read_json(run_dir / "run.json")
     with _borrowed(client) as client, _keeping(f"the run {run_dir}", run_dir):
-        platform = read_json(run_dir / "platform.json") if (run_dir / "platform.json").is_file() else {}
+        platform = read_platform(run_dir) or {}
         body = {**_placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)}
         body.update(run=meta, platform=platform)
         rid = str(meta["id"])
