@@ -22,7 +22,7 @@ __all__ = ["lock_folder", "unlock_folder"]
 _HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
 
-def lock_folder(folder: Path, refusal: Callable[[], EmberError]) -> int | None:
+def lock_folder(folder: Path, refusal: Callable[[], EmberError], follow_links: bool = False) -> int | None:
     """Lock ``folder`` for this process's writing, without waiting; returns the descriptor that holds it.
 
     :func:`unlock_folder` releases it, and so does the end of the process. None where there are
@@ -30,9 +30,11 @@ def lock_folder(folder: Path, refusal: Callable[[], EmberError]) -> int | None:
     the folder is then written unlocked.
 
     Args:
-        folder: the folder (a link is refused: ``O_NOFOLLOW``).
+        folder: the folder.
         refusal: builds the error to raise when another process holds the lock (it may read the
             folder to name that process).
+        follow_links: lock the folder a link named ``folder`` points to; by default a link is
+            refused (``O_NOFOLLOW``: a run folder of a store is never a link).
 
     Raises:
         EmberError: ``refusal()``, when another process (or another open of this process) holds it.
@@ -45,7 +47,8 @@ def lock_folder(folder: Path, refusal: Callable[[], EmberError]) -> int | None:
         import fcntl
     except ImportError:  # Windows
         return None
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    no_follow = 0 if follow_links else getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | no_follow)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

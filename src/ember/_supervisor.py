@@ -8,6 +8,7 @@ others finished keeps it waiting forever. ``ember run`` therefore watches its wo
 - each worker (:mod:`ember._worker`) writes a start record (rank, local rank, attempt, pid) into
   the launcher's private status folder (``$EMBER_RUN_STATUS_DIR``) before the script runs, and an
   exit record (the code the script ended with) when the script ends through Python;
+- each worker asks the kernel for SIGTERM when the launcher dies (:func:`follow_launcher`);
 - the launcher's :class:`Watcher` thread notes the moment each worker ends (a pidfd wakes it at
   once on Linux; elsewhere it looks every 50 ms) and how: the kernel's status, read with
   ``waitid(WNOWAIT)``, which leaves the process for torchrun to collect.
@@ -29,6 +30,7 @@ import logging
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +43,11 @@ if TYPE_CHECKING:
 
 STATUS_ENV = "EMBER_RUN_STATUS_DIR"
 """The folder, private to one ``ember run``, where its workers leave their start and exit records."""
+
+LAUNCHER_ENV = "EMBER_RUN_LAUNCHER_PID"
+"""The pid of the ``ember run`` whose workers these are (:func:`follow_launcher`)."""
+
+_PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 PREEMPTED = 75
 """A preempted worker's exit code (``ember.trainer.PREEMPTED_EXIT_CODE``, not imported: the
@@ -72,6 +79,28 @@ def announce() -> None:
     if folder:
         record = {"rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "pid": os.getpid()}
         _write(Path(folder) / f"{_attempt()}-{record['rank']}.start", record)
+
+
+def follow_launcher() -> None:
+    """Worker side (Linux): have the kernel send this worker SIGTERM when the launcher dies.
+
+    ``ember run`` killed with SIGKILL (the OOM killer, ``kill -9``) cannot stop its workers, and
+    torchrun starts them in sessions of their own: they would train on, orphaned, holding their
+    devices and the checkpoint folder's lock. With ``PR_SET_PDEATHSIG`` they get SIGTERM instead,
+    which a ``fit`` with a CheckpointHook turns into a preemption save. A launcher that died
+    before this ran is noticed by the parent pid, and the same signal is sent at once.
+    """
+    launcher = _env_int(LAUNCHER_ENV)
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0 and os.getppid() != launcher:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def record_exit(code: object) -> None:
@@ -353,6 +382,7 @@ def supervised(folder: Path, finish_timeout: float | None, grace_s: float) -> It
     leave these signals alone (:func:`torch_signals`).
     """
     os.environ[STATUS_ENV] = str(folder)
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
     watcher = Watcher(folder, finish_timeout)
     previous = {sig: signal.signal(sig, _StopHandler(watcher, grace_s)) for sig in STOP_SIGNALS}
     watcher.start()
@@ -363,6 +393,7 @@ def supervised(folder: Path, finish_timeout: float | None, grace_s: float) -> It
             signal.signal(sig, old)
         watcher.close()
         os.environ.pop(STATUS_ENV, None)
+        os.environ.pop(LAUNCHER_ENV, None)
 
 
 def _signal_name(number: int) -> str:

@@ -20,10 +20,11 @@ def main() -> None:
     traceback starting at the script, and is also written to the torchelastic error file the
     launcher reads. The process group, if the script made one, is left cleanly at exit (as
     after ``ember.launch``). The launcher gets a start record before the script runs and the
-    exit code when it ends through Python.
+    exit code when it ends through Python; a launcher that dies sends the worker SIGTERM.
     """
-    from ember._supervisor import announce, record_exit
+    from ember._supervisor import announce, follow_launcher, record_exit
 
+    follow_launcher()
     announce()
     try:
         if sys.argv[1] == "-m":

@@ -87,6 +87,13 @@ def test_a_second_trainer_on_a_checkpoint_folder_is_refused_naming_the_first(tmp
     train(tmp_path, 2, resume="auto")  # released when the first fit ended
 
 
+def test_a_checkpoint_folder_that_is_a_link_to_one_elsewhere_is_locked_and_used(tmp_path: Path) -> None:
+    (tmp_path / "big-disk").mkdir()
+    os.symlink(tmp_path / "big-disk", tmp_path / "ckpt")  # ckpt -> /mnt/big/ckpt
+    train(tmp_path / "ckpt", 1)
+    assert sorted(p.name for p in (tmp_path / "big-disk").iterdir()) == [GOOD, "last_checkpoint"]
+
+
 def test_the_lock_of_a_trainer_killed_with_sigkill_is_released_by_the_system(tmp_path: Path) -> None:
     hold = "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); "
     child = subprocess.Popen([sys.executable, "-c", hold + "print('held', flush=True); time.sleep(60)",

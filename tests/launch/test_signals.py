@@ -179,3 +179,35 @@ def test_a_worker_still_running_after_the_other_finished_is_named_in_a_warning(
         f"rank 1 (local rank 1, pid {one.pid}) still running 0 s after rank(s) 0 finished with exit code 0. If it hangs"
     )
     assert "--finish-timeout SECONDS" in record.getMessage() and one.poll() is None  # a warning only
+
+
+# A launcher that starts one worker, which asks for SIGTERM when the launcher dies and reports it.
+LAUNCHER = """
+import os, subprocess, sys, time
+os.environ["EMBER_RUN_LAUNCHER_PID"] = str(os.getpid())
+worker = '''
+import os, signal, sys, time
+from ember._supervisor import follow_launcher
+signal.signal(signal.SIGTERM, lambda *a: (open(sys.argv[1], "w").write("SIGTERM"), sys.exit(75)))
+follow_launcher()
+open(sys.argv[1] + ".ready", "w").close()
+time.sleep(60)
+'''
+subprocess.Popen([sys.executable, "-c", worker, sys.argv[1]])
+time.sleep(60)
+"""
+
+
+def test_workers_get_sigterm_when_ember_run_is_killed_with_sigkill(tmp_path: Path) -> None:
+    report = tmp_path / "worker-got"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(report)], env=job_env())
+    deadline = time.monotonic() + 30
+    while not report.with_name("worker-got.ready").exists():
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.02)
+    launcher.kill()  # SIGKILL: nothing of the launcher runs
+    launcher.wait()
+    while not report.exists():  # the worker saves (here: writes) and stops instead of living on, orphaned
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert report.read_text() == "SIGTERM"

@@ -88,12 +88,9 @@ def lock(directory: str | os.PathLike[str], who: str = "trainer") -> FolderLock:
         )
 
     try:
-        fd = _lock.lock_folder(directory, refusal)
+        fd = _lock.lock_folder(directory, refusal, follow_links=True)  # ckpt -> /mnt/big/ckpt is common
     except OSError as exc:
-        raise CheckpointError(
-            f"cannot lock the checkpoint folder {str(directory)!r}: {exc.strerror or exc} (is it a folder, "
-            "not a link to one?)"
-        ) from None
+        raise CheckpointError(f"cannot lock the checkpoint folder {str(directory)!r}: {exc.strerror or exc}") from None
     held = FolderLock(directory, fd)
     if fd is not None:
         since = datetime.datetime.now().isoformat(sep=" ", timespec="seconds")

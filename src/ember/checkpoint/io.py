@@ -324,7 +324,9 @@ def read_pointer(directory: str | os.PathLike[str], pointer: str = POINTER) -> s
     pointer_file = Path(directory) / pointer
     if not pointer_file.is_file():
         return None
-    return pointer_file.read_text().strip() or None
+    with open(pointer_file, "rb") as f:  # a name is short: a pointer grown huge is not read whole
+        text = f.read(4096).decode("utf-8", "replace")
+    return text.strip().splitlines()[0] if text.strip() else None
 
 
 @dataclass(frozen=True, order=True)

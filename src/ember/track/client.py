@@ -20,6 +20,7 @@ import codecs
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from typing import Any
 from ember._format import format_duration
 from ember.errors import TrackingError
 from ember.track import images, lineage
-from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
+from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, file_kind, read_json
 from ember.track.retry import Retry, retry_after, should_retry
 from ember.track.store import read_platform
 
@@ -262,8 +263,14 @@ def _detail(response: Any) -> str:
 
 
 def _no_follow(path: str, flags: int) -> int:
-    """An ``open`` opener that refuses a symbolic link (in case one appears after the check)."""
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+    """An ``open`` opener for the files of a run or artifact folder: a symbolic link is refused
+    (in case one appears after the check), and so is a pipe or a device, without waiting on it."""
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UploadError(f"{path} is {file_kind(mode)}, not a regular file: nothing of it is sent")
+    return fd
 
 
 def refuse_links(folder: Path, what: str) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from ember._atomic import atomic_write, why_write_failed
 from ember.errors import TrackingError
-from ember.track._fs import append_line, file_kind
+from ember.track._fs import append_line, file_kind, open_regular
 
 IMAGES_FILE = "images.jsonl"
 IMAGES_DIR = "images"
@@ -252,7 +252,8 @@ def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
     if run_dir is None:
         return []
     try:
-        data = (run_dir / IMAGES_FILE).read_bytes()
+        with open_regular(run_dir / IMAGES_FILE) as f:
+            data = f.read()
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
@@ -265,7 +266,7 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
     stores each (name, step) once and moves the cursor in the same transaction, so a retry
     adds nothing.
     """
-    from ember.track.client import UploadError, _lines
+    from ember.track.client import UploadError, _lines, _no_follow
 
     path = run_dir / IMAGES_FILE
     while True:
@@ -281,7 +282,8 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
                     rel = str(record["file"])
                     if not rel.startswith(IMAGES_DIR + "/") or ".." in rel.split("/"):
                         raise ValueError(f"file {rel!r} is not under {IMAGES_DIR}/")
-                    data = (run_dir / rel).read_bytes()
+                    with open(run_dir / rel, "rb", opener=_no_follow) as f:
+                        data = f.read(MAX_PNG_BYTES + 1)
                     item = {k: record[k] for k in ("name", "step", "time")}
                 except (KeyError, TypeError, ValueError, OSError) as e:
                     raise UploadError(f"{path}: the line at byte {used} names no readable image ({e})") from None
