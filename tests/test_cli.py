@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from ember._supervisor import failure_report
+from ember._run_report import failure_report
 from tests.dist import ROOT
 
 

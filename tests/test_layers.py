@@ -69,7 +69,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("checkpoint",),
     ("trainer",),
     ("server",),
-    ("cli", "__main__", "_worker", "_supervisor"),
+    ("cli", "__main__", "_worker", "_supervisor", "_run_report"),
     ("",),
     ("compat",),
 ]

@@ -13,8 +13,8 @@ others finished keeps it waiting forever. ``ember run`` therefore watches its wo
   once on Linux; elsewhere it looks every 50 ms) and how: the kernel's status, read with
   ``waitid(WNOWAIT)``, which leaves the process for torchrun to collect.
 
-:func:`failure_report` names the first worker that failed and how; :func:`stop_report` says how
-the workers ended after ``ember run`` received SIGTERM/SIGINT; the watcher warns about, and with
+From these, :mod:`ember._run_report` names the first worker that failed and how, and says how the
+workers ended after ``ember run`` received SIGTERM/SIGINT; the watcher warns about, and with
 ``--finish-timeout`` ends, workers still running after another one finished. The rules are in
 docs/launch.md ("Signals and exit codes").
 
@@ -36,10 +36,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from typing import Any
 
 STATUS_ENV = "EMBER_RUN_STATUS_DIR"
 """The folder, private to one ``ember run``, where its workers leave their start and exit records."""
@@ -394,116 +391,3 @@ def supervised(folder: Path, finish_timeout: float | None, grace_s: float) -> It
         watcher.close()
         os.environ.pop(STATUS_ENV, None)
         os.environ.pop(LAUNCHER_ENV, None)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def failure_report(failed: ChildFailedError, watcher: Watcher | None) -> tuple[str, int]:
-    """The report of a failed job and the exit code to use: the first worker that failed, and how.
-
-    The first failure is the one that happened first: a raise at the time in its error file
-    (:mod:`ember._worker` writes it to the microsecond), any other end at the moment the watcher
-    saw the process end (torchrun's own time, to the second, for a worker the watcher never saw
-    start). Its exit code is the job's: 1 for an exception (even when the worker was then
-    stopped during its exit), the code it exited with, or 128 + N for a death by signal N. The
-    other workers either failed after it (they raised) or were stopped by ember run.
-    Workers that all exited with the preemption code (75) make a preempted job, exit code 75.
-    """
-    failures = failed.failures
-
-    def message(rank: int) -> dict[str, Any] | None:
-        found = failures[rank].error_file_data.get("message")
-        return found if isinstance(found, dict) else None
-
-    def when(rank: int) -> tuple[float, int]:
-        raised = message(rank)
-        if raised is not None:
-            extra = raised.get("extraInfo", {})
-            return float(extra.get("ember_time", failures[rank].timestamp)), rank
-        seen = watcher.by_pid(failures[rank].pid) if watcher is not None else None
-        ended = seen.ended_at if seen is not None else None
-        return (ended if ended is not None else float(failures[rank].timestamp)), rank
-
-    if all(f.exitcode == PREEMPTED and message(r) is None for r, f in failures.items()):
-        ranks = ", ".join(str(r) for r in sorted(failures))
-        return (
-            f"ember run: the workers were preempted: rank(s) {ranks} saved a checkpoint and exited with "
-            f"{PREEMPTED}; run the job again to resume",
-            PREEMPTED,
-        )
-    order = sorted(failures, key=when)
-    rank = order[0]
-    first = failures[rank]
-    raised = message(rank)
-    code = 1 if raised is not None else first.exitcode if first.exitcode > 0 else 128 - first.exitcode
-    head = f"ember run: rank {rank} (local rank {first.local_rank}, pid {first.pid}) failed with exit code {code}"
-    if raised is None and first.exitcode < 0:
-        head += f", killed by signal {-first.exitcode} ({_signal_name(-first.exitcode)})"
-    elif raised is None:
-        head += " without an exception (sys.exit, os._exit or native code; its output is above)"
-    after = [r for r in order[1:] if message(r) is not None]
-    stopped = len(order) - 1 - len(after)
-    if after:
-        head += f"; rank{'s' if len(after) > 1 else ''} {', '.join(map(str, after))} failed after it"
-    if stopped:
-        head += f"; ember run stopped {stopped} other worker{'s' if stopped > 1 else ''}"
-    if raised is None:
-        return head, code
-    body = raised.get("extraInfo", {}).get("py_callstack", first.message)
-    return f"{head}. Its error:\n{str(body).rstrip()}", code
-
-
-def stop_report(signum: int, watcher: Watcher, grace_s: float) -> tuple[str, int]:
-    """The report after ``ember run`` received ``signum`` (or ``--finish-timeout`` expired), and the exit code.
-
-    75 when every worker saved a checkpoint and exited with it (the others had finished with 0);
-    0 when all had finished with 0; :data:`FINISH_TIMEOUT_EXIT` after ``--finish-timeout``;
-    else 128 + ``signum``, naming each worker that did not save and how it ended.
-    """
-    workers = watcher.current()
-    name = _signal_name(signum)
-    if watcher.timed_out:
-        names = ", ".join(f"{w.name()} {_ended(w, watcher, grace_s, saving=False)}" for w in watcher.timed_out)
-        return (
-            f"ember run: stopped after --finish-timeout {watcher.finish_timeout:g} s, the wait for workers "
-            f"still running after another finished with exit code 0: {names}",
-            FINISH_TIMEOUT_EXIT,
-        )
-    if not workers:
-        return f"ember run: received {name} before any worker started; exit code {128 + signum}", 128 + signum
-    if all(w.outcome in (0, PREEMPTED) for w in workers):
-        saved = [str(w.rank) for w in workers if w.outcome == PREEMPTED]
-        if not saved:
-            return f"ember run: received {name} after every worker had finished with exit code 0", 0
-        return (
-            f"ember run: received {name} and passed it on to the workers: rank(s) {', '.join(saved)} saved a "
-            f"checkpoint and exited with {PREEMPTED} (preempted); run the job again to resume",
-            PREEMPTED,
-        )
-    unsaved = [f"{w.name()} {_ended(w, watcher, grace_s)}" for w in workers if w.outcome not in (0, PREEMPTED)]
-    return (
-        f"ember run: received {name} and passed it on to the workers, but not every worker saved a checkpoint "
-        f"and exited with {PREEMPTED}: {'; '.join(unsaved)}. Exit code {128 + signum} ({name})",
-        128 + signum,
-    )
-
-
-def _ended(worker: Worker, watcher: Watcher, grace_s: float, saving: bool = True) -> str:
-    """How ``worker`` ended, in words (``saving``: it was asked to save and stop)."""
-    outcome = worker.outcome
-    if outcome is None:
-        return "ended without an exit status ember run could see"
-    if outcome >= 0:
-        return f"exited with {outcome}"
-    sig = _signal_name(-outcome)
-    late = watcher.stopping_at is not None and (worker.ended_at or 0) - watcher.stopping_at >= 0.9 * grace_s
-    if -outcome == signal.SIGKILL and late:
-        return f"was killed with SIGKILL, still running {grace_s:g} s after the signal (--shutdown-timeout)"
-    if -outcome in STOP_SIGNALS:
-        return f"ended by {sig} without saving (no CheckpointHook in a running fit?)" if saving else f"ended by {sig}"
-    return f"was killed by signal {-outcome} ({sig})"

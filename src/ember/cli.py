@@ -138,7 +138,7 @@ def _supervise(run: Any, options: argparse.Namespace, args: argparse.Namespace) 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousError
 
-    from ember import _supervisor
+    from ember import _run_report, _supervisor
     from ember.errors import LaunchError
 
     options.signals_to_handle = _supervisor.torch_signals(options.signals_to_handle)
@@ -156,9 +156,9 @@ def _supervise(run: Any, options: argparse.Namespace, args: argparse.Namespace) 
                 raise LaunchError(f"ember run: {exc}") from None
         # Out of the block: a signal now ends this process at once, with nothing left to stop.
         if isinstance(ended, ChildFailedError):
-            text, code = _supervisor.failure_report(ended, watcher)
+            text, code = _run_report.failure_report(ended, watcher)
         else:
-            text, code = _supervisor.stop_report(ended.sigval, watcher, args.shutdown_timeout)
+            text, code = _run_report.stop_report(ended.sigval, watcher, args.shutdown_timeout)
         print(text, file=sys.stderr, flush=True)
         return code
     finally:

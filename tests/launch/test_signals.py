@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from ember import _supervisor
+from ember import _run_report, _supervisor
 from tests.launch.common import job_env
 
 # A worker that saves (here: sleeps) and exits with the preemption code on SIGTERM, as a preempted
@@ -134,14 +134,14 @@ def test_a_worker_killed_by_a_signal_is_named_not_the_peer_that_raised_or_was_st
         0: _failure(tmp_path, 0, zero.pid, -signal.SIGTERM, raised_at=died + 0.002),
         1: _failure(tmp_path, 1, one.pid, -signal.SIGKILL),
     }
-    text, code = _supervisor.failure_report(ChildFailedError("train.py", failures), watcher)
+    text, code = _run_report.failure_report(ChildFailedError("train.py", failures), watcher)
     assert code == 128 + signal.SIGKILL
     assert text == (
         f"ember run: rank 1 (local rank 1, pid {one.pid}) failed with exit code 137, killed by signal 9 (SIGKILL); "
         "rank 0 failed after it"
     )
     by_segv = {1: _failure(tmp_path, 1, one.pid, -signal.SIGSEGV), 0: _failure(tmp_path, 0, zero.pid, -15)}
-    assert _supervisor.failure_report(ChildFailedError("t.py", by_segv), watcher) == (
+    assert _run_report.failure_report(ChildFailedError("t.py", by_segv), watcher) == (
         f"ember run: rank 1 (local rank 1, pid {one.pid}) failed with exit code 139, killed by signal 11 (SIGSEGV); "
         "ember run stopped 1 other worker",
         139,
@@ -159,7 +159,7 @@ def test_a_worker_that_raised_and_was_stopped_while_exiting_gives_exit_code_1_no
     zero.send_signal(signal.SIGTERM)
     _ended(watcher, zero)
     failures = {0: _failure(tmp_path, 0, zero.pid, -15, raised_at=raised), 1: _failure(tmp_path, 1, one.pid, -15)}
-    text, code = _supervisor.failure_report(ChildFailedError("train.py", failures), watcher)
+    text, code = _run_report.failure_report(ChildFailedError("train.py", failures), watcher)
     assert code == 1
     assert text.startswith(f"ember run: rank 0 (local rank 0, pid {zero.pid}) failed with exit code 1; ember run ")
 
