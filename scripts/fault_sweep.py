@@ -192,8 +192,8 @@ def make_hostile(path: Path, variant: str, outside: Path, marker: Path) -> None:
         copy = outside / path.name
         copy.write_bytes(original)
         os.symlink(copy, path)
-    elif variant == "bomb":
-        path.write_text(JSON_BOMB if path.suffix in (".json", ".jsonl") else YAML_BOMB)
+    elif variant == "bomb":  # a complete line: an append-only file's torn last line is skipped by design
+        path.write_text((JSON_BOMB if path.suffix in (".json", ".jsonl") else YAML_BOMB) + "\n")
     elif variant == "truncated":
         path.write_bytes(original[: len(original) // 2])
     elif variant == "hostile-pickle":
@@ -324,11 +324,14 @@ def group_store(sweep: Sweep) -> None:
             for reader, argv in readers.items():
 
                 def expect(rc: int, out: str, err: str, reader: str = reader, rel: str = rel, v: str = variant) -> str:
-                    benign = rel in ("stdout.log", "images.jsonl") or (rel == "lineage.jsonl" and v == "truncated")
+                    # a torn last line of an append-only file is a write in progress: skipped by design
+                    benign = rel in ("stdout.log", "images.jsonl") or (rel.endswith(".jsonl") and v == "truncated")
                     if reader == "runs ls":
                         line = next((x for x in out.splitlines() if x.startswith(runs[0].name)), "")
                         if rel in ("platform.json", "lineage.jsonl", "stdout.log", "images.jsonl"):
                             return "clear" if rc == 0 and line else "silent"  # ls does not read these
+                        if rel == "metrics/train.jsonl" and v == "truncated":
+                            return "clear" if rc == 0 and line else "silent"
                         return "clear" if rc == 0 and "Damaged" in line else "silent"
                     if reader == "runs show":
                         if benign:
@@ -348,7 +351,8 @@ def group_store(sweep: Sweep) -> None:
                 run = track.load_run({str(victim)!r})
                 run.images(); run.lineage()
                 lazy = ("stdout.log", "lineage.jsonl", "platform.json", "metrics/train.jsonl")  # read when asked
-                verdict("clear" if {rel!r} in lazy else "silent", "loaded")
+                torn = {rel!r} == "images.jsonl" and {variant!r} == "truncated"  # a write in progress
+                verdict("clear" if {rel!r} in lazy or torn else "silent", "loaded")
             """, case, timeout=30)  # fmt: skip
             originals_intact = all((home / "runs" / r.name / "run.json").is_file() for r in runs[1:])
             if not originals_intact:
@@ -404,6 +408,21 @@ def group_checkpoint(sweep: Sweep) -> None:
             shutil.copytree(base, folder, symlinks=True)
             marker = case / "marker"
             make_hostile(folder / victim, variant, case / "outside", marker)
+            # the readers first: the fit below sets the damaged file aside and saves a new one there
+            for argv in (["checkpoint", "inspect", str(folder / victim)],
+                         ["checkpoint", "export", str(folder / victim), str(case / "model.pt")]):  # fmt: skip
+                if victim == "last_checkpoint":
+                    continue
+
+                def expect(rc: int, out: str, err: str, variant: str = variant) -> str:
+                    if variant == "link-out":
+                        return "clear" if rc == 0 else refusal(rc, out, err)
+                    if "weights_only=False" in err or "weights_only` set to `False`" in err:
+                        return "silent"  # torch's advice repeated
+                    return refusal(rc, out, err)
+
+                cli_case(sweep, "checkpoint", f"{victim} {variant} / ember {' '.join(argv[:2])}", argv, case, expect,
+                         timeout=60, marker=marker)  # fmt: skip
             before = sorted(p.name for p in folder.iterdir())
             rc, out, err, seconds = run([PY, str(script), str(folder)], ROOT, 120, EVERY="2", KEEP="100")
             name = f"{victim} {variant} / fit(resume='auto')"
@@ -430,20 +449,6 @@ def group_checkpoint(sweep: Sweep) -> None:
                     last = (err.strip() or out.strip()).splitlines()[-1] if (err.strip() or out.strip()) else ""
                     outcome = "clear" if "CheckpointError" in err or "ember" in last else "silent"
                     sweep.add("checkpoint", name, outcome, f"rc={rc} {last[-200:]}", seconds)
-            for argv in (["checkpoint", "inspect", str(folder / victim)],
-                         ["checkpoint", "export", str(folder / victim), str(case / "model.pt")]):  # fmt: skip
-                if victim == "last_checkpoint":
-                    continue
-
-                def expect(rc: int, out: str, err: str, variant: str = variant) -> str:
-                    if variant == "link-out":
-                        return "clear" if rc == 0 else refusal(rc, out, err)
-                    if "weights_only=False" in err or "weights_only` set to `False`" in err:
-                        return "silent"  # torch's advice repeated
-                    return refusal(rc, out, err)
-
-                cli_case(sweep, "checkpoint", f"{victim} {variant} / ember {' '.join(argv[:2])}", argv, case, expect,
-                         timeout=60, marker=marker)  # fmt: skip
     # the folder itself: a link to the real one (accepted), a file, a FIFO; the lock file hostile
     for what in ("folder a link", "folder a file", "lock file a fifo", "lock file a link to /dev/zero"):
         case = sweep.work / f"ckpt-{len(sweep.results)}"
@@ -474,17 +479,19 @@ def group_checkpoint(sweep: Sweep) -> None:
     # two live trainers on one folder
     case = sweep.work / "two-trainers"
     case.mkdir()
-    first = subprocess.Popen([PY, str(script), str(case / "ckpt")], cwd=ROOT, env=env(PACE="0.3", EPOCHS="3"),
+    first = subprocess.Popen([PY, str(script), str(case / "ckpt")], cwd=ROOT, env=env(PACE="0.3", EPOCHS="100"),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 60
     while not (case / "ckpt" / ".lock").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     rc, out, err, seconds = run([PY, str(script), str(case / "ckpt")], ROOT, 120)
+    first_alive = first.poll() is None
+    first.send_signal(signal.SIGTERM)  # a preemption: it saves and exits with 75
     first.communicate(timeout=180)
     refused = rc != 0 and "is being written by another trainer" in err and f"pid {first.pid}" in err
-    sweep.add("checkpoint", "a second live trainer on the folder", "clear" if refused else "silent",
+    sweep.add("checkpoint", "a second live trainer on the folder", "clear" if refused and first_alive else "silent",
               (err.strip().splitlines() or [""])[-1], seconds)  # fmt: skip
-    sweep.add("checkpoint", "the first trainer after that", "clear" if first.returncode == 0 else "data loss",
+    sweep.add("checkpoint", "the first trainer after that", "clear" if first.returncode == 75 else "data loss",
               f"rc={first.returncode}")  # fmt: skip
     # kill -9 / SIGTERM a single-process fit at several points, then resume: no loss, no crash loop
     for sig in (signal.SIGKILL, signal.SIGTERM):

@@ -62,6 +62,7 @@ def test_runs_ls_lists_hostile_run_folders_as_damaged_and_opens_none(
     outside.mkdir()
     (outside / "run.json").write_text((good / "run.json").read_text())
     os.symlink(outside, store / "runs" / "linked_261127_000000_aaaaaa")
+    os.mkfifo(store / "runs" / "pipe_261127_000000_bbbbbb")  # not even a folder
     writer = WaitingWriter(fifo_run / "run.json")
     writer.start()
     try:
@@ -75,7 +76,8 @@ def test_runs_ls_lists_hostile_run_folders_as_damaged_and_opens_none(
     assert "run.json is a named pipe (FIFO)" in rows[fifo_run.name] and "Damaged" in rows[fifo_run.name]
     assert "run.json is a symbolic link" in rows[zero_run.name]
     assert "the run folder is a symbolic link" in rows["linked_261127_000000_aaaaaa"]
-    assert "3 damaged run(s)" in err
+    assert "is a named pipe (FIFO), not a run folder" in rows["pipe_261127_000000_bbbbbb"]
+    assert "4 damaged run(s)" in err
     assert ember("runs", "show", fifo_run.name) == 1  # found by name, and says why
     assert "is a named pipe (FIFO): the store expects a regular file there" in capsys.readouterr().out
 
@@ -129,6 +131,10 @@ def test_log_image_reads_only_regular_files_of_a_bounded_size(tmp_path: Path) ->
         with pytest.raises(TrackingError, match=message):
             run.log_image("x", image, step=step)
     assert run.images() == []
+    with open(run.path / "images.jsonl", "w") as f:  # type: ignore[operator]
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")  # a complete line, not a record
+    with pytest.raises(TrackingError, match=r"images.jsonl: line 1 is not JSON \(RecursionError\)"):
+        run.images()
     run.finish()
 
 

@@ -283,7 +283,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             print("nothing removed")
             return 1
     for info in infos:
-        if info.path.is_symlink():  # a link in the store: remove the link, never what it points at
+        if info.path.is_symlink() or not info.path.is_dir():  # a link: the link, never what it points at
             info.path.unlink()
         else:
             shutil.rmtree(info.path)

@@ -248,15 +248,33 @@ def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) ->
 
 
 def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
-    """The lines of a run's ``images.jsonl`` (complete lines only), in the order logged."""
+    """The lines of a run's ``images.jsonl`` (complete lines only), in the order logged.
+
+    Raises:
+        TrackingError: the file is not a regular file, or a complete line is not an object.
+    """
     if run_dir is None:
         return []
+    path = run_dir / IMAGES_FILE
     try:
-        with open_regular(run_dir / IMAGES_FILE) as f:
+        with open_regular(path) as f:
             data = f.read()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
+    lines = []
+    for number, line in enumerate(data[: data.rfind(b"\n") + 1].splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise TrackingError(
+                f"{path}: line {number} is not JSON ({type(e).__name__}); it was not written by ember"
+            ) from None
+        if not isinstance(record, dict):
+            raise TrackingError(f"{path}: line {number} is not a JSON object; it was not written by ember")
+        lines.append(record)
+    return lines
 
 
 def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:

@@ -27,6 +27,7 @@ from ember.errors import TrackingError, describe, short_repr
 from ember.track._fs import (
     ARTIFACTS_DIR,
     RUNS_DIR,
+    file_kind,
     hostname,
     parse_iso,
     pid_alive,
@@ -128,9 +129,10 @@ def _entries(parent: Path, meta_file: str) -> list[Path]:
     """The entries of ``parent`` that are, or claim to be, run (or artifact) folders, by name.
 
     A folder holding ``meta_file`` in any form (a file, or a link, a pipe, a device, a folder:
-    the readers then report it as damaged), and any symbolic link (never followed: a link to a
-    folder elsewhere is listed as damaged, not read). Nothing is opened here. A folder without
-    ``meta_file`` is not a run (a run's folder gets its ``run.json`` as it is created).
+    the readers then report it as damaged), and anything that is not a folder: a symbolic link
+    (never followed: a link to a folder elsewhere is listed as damaged, not read), a pipe, a
+    file. Nothing is opened here. A folder without ``meta_file`` is not a run (a run's folder
+    gets its ``run.json`` as it is created).
     """
     try:
         children = list(os.scandir(parent))
@@ -140,9 +142,13 @@ def _entries(parent: Path, meta_file: str) -> list[Path]:
 
 
 def _claims(path: str | os.PathLike[str], meta_file: str) -> bool:
-    """Whether ``path`` is, or claims to be, a run (artifact) folder: a link, or a folder holding ``meta_file``
-    in any form (see :func:`_entries`)."""
-    return os.path.islink(path) or (os.path.isdir(path) and os.path.lexists(os.path.join(path, meta_file)))
+    """Whether ``path`` is, or claims to be, a run (artifact) folder: a link, anything but a folder
+    (a pipe, a file), or a folder holding ``meta_file`` in any form (see :func:`_entries`)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISDIR(mode) or os.path.lexists(os.path.join(path, meta_file))
 
 
 def resolve(ref: str | os.PathLike[str], home: Path, kind_dir: str = RUNS_DIR, meta_file: str = RUN_FILE) -> Path:
@@ -234,8 +240,14 @@ def run_info(path: Path) -> RunInfo:
     A link is not followed, and a ``run.json`` that is not a regular file (a pipe, a device, a
     link) is not opened (:func:`ember.track._fs.open_regular`).
     """
-    if path.is_symlink():
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as e:
+        return RunInfo(path, status=DAMAGED, error=f"{path} cannot be read: {e.strerror or e}")
+    if stat.S_ISLNK(mode):
         return RunInfo(path, status=DAMAGED, error=f"{path} is a symbolic link: the store reads only folders inside it")
+    if not stat.S_ISDIR(mode):
+        return RunInfo(path, status=DAMAGED, error=f"{path} is {file_kind(mode)}, not a run folder")
     types, damage = _scan_metrics(path)
     if damage is not None:
         return RunInfo(path, status=DAMAGED, error=damage)
