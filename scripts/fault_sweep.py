@@ -629,7 +629,7 @@ def group_launch(sweep: Sweep) -> None:
               lambda rc, out: "clear" if rc == 143 and "killed with SIGKILL" in out else "silent",
               [(0.2, signal.SIGTERM)], ready=2)  # fmt: skip
     ember_run([*two, str(worker), "plain"], "SIGTERM before the workers start",
-              lambda rc, out: "clear" if rc in (143, 75) and "ember run:" in out else "silent",
+              lambda rc, out: "clear" if rc == -15 or (rc == 143 and "ember run:" in out) else "silent",
               [(0.3, signal.SIGTERM)])  # fmt: skip
     ember_run(
         [*two, str(worker), "kill"],

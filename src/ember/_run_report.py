@@ -15,6 +15,9 @@ from ember._supervisor import FINISH_TIMEOUT_EXIT, PREEMPTED, STOP_SIGNALS, Watc
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+SIGNAL_SLACK_S = 1.0
+"""How much earlier than seen a death by a signal other than SIGTERM/SIGINT counts (:func:`failure_report`)."""
+
 
 def _signal_name(number: int) -> str:
     try:
@@ -27,9 +30,15 @@ def failure_report(failed: ChildFailedError, watcher: Watcher | None) -> tuple[s
     """The report of a failed job and the exit code to use: the first worker that failed, and how.
 
     The first failure is the one that happened first: a raise at the time in its error file
-    (:mod:`ember._worker` writes it to the microsecond), any other end at the moment the watcher
-    saw the process end (torchrun's own time, to the second, for a worker the watcher never saw
-    start). Its exit code is the job's: 1 for an exception (even when the worker was then
+    (:mod:`ember._worker` writes it to the microsecond), an exit with a code at the time in its
+    exit record, a death by signal at the moment the watcher saw the process end (torchrun's
+    own time, to the second, for a worker the watcher never saw start). A death by a signal
+    other than SIGTERM/SIGINT counts as :data:`SIGNAL_SLACK_S` earlier than seen: the moment a
+    signal killed a process cannot be read afterwards, the watcher sees it a few milliseconds
+    late (more on a loaded machine), and a peer waiting in a collective fails within one
+    millisecond of that death; so a raise within a second of a SIGKILL or SIGSEGV seen on
+    another worker is taken as its consequence (SIGTERM and SIGINT are how workers are stopped,
+    a consequence themselves). Its exit code is the job's: 1 for an exception (even when the worker was then
     stopped during its exit), the code it exited with, or 128 + N for a death by signal N. The
     other workers either failed after it (they raised) or were stopped by ember run.
     Workers that all exited with the preemption code (75) make a preempted job, exit code 75.
@@ -46,8 +55,12 @@ def failure_report(failed: ChildFailedError, watcher: Watcher | None) -> tuple[s
             extra = raised.get("extraInfo", {})
             return float(extra.get("ember_time", failures[rank].timestamp)), rank
         seen = watcher.by_pid(failures[rank].pid) if watcher is not None else None
-        ended = seen.ended_at if seen is not None else None
-        return (ended if ended is not None else float(failures[rank].timestamp)), rank
+        if seen is not None and seen.exit_time is not None:  # sys.exit(N): the worker's own clock
+            return seen.exit_time, rank
+        if seen is None or seen.ended_at is None:
+            return float(failures[rank].timestamp), rank
+        signum = -failures[rank].exitcode
+        return seen.ended_at - (SIGNAL_SLACK_S if signum > 0 and signum not in STOP_SIGNALS else 0.0), rank
 
     if all(f.exitcode == PREEMPTED and message(r) is None for r, f in failures.items()):
         ranks = ", ".join(str(r) for r in sorted(failures))

@@ -144,6 +144,8 @@ class Worker:
     """The kernel's exit status: the exit code, or ``-N`` for a death by signal N (None: not seen)."""
     exit_code: int | None = None
     """What the script ended with through Python (its exit record), if it did."""
+    exit_time: float | None = None
+    """When the script ended through Python (``time.time()`` in the worker, from its exit record)."""
     sent: set[int] = field(default_factory=set)
     """The signals ``ember run`` sent it."""
 
@@ -230,6 +232,8 @@ class Watcher(threading.Thread):
                     record = _read(self.folder / f"{worker.attempt}-{worker.rank}.exit")
                     if isinstance(record.get("code"), int):
                         worker.exit_code = record["code"]
+                        when = record.get("time")
+                        worker.exit_time = float(when) if isinstance(when, int | float) else None
 
     def current(self) -> list[Worker]:
         """The workers of the latest attempt, by rank."""
