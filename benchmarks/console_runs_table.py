@@ -44,6 +44,14 @@ QUERIES: dict[str, dict[str, Any]] = {
     "filter hp + sort metric": {"where": "hp:optimizer=adam", "sort": "m:train/loss"},
     "status Crashed": {"status": "Crashed"},
     "page 100, sort hp:lr": {"sort": "hp:lr", "page": 100},
+    # The filter language (issue 33): compound filters, evaluated in SQL.
+    "filter m:val/acc>0.9 and hp:lr<0.001": {"where": "m:val/acc>0.9 and hp:lr<0.001"},
+    "filter hp:optimizer=adam and hp:lr>0.01 (none)": {"where": "hp:optimizer=adam and hp:lr>0.01 and hp:lr<0"},
+    "filter (or, not, label, best, start)": {
+        "where": "(m:val/acc.best > 0.95 or hp:model in (vit, cnn)) and not status = Crashed and label = group3 "
+        "and start > 2026-01-02"
+    },
+    "filter status = Running, page 3": {"where": "status = Running", "page": 3},
 }
 
 

@@ -21,6 +21,7 @@ from ember.errors import ConfigError, ContextError
 
 DEFAULTS: dict[str, Any] = {
     "amp": None,
+    "master_weights": False,
     "grad_scaler": {},
     "gradient_accumulation": 1,
     "clip_grad_norm": None,
@@ -30,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
         "data": None,
         "tensor": {"size": 1, "mode": None, "depth": None, "plan": None},
         "pipeline": {"size": 1, "microbatches": None, "schedule": "gpipe", "split_points": None},
-        "context": None,
+        "context": {"size": 1, "seq_dim": 1, "load_balance": True},
         "expert": None,
     },
     "zero": None,
@@ -39,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "deterministic": False,
     "ddp": {},
     "nonfinite_loss": "error",
+    "activation_checkpointing": None,
 }
 
 
@@ -427,7 +429,7 @@ def test_module_attribute_reads_launched_config_and_says_so_before_launch() -> N
         ({"amp": "fp8"}, None, ["'amp'", "'fp8'", "'bf16'"]),
         ({"amp": True}, None, ["'amp'", "True (bool)"]),
         ({"fp16": {"mode": "apex"}}, None, ["'fp16.mode'", "mode='torch'", "amp='bf16'"]),
-        ({"fp16": {"mode": AmpType.NAIVE}}, None, ["'fp16.mode'", "naive"]),
+        ({"fp16": True}, None, ["'fp16'", "True (bool)", "fp16=dict(mode='torch')", "fp16=dict(mode='naive')"]),
         ({"fp16": {"mode": "torch"}, "amp": "bf16"}, None, ["'fp16'", "'amp'", "'bf16'"]),
         (
             {"fp16": {"init_scale": 2}, "grad_scaler": {"init_scale": 4}},

@@ -30,6 +30,7 @@ from ember.data import data_parallel_rank_and_size, to_device
 from ember.errors import EngineError
 from ember.logging import get_dist_logger
 from ember.loss_check import LossCheck
+from ember.parallel.moe import MoEStats
 from ember.parallel.policy import DataParallelPolicy, ParallelPolicy, require_boundary
 
 Criterion = Callable[..., torch.Tensor]
@@ -110,6 +111,12 @@ class Engine:
         self.gradient_handlers: list[Callable[[list[nn.Parameter]], None]] = list(gradient_handlers)
         self.precision = precision or Precision(device)
         self._params: list[nn.Parameter] = [p for g in optimizer.param_groups for p in g["params"]]
+        # Where backward leaves the gradients: the model's fp16/bf16 parameters under master weights.
+        self._grad_params = self.precision.gradient_params(self._params)
+        self._moe = MoEStats.of(model)
+        self.step_scalars: dict[str, torch.Tensor] = {}
+        """What the last backward measured besides the loss, for the Trainer's step storage
+        (``moe/aux_loss``, ``moe/dropped_fraction`` of a model with :class:`~ember.parallel.moe.MoE` layers)."""
         if parallel is None:
             ddp = self._train_module if isinstance(self._train_module, DistributedDataParallel) else None
             parallel = DataParallelPolicy(ddp) if ddp is not None else ParallelPolicy()
@@ -234,7 +241,7 @@ class Engine:
     def zero_grad(self) -> None:
         """Clear gradients, but only at the start of an accumulation cycle (else a no-op)."""
         if self.micro_step == 0:
-            self._optimizer.zero_grad(set_to_none=True)
+            self.precision.zero_grad(self._optimizer)
 
     def reset_accumulation(self) -> None:
         """Drop a half-finished accumulation cycle: clear gradients and the micro-step count.
@@ -243,7 +250,9 @@ class Engine:
         """
         self.micro_step = 0
         self.sync_gradients = self._boundary_expected = self._forward_unsynced = False
-        self._optimizer.zero_grad(set_to_none=True)
+        self.precision.zero_grad(self._optimizer)
+        if self._moe is not None:  # what the dropped cycle's forwards left for its backward
+            self._moe.clear()
 
     def backward(self, loss: torch.Tensor, *, boundary: bool | None = None) -> None:
         """Back-propagate ``loss`` divided by the accumulation count.
@@ -264,6 +273,9 @@ class Engine:
                 "engine.backward got a loss that does not require grad: was it computed under "
                 "torch.no_grad(), from a detached output, or with the model frozen?"
             )
+        if self._moe is not None:  # the MoE layers' load-balancing losses join the loss here
+            extra, self.step_scalars = self._moe.pop()
+            loss = loss if extra is None else loss + extra
         if self.loss_check is not None:  # before anything is back-propagated from it
             self.loss_check.note(loss, self.num_updates + 1, self.micro_step + 1)
         self.micro_step += 1
@@ -277,7 +289,7 @@ class Engine:
         else:
             self.precision.scale(loss).backward()
         if self.sync_gradients and unsynced:  # a cycle closed early, not announced before its forward
-            self.parallel.sync_gradients_now(self._params)
+            self.parallel.sync_gradients_now(self._grad_params)
 
     def run_backward(self, run: Callable[[float], T], *, boundary: bool | None = None) -> T:
         """Count one micro-step whose backward pass happens inside ``run`` (a pipeline schedule).
@@ -381,7 +393,8 @@ class Engine:
         if not weights:
             return {"precision": self.precision.state_dict(), "micro_step": self.micro_step,
                     "num_updates": self.num_updates, "skipped_updates": self.skipped_updates}  # fmt: skip
-        model_state, optimizer_state = self.parallel.state_dicts(self._model, self._optimizer)
+        with self.precision.full_precision():  # master weights: the fp32 masters are the weights saved
+            model_state, optimizer_state = self.parallel.state_dicts(self._model, self._optimizer)
         state: dict[str, Any] = {
             "model": model_state,
             "optimizer": optimizer_state,
@@ -391,7 +404,7 @@ class Engine:
             "skipped_updates": self.skipped_updates,
         }
         if self.micro_step > 0:
-            state["partial_grads"] = [None if p.grad is None else p.grad.detach().clone() for p in self._params]
+            state["partial_grads"] = [None if p.grad is None else p.grad.detach().clone() for p in self._grad_params]
         return state
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> None:
@@ -407,7 +420,8 @@ class Engine:
                 f"engine state is missing {missing}: pass what engine.state_dict() returned "
                 "(for bare weights use engine.model.load_state_dict(...))"
             )
-        state = self.parallel.load(self._model, self._optimizer, state, strict)
+        with self.precision.full_precision():  # master weights: what is loaded becomes the masters
+            state = self.parallel.load(self._model, self._optimizer, state, strict)
         self.precision.load_state_dict(state.get("precision", {}))
         self.micro_step = int(state.get("micro_step", 0))
         self.num_updates = int(state.get("num_updates", 0))
@@ -415,7 +429,9 @@ class Engine:
         self.sync_gradients = self._boundary_expected = self._forward_unsynced = False
         grads: Sequence[torch.Tensor | None] | None = state.get("partial_grads")
         if grads is not None:
-            if len(grads) != len(self._params):
-                raise EngineError(f"engine state has {len(grads)} partial gradients for {len(self._params)} parameters")
-            for p, g in zip(self._params, grads, strict=True):
+            if len(grads) != len(self._grad_params):
+                raise EngineError(
+                    f"engine state has {len(grads)} partial gradients for {len(self._grad_params)} parameters"
+                )
+            for p, g in zip(self._grad_params, grads, strict=True):
                 p.grad = None if g is None else g.to(p.device, p.dtype).clone()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -11,14 +12,17 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from ember import context as _context
-from ember.amp import make_precision
+from ember.amp import MasterShard, MasterWeights, Precision, make_precision
 from ember.config import Config, load_config, merge_configs
 from ember.data import is_kept_unsharded, make_resumable
 from ember.engine import Criterion, Engine
-from ember.errors import EngineError, LaunchError
+from ember.errors import ConfigError, EngineError, LaunchError
 from ember.launcher import use_deterministic_kernels
+from ember.parallel.checkpointing import apply_activation_checkpointing
+from ember.parallel.master_zero import MasterShardPolicy
+from ember.parallel.moe_policy import sync_replicas
 from ember.parallel.pipeline import check_microbatches
-from ember.parallel.strategy import check_parallel, parallelize
+from ember.parallel.strategy import Parallelized, ParallelPlan, check_parallel, parallelize
 
 
 def initialize(
@@ -84,14 +88,19 @@ def initialize(
     cfg = merge_configs(base, config) if config is not None else base
     _check_objects(model, optimizer, criterion, lr_scheduler)
     plan = check_parallel(cfg, model, optimizer, ctx.world_size)
+    precision = make_precision(cfg.amp, ctx.device, dict(cfg.grad_scaler), cfg.master_weights)
+    _check_master_weights(precision, plan)
     check_microbatches(train_dataloader, cfg)
+    apply_activation_checkpointing(model, cfg.get("activation_checkpointing"))
     if cfg.deterministic:
         use_deterministic_kernels()
 
     model.to(ctx.device)
     if isinstance(criterion, nn.Module):
         criterion.to(ctx.device)
-    built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    built = _parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler, precision)
+    if built.sequence is not None:  # context parallelism: the loss averaged over the context group
+        criterion = built.sequence.wrap_criterion(criterion)
     engine = Engine(
         built.model if built.model is not None else model,
         built.optimizer,
@@ -102,7 +111,7 @@ def initialize(
         clip_grad_value=cfg.clip_grad_value,
         gradient_handlers=cfg.gradient_handler,
         nonfinite_loss=cfg.get("nonfinite_loss", "error"),
-        precision=make_precision(cfg.amp, ctx.device, dict(cfg.grad_scaler)),
+        precision=precision,
         train_module=built.train_module,
         eval_module=built.eval_module,
         parallel=built.policy,
@@ -111,7 +120,60 @@ def initialize(
     )
     shard = (engine.data_parallel_rank, engine.data_parallel_size)
     train_dataloader = _prepare_loader(train_dataloader, ctx, shard)
-    return engine, train_dataloader, _prepare_loader(test_dataloader, ctx, shard), lr_scheduler
+    test_dataloader = _prepare_loader(test_dataloader, ctx, shard)
+    if built.sequence is not None:  # context parallelism: each rank gets its slice of every sequence
+        train_dataloader = built.sequence.wrap_loader(train_dataloader)
+        test_dataloader = built.sequence.wrap_loader(test_dataloader)
+    return engine, train_dataloader, test_dataloader, lr_scheduler
+
+
+def _check_master_weights(precision: Precision, plan: ParallelPlan) -> None:
+    """What master weights do not run with: a ConfigError before any collective."""
+    if not isinstance(precision, MasterWeights):
+        return
+    layout = plan.layout
+    clash = {"zero.stage": plan.zero_stage if plan.zero_stage > 1 else 0, "parallel.tensor.size": layout.tensor,
+             "parallel.pipeline.size": layout.pipeline, "parallel.context": layout.context}  # fmt: skip
+    with_it = [f"{key}={value}" for key, value in clash.items() if value > (0 if key == "zero.stage" else 1)]
+    if with_it:
+        raise ConfigError(
+            f"config master_weights=True cannot be combined with {', '.join(with_it)} in this ember version; it runs "
+            "alone, with data parallelism, zero=dict(stage=1) (sharded masters) and parallel.expert. Under FSDP2 use "
+            "zero=dict(stage=2 or 3, mixed_precision='bf16'), which keeps fp32 shards and computes in bf16"
+        )
+
+
+def _parallelize(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    cfg: Config,
+    ctx: _context.Context,
+    plan: ParallelPlan,
+    lr_scheduler: Any,
+    precision: Precision,
+) -> Parallelized:
+    """:func:`parallelize`, with the fp32 masters made first under ``master_weights``: from weights
+    equal on every replica, before DDP sees the low-precision parameters; ZeRO-1 shards them."""
+    if not isinstance(precision, MasterWeights):
+        return parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    layout = plan.layout
+    shard = None
+    if ctx.world_size > 1:
+        sync_replicas(model, layout)
+        if plan.zero_stage == 1:
+            group = _context.get_group("data", layout)
+            shard = MasterShard(layout.coords(ctx.rank)["data"], layout.data, group)
+            plan = dataclasses.replace(plan, zero_stage=0)  # DDP; the masters are sharded here instead
+    precision.prepare(model, optimizer, shard)
+    built = parallelize(model, optimizer, cfg, ctx, plan, lr_scheduler)
+    # DCP keys optimizer state by the model's parameters, and the optimizer holds the masters: whole
+    # (unsharded) checkpoints only, refused by the policy with its clear error.
+    built.policy.sharded_state = False
+    base = "one process" if built.policy.name == "none" else built.policy.name
+    built.policy.name = f"{base} with master_weights=True"
+    if shard is not None:
+        built.policy = MasterShardPolicy(built.policy.ddp, precision)  # type: ignore[attr-defined]
+    return built
 
 
 def _check_objects(model: Any, optimizer: Any, criterion: Any, lr_scheduler: Any) -> None:

@@ -24,7 +24,8 @@ Two kinds of parallelism split a dimension further into *sub-dimensions*:
 Every dimension, coarse or fine, names a group: the ranks that differ only in that coordinate
 (as ``DeviceMesh`` dims do). So the ``tensor_row`` group is one row of the q × q grid, and a
 rank's ``tensor_row`` coordinate is its place in that row (its column). A few modes also need a
-group over two sub-dimensions at once (:data:`COMBINED`). :func:`build_groups` creates them all;
+group over two sub-dimensions at once (:data:`COMBINED`), and context parallelism one over data ×
+context (:data:`CONTEXT_COMBINED`). :func:`build_groups` creates them all;
 ``ember.context.get_group(name)`` returns this rank's.
 """
 
@@ -67,6 +68,11 @@ COMBINED: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 """Groups over two sub-dimensions at once, per tensor mode: name -> the sub-dimensions it spans."""
+
+CONTEXT_COMBINED: dict[str, tuple[str, ...]] = {"data_context": ("data", "context")}
+"""Groups that exist under context parallelism (``context`` > 1): name -> the dims it spans.
+``data_context`` holds the ranks whose parameters are replicas of each other (gradients are
+averaged over it; Colossal-AI's ``SEQUENCE_DP``)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,8 @@ class ParallelLayout:
         groups["data"] = EXPERT_SUB_DIMS if self.expert > 1 else ("data",)
         groups["tensor"] = TENSOR_SUB_DIMS[self.tensor_mode] or ("tensor",)
         groups.update(COMBINED.get(self.tensor_mode, {}))
+        if self.context > 1:
+            groups.update({name: sum((groups[d] for d in dims), ()) for name, dims in CONTEXT_COMBINED.items()})
         order = {name: i for i, name in enumerate(MESH_DIMS)}
         return {name: groups[name] for name in sorted(groups, key=lambda n: (order.get(n, len(order)), n))}
 
@@ -223,7 +231,7 @@ class ParallelLayout:
         tensor = _size(tensor_section)
         mode, depth = _tensor_mode(tensor_section, tensor)
         pipeline = _size(parallel.get("pipeline"))
-        context = int(parallel.get("context") or 1)
+        context = _size(parallel.get("context"))
         data = parallel.get("data")
         inner = tensor * pipeline * context
         if data is None and world_size % inner == 0:

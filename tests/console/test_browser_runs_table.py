@@ -246,3 +246,32 @@ def test_the_start_of_every_run_and_the_creation_of_an_artifact_show_their_zone(
     assert re.fullmatch(TIME, p.page.inner_text("#artifact-created")), p.page.inner_text("#artifact-created")
     p.check("artifact-created")
     p.page.context.close()
+
+
+def test_a_compound_filter_keeps_only_the_runs_that_meet_every_condition(browser: Any, sweep: dict[str, Any]) -> None:
+    """Issue 33, item 1: ``hp:lr<0.05 and m:train/grad_norm<3`` read everything after the first ``<`` as
+    one value, so the second condition was ignored (sweep-1 and sweep-2 instead of sweep-1); ``or``,
+    ``not`` and parentheses did not exist; an unreadable filter did not say where."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+
+    def shown(where: str) -> list[str]:
+        p.page.fill("input[name=where]", where)
+        _follow(p, "#filters button[type=submit]")
+        return sorted(p.page.locator("a.run-link").all_inner_texts())
+
+    assert shown("hp:lr < 0.05") == ["sweep-1", "sweep-2"]
+    assert shown("m:train/grad_norm < 3") == ["sweep-0", "sweep-1"]  # the last values: 1.2, 2.2, 3.2
+    assert shown("hp:lr < 0.05 and m:train/grad_norm < 3") == ["sweep-1"]
+    assert p.page.locator("#filter-error").count() == 0 and "(1)" in p.page.inner_text("h1")
+    assert {"hp:lr", "hp:config.opt.beta"} <= set(_visible_headers(p, "hp"))  # one run: all its hparams
+    p.check("runs-compound-filter")
+    assert shown("(hp:lr = 0.1 or hp:config.opt.beta < 0.95) and not name = sweep-2") == ["sweep-0", "sweep-1"]
+    assert shown("m:train/grad_norm.max >= 4 or status = Crashed") == ["sweep-1", "sweep-2"]  # the maxima: 3, 4, 5
+    assert shown("hp:lr < 0.05 and m:train/loss.best > abc") == []
+    assert "filter not understood at column 38: m:train/loss.best is a number" in p.page.inner_text("#filter-error")
+    assert p.page.inner_text("#filter-at mark") == "a"  # the error, marked in what was typed
+    assert p.page.evaluate("document.activeElement.name") == "where"  # the cursor waits where the error is
+    assert p.page.evaluate("document.activeElement.selectionStart") == 37
+    p.check("runs-filter-column")
+    p.page.context.close()

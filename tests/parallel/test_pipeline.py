@@ -58,8 +58,8 @@ def test_split_points_and_even_split_place_the_layers(pipe: dict[int, dict[str, 
 
 
 def test_every_pipeline_rank_sees_the_same_batches_and_outputs(pipe: dict[int, dict[str, Any]]) -> None:
-    assert pipe[0]["coords"] == {"pipeline": 0, "data": 0, "tensor": 0}
-    assert pipe[1]["coords"] == {"pipeline": 1, "data": 0, "tensor": 0}
+    assert pipe[0]["coords"] == {"pipeline": 0, "data": 0, "context": 0, "tensor": 0}
+    assert pipe[1]["coords"] == {"pipeline": 1, "data": 0, "context": 0, "tensor": 0}
     assert pipe[0]["dp"] == pipe[1]["dp"] == [0, 1]  # one data replica: both stages load the same shard
     for schedule in SCHEDULES:
         assert pipe[0][f"{schedule}.labels"] == pipe[1][f"{schedule}.labels"]

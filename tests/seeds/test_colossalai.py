@@ -153,12 +153,11 @@ def test_launch_falls_back_from_nccl_to_gloo_with_one_warning(colossal_log: list
     assert ember.context.device.type == "cpu"
 
 
-@pytest.mark.parametrize(("mode", "named"), [("APEX", "'apex'"), ("NAIVE", "'naive'")])
-def test_apex_and_naive_amp_are_refused_naming_the_torch_mode(mode: str, named: str) -> None:
+def test_apex_amp_is_refused_naming_the_torch_and_naive_modes() -> None:
     from ember.compat.colossalai.amp import AMP_TYPE
 
-    with pytest.raises(ConfigError, match=f"{named}.*mode='torch'"):
-        _launch({"fp16": {"mode": AMP_TYPE[mode]}})
+    with pytest.raises(ConfigError, match=r"'apex'.*mode='torch'.*mode='naive'"):
+        _launch({"fp16": {"mode": AMP_TYPE.APEX}})
 
 
 def test_config_and_gpc_read_the_launched_context() -> None:
@@ -280,9 +279,36 @@ def test_trainer_takes_colossals_constructor_and_refuses_a_logger_in_the_timer_s
     logger = ember.get_dist_logger()
     engine = _engine()
     assert Trainer(engine, None, logger).logger is logger
-    assert Trainer(engine=engine, logger=logger, timer="t").timer == "t"
     with pytest.raises(TrainerError, match=r"pass logger=\.\.\."):
         Trainer(engine, logger)
+    with pytest.raises(TrainerError, match=r"takes a colossalai\.utils\.MultiTimer, got str"):
+        Trainer(engine=engine, logger=logger, timer="t")
+
+
+def test_the_trainers_timer_times_epochs_and_steps_through_multitimer() -> None:
+    from ember.compat.colossalai.trainer import Trainer, hooks
+    from ember.compat.colossalai.utils import MultiTimer, Timer
+
+    timer = MultiTimer()
+    trainer = Trainer(engine=_engine(), timer=timer)
+    train_dl = ember.get_dataloader(tiny_dataset(24, seed=3), batch_size=8)
+    trainer.fit(train_dl, epochs=2, test_dataloader=ember.get_dataloader(tiny_dataset(8, seed=4), batch_size=4),
+                hooks=[hooks.LossHook()])  # fmt: skip
+    steps, epochs = timer.get_timer("Train-step"), timer.get_timer("Train-epoch")
+    mean, total = steps.get_history_mean(), steps.get_history_sum()
+    assert mean > 0 and total == pytest.approx(6 * mean) and total < epochs.get_history_sum()  # 6 steps, 2 epochs
+    test_steps = timer.get_timer("Test-step")
+    assert test_steps.get_history_sum() == pytest.approx(4 * test_steps.get_history_mean())  # 2 test passes of 2
+    assert {name for name, _ in timer} == {"Train-epoch", "Train-step", "Test-epoch", "Test-step"}
+    timer.reset()
+    assert not steps.has_history
+    with pytest.raises(TrainerError, match="no timer 'nope'"):
+        timer.get_timer("nope")
+    one = Timer()
+    one.start()
+    assert one.stop(keep_in_history=True) >= 0 and one.has_history
+    with pytest.raises(TrainerError, match=r"stop\(\) without start\(\)"):
+        one.stop()
 
 
 def test_accuracy_counts_correct_predictions_like_ember_default() -> None:
@@ -394,3 +420,122 @@ def test_bad_scheduler_arguments_are_engine_errors_naming_them(build: Callable[.
 
     with pytest.raises(EngineError, match=culprit):
         build(_opt(), lr_scheduler)
+
+
+# -- issue 29: the names ColossalAI-Examples import ---------------------------------------------------
+
+
+def test_fused_optimizers_are_torchs_and_refuse_what_torch_cannot_do() -> None:
+    from ember.compat.colossalai.nn import FusedAdam, FusedSGD, Lamb
+    from ember.compat.colossalai.nn.optimizer import FusedLAMB
+
+    def run(make: Callable[[Any], torch.optim.Optimizer]) -> list[torch.Tensor]:
+        model = tiny_mlp(seed=2)
+        opt = make(model.parameters())
+        for step in range(3):
+            opt.zero_grad()
+            model(torch.randn(4, 8, generator=torch.Generator().manual_seed(step))).square().mean().backward()
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    same = [(lambda p: FusedAdam(p, lr=0.01, weight_decay=0.1),
+             lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)),
+            (lambda p: FusedAdam(p, lr=0.01, adam_w_mode=False), lambda p: torch.optim.Adam(p, lr=0.01)),
+            (lambda p: FusedSGD(p, lr=0.1, momentum=0.9, nesterov=True),
+             lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True))]  # fmt: skip
+    for ours, torchs in same:
+        assert all(torch.equal(a, b) for a, b in zip(run(ours), run(torchs), strict=True))
+    with pytest.raises(ConfigError, match="bias_correction=False"):
+        FusedAdam(tiny_mlp().parameters(), bias_correction=False)
+    with pytest.raises(ConfigError, match="wd_after_momentum=True"):
+        FusedSGD(tiny_mlp().parameters(), wd_after_momentum=True)
+    with pytest.raises(ConfigError, match="FusedSGD: Invalid learning rate"):
+        FusedSGD(tiny_mlp().parameters(), lr=-1.0)
+    with pytest.raises(ConfigError, match="FusedAdam needs the model's parameters"):
+        FusedAdam(5)  # type: ignore[arg-type]
+    # LAMB by hand for one tensor: no bias correction, trust ratio min(||p||, 10) / ||step||
+    p = torch.nn.Parameter(torch.tensor([3.0, -4.0]))
+    p.grad = torch.tensor([0.5, 1.0])
+    Lamb([p], lr=0.1, weight_decay=0.01).step()
+    m, v = 0.1 * torch.tensor([0.5, 1.0]), 0.001 * torch.tensor([0.25, 1.0])
+    step = m / (v.sqrt() + 1e-6) + 0.01 * torch.tensor([3.0, -4.0])
+    expected = torch.tensor([3.0, -4.0]) - 0.1 * (5.0 / step.norm()) * step
+    assert torch.allclose(p.detach(), expected, atol=1e-6) and FusedLAMB is Lamb
+
+
+def test_colossal_utils_logging_globals_and_destroy() -> None:
+    from ember.compat.colossalai.core import global_context as gpc
+    from ember.compat.colossalai.global_variables import tensor_parallel_env
+    from ember.compat.colossalai.logging import disable_existing_loggers
+    from ember.compat.colossalai.utils import print_rank_0
+
+    lines: list[str] = []
+
+    class Logger:
+        def info(self, msg: str) -> None:
+            lines.append(msg)
+
+    print_rank_0("hello", logger=Logger())
+    assert lines == ["hello"]
+    noisy, ours = logging.getLogger("some.library"), logging.getLogger("ember.compat.test")
+    noisy.setLevel(logging.INFO)
+    ours.setLevel(logging.INFO)
+    disable_existing_loggers()
+    assert noisy.level == logging.ERROR and ours.level == logging.INFO
+    assert tensor_parallel_env.mode is None and tensor_parallel_env.save()["vocab_parallel"] is False
+    with pytest.raises(ConfigError, match=r"tensor_parallel_env\.load got"):
+        tensor_parallel_env.load(modee="1d")
+    ember.launch(config={}, rank=0, world_size=1, host="127.0.0.1", port=0, verbose=False)
+    assert ember.context.is_launched()
+    gpc.destroy()
+    assert not ember.context.is_launched()
+
+
+def test_engine_schedules_are_embers_with_colossals_arguments() -> None:
+    from ember.compat.colossalai.engine import Engine
+    from ember.compat.colossalai.engine.schedule import (
+        InterleavedPipelineSchedule,
+        NonPipelineSchedule,
+        PipelineSchedule,
+    )
+    from ember.compat.colossalai.trainer import Trainer, hooks
+
+    engine = _engine()
+    assert isinstance(engine, Engine)
+    seen: list[int] = []
+
+    def unpack(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        seen.append(len(batch["y"]))
+        return batch["x"], batch["y"]
+
+    x, y = tiny_dataset(16, seed=2).tensors
+    batches = [{"x": x[i : i + 8], "y": y[i : i + 8]} for i in (0, 8)]
+    trainer = Trainer(engine, schedule=NonPipelineSchedule(data_process_func=unpack))
+    trainer.fit(batches, epochs=1, hooks=[hooks.LossHook()])
+    assert seen == [8, 8] and trainer.cur_step == 2
+    output, label, loss = NonPipelineSchedule(unpack).forward_backward_step(engine, iter(batches), forward_only=True)
+    assert output.shape[0] == 8 and torch.equal(label, batches[0]["y"]) and loss.dim() == 0
+    with pytest.raises(ConfigError, match="the Engine runs no pipeline"):
+        Trainer(engine, schedule=PipelineSchedule(num_microbatches=2)).fit(batches, epochs=1)
+    with pytest.raises(ConfigError, match="num_model_chunks=2"):
+        InterleavedPipelineSchedule(num_microbatches=4, num_model_chunks=2)
+
+
+def test_names_ember_leaves_out_say_the_ember_way() -> None:
+    from ember.compat._not_provided import NotProvidedError
+
+    cases = [
+        ("ember.compat.colossalai.utils", "checkpointing", "ember's checkpoints"),
+        ("ember.compat.colossalai.nn.optimizer", "CPUAdam", "FusedAdam"),
+        ("ember.compat.colossalai.engine", "ophooks", "no op hooks"),
+        ("ember.compat.pytorch_accelerated.callbacks", "ModelEmaCallback", "EMAHook"),
+        ("ember.compat.pytorch_accelerated.utils", "ModelEma", "EMAHook"),
+        ("ember.compat.pytorch_accelerated", "notebook_launcher", "ember run --nproc N"),
+        ("ember.compat.detectron2.engine", "DefaultTrainer", "SimpleTrainer"),
+        ("ember.compat.detectron2.engine", "AMPTrainer", "amp='fp16'"),
+    ]
+    for module, name, advice in cases:
+        with pytest.raises(NotProvidedError, match=advice):
+            exec(f"from {module} import {name}", {})
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        exec("from ember.compat.colossalai import utils; utils.no_such_name", {})

@@ -226,6 +226,12 @@ def test_two_processes_with_the_checkpointer_and_writer_on_the_main_process_only
     # rank 0 wrote each save once; rank 1, without a PeriodicCheckpointer of its own, took part in it
     assert {int(name.split("-s")[1][:9]) for name in first["files"]} == {5, 10, 15, 20}
     assert all("PeriodicCheckpointer differs between ranks" in r["mismatch"] for r in (first, second))
+    # detectron2's utils.comm on ember's process group
+    for r, mine in enumerate((first["comm"], second["comm"])):
+        assert (mine["world"], mine["rank"], mine["local_rank"], mine["main"]) == (2, r, r, r == 0)
+        assert mine["all_gather"] == [{"rank": 0}, {"rank": 1}] and mine["seed"] == first["comm"]["seed"]
+    assert first["comm"]["gather"] == [0, 10] and second["comm"]["gather"] == []
+    assert first["comm"]["reduced"] == 1.5  # (1 + 2) / 2 on rank 0, detectron2's reduce_dict average
     # the crash stops every rank at an agreed update after it; the resumed job continues bit-identically
     for rank in (first, second):
         assert rank["crashed"] == "killed" and rank["resumed_equal"]
@@ -369,8 +375,10 @@ def test_register_hooks_drops_none_and_explains_what_is_not_a_hook() -> None:
         _ = hooks.IterationTimer().trainer
     with pytest.raises(TrainerError, match="0 <= start_iter <= max_iter"):
         trainer.train(5, 3)
-    with pytest.raises(CheckpointError, match="trainer=trainer only"):
-        DetectionCheckpointer(trainer.model, "out", optimizer=trainer.optimizer)
+    with pytest.raises(CheckpointError, match=r"Checkpointer\(scheduler=...\) needs an object with state_dict"):
+        DetectionCheckpointer(trainer.model, "out", optimizer=trainer.optimizer, scheduler=3)
+    with pytest.raises(CheckpointError, match=r"the names \['engine'\] are the checkpoint's own"):
+        DetectionCheckpointer(trainer.model, "out", engine=trainer.optimizer)
 
 
 def test_event_storage_is_detectron2s_over_one_step_storage() -> None:
@@ -402,3 +410,16 @@ def test_event_storage_is_detectron2s_over_one_step_storage() -> None:
             storage.history("time")
     with pytest.raises(TrainerError, match="no open EventStorage"):
         get_event_storage()  # the block closed
+
+
+def test_comm_works_alone_and_refuses_what_it_cannot_reduce() -> None:
+    from ember.compat.detectron2.utils import comm
+
+    assert (comm.get_world_size(), comm.get_rank(), comm.get_local_rank(), comm.get_local_size()) == (1, 0, 0, 1)
+    assert comm.is_main_process() and comm.all_gather({"a": 1}) == [{"a": 1}] and comm.gather(3) == [3]
+    losses = {"loss_cls": torch.tensor(0.5), "loss_box": torch.tensor(1.5)}
+    assert comm.reduce_dict(losses) is losses
+    assert isinstance(comm.shared_random_seed(), int)
+    comm.synchronize()
+    with pytest.raises(TrainerError, match=r"reduce_dict takes one-element tensors.*\['a'\]"):
+        comm.reduce_dict({"a": "x"})  # type: ignore[dict-item]

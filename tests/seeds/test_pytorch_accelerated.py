@@ -18,13 +18,16 @@ from ember import checkpoint
 from ember.compat.pytorch_accelerated import Trainer, TrainerPlaceholderValues
 from ember.compat.pytorch_accelerated.callbacks import (
     EarlyStoppingCallback,
+    LimitBatchesCallback,
+    PrintProgressCallback,
     SaveBestModelCallback,
     StopTrainingError,
     TerminateOnNaNCallback,
     TrainerCallback,
 )
 from ember.compat.pytorch_accelerated.trainer import TrainerWithTimmScheduler
-from ember.errors import HookError, TrainerError
+from ember.compat.pytorch_accelerated.utils import LimitBatches
+from ember.errors import CheckpointError, HookError, TrainerError
 from ember.trainer import hooks
 from tests.dist import torchrun
 from tests.seeds.pa_standins import ImageFolder, make_image_folder, resize
@@ -109,8 +112,10 @@ def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_lau
     )
     r0, r1 = run.results[0], run.results[1]
     assert r0["world"] == r1["world"] == 2
-    assert r0["updates_per_epoch"] == 8  # each process trains on its half: 32 images, batches of 4
-    assert r0["step_size"] == 7 * 8 and r0["scheduler_steps"] == 3 * 8
+    # each process trains on its half (32 images, batches of 4): 8 updates; pytorch-accelerated
+    # 0.1.61 counts the updates of both processes in num_update_steps_per_epoch and its placeholder
+    assert r0["local_updates_per_epoch"] == 8 and r0["updates_per_epoch"] == 16
+    assert r0["step_size"] == 7 * 16 and r0["scheduler_steps"] == 3 * 8
     assert r0["params"] == r1["params"]  # DDP kept the replicas equal
     assert r0["metrics"] == r1["metrics"]  # the epoch losses are averaged over both processes
     assert r0["accuracy"] >= 0.9
@@ -265,7 +270,13 @@ def test_save_and_load_checkpoint_restore_weights_and_optimizer_and_return_the_k
     trainer.save_checkpoint(tmp_path / "ckpt.pt", checkpoint_kwargs={"eval_loss_epoch": 0.25})
     _train(trainer, num_epochs=1)
     assert not torch.equal(trainer.model.state_dict()["0.weight"], weights["0.weight"])
-    assert trainer.load_checkpoint(tmp_path / "ckpt.pt") == {"eval_loss_epoch": 0.25}
+    # what a pytorch-accelerated user reads with a plain torch.load (seed 003)
+    plain = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert plain["eval_loss_epoch"] == 0.25 and set(plain["model_state_dict"]) == set(weights)
+    assert all(torch.equal(v, plain["model_state_dict"][k]) for k, v in weights.items())
+    assert plain["optimizer_state_dict"]["state"].keys() == trainer.optimizer.state_dict()["state"].keys()
+    loaded = trainer.load_checkpoint(tmp_path / "ckpt.pt")
+    assert loaded["eval_loss_epoch"] == 0.25 and "model_state_dict" in loaded
     assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in weights.items())
     restored = [s["momentum_buffer"] for s in trainer.optimizer.state.values()]
     assert all(torch.equal(a, b) for a, b in zip(momentum, restored, strict=True))
@@ -300,9 +311,29 @@ def test_the_timm_scheduler_trainer_steps_by_update_and_by_epoch() -> None:
                      ("epoch", 3)]  # fmt: skip
 
 
-def test_bad_train_arguments_and_step_results_are_clear_errors() -> None:
-    with pytest.raises(TrainerError, match="gradient_accumulation_steps must be a positive int"):
+def test_bad_train_arguments_and_step_results_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(TrainerError, match="gradient_accumulation_steps must be an int >= 1"):
         _train(_trainer(), gradient_accumulation_steps=0)
+    # issue 31 item 10: each one an ember error naming the argument, before anything runs
+    trainer = _trainer()
+    for kwargs, message in [
+        ({"per_device_batch_size": 0}, "per_device_batch_size must be an int >= 1, got 0"),
+        ({"per_device_batch_size": -4}, "per_device_batch_size must be an int >= 1, got -4"),
+        ({"train_dataset": None}, r"train\(train_dataset=None\)"),
+        ({"create_scheduler_fn": 5}, "create_scheduler_fn must be a function of the optimizer"),
+        ({"train_dataloader_kwargs": {"batchsize": 2}}, r"'batchsize' \(did you mean 'batch_size'\?\)"),
+        ({"eval_dataloader_kwargs": {"shufle": True}}, r"'shufle' \(did you mean 'shuffle'\?\)"),
+        ({"num_epochs": 0}, "num_epochs must be an int >= 1"),
+    ]:
+        with pytest.raises(TrainerError, match=message):
+            _train(trainer, **kwargs)
+    assert trainer.cur_step == 0  # nothing ran
+    with pytest.raises(TrainerError, match="checkpoint_kwargs uses \\['model_state_dict'\\]"):
+        trainer.save_checkpoint(tmp_path / "x.pt", checkpoint_kwargs={"model_state_dict": {}})
+    sharded = tmp_path / "ckpt-e0001-s000000004.ckpt"  # a sharded checkpoint is a directory of that name
+    sharded.mkdir()
+    with pytest.raises(CheckpointError, match=r"sharded checkpoint directory.*resume_from=path"):
+        trainer.load_checkpoint(sharded)
     with pytest.raises(TrainerError, match="gradient_clip_value must be a number > 0"):
         _train(_trainer(), gradient_clip_value=-1.0)
 
@@ -326,3 +357,28 @@ def test_the_defaults_are_pytorch_accelerateds() -> None:
     assert kwargs["shuffle"] is True and kwargs["batch_size"] == 16 and kwargs["num_workers"] >= 1
     assert trainer.get_default_eval_dl_kwargs(16)["shuffle"] is False
     assert isinstance(trainer.optimizer, torch.optim.Optimizer) and math.isclose(trainer.optimizer.defaults["lr"], 0.1)
+
+
+# -- what pytorch-accelerated's own tests check through private methods or mocks (tests/peers) --------
+
+
+@pytest.mark.parametrize(("batches", "accumulation", "epochs", "max_steps", "updates"),
+                         [(40, 2, 10, 15, 15), (10, 1, 2, 7, 7), (6, 1, 2, None, 12)])  # fmt: skip
+def test_max_num_train_steps_stops_at_that_many_updates(
+    batches: int, accumulation: int, epochs: int, max_steps: int | None, updates: int
+) -> None:
+    trainer = _trainer()
+    _train(trainer, train_dataset=_data(batches, 3), per_device_batch_size=1, num_epochs=epochs,
+           max_num_train_steps=max_steps, gradient_accumulation_steps=accumulation, eval_dataset=None)  # fmt: skip
+    assert trainer.cur_step == updates
+
+
+def test_limit_batches_adds_its_callback_first_only_inside_the_context() -> None:
+    with LimitBatches(2):
+        limited = _trainer(callbacks=(PrintProgressCallback,))
+    plain = _trainer()
+    callback = limited.callback_handler.callbacks[0]
+    assert isinstance(callback, LimitBatchesCallback) and callback.num_batches == 2
+    assert not any(isinstance(c, LimitBatchesCallback) for c in plain.callback_handler)
+    _train(limited, num_epochs=2)
+    assert limited.cur_step == 4 and limited.run_config.num_update_steps_per_epoch == 2

@@ -32,6 +32,7 @@ SERVICES = {
     "codec",
     "columns",
     "downloads",
+    "filtering",
     "folder_pages",
     "folders",
     "images",

@@ -22,7 +22,9 @@ def has_safetensors() -> bool:
 
 
 def full_model_state(engine: Engine) -> dict[str, Any]:
-    """The model's unsharded weights (unwrapped keys); a collective under FSDP2/tensor parallelism."""
+    """The model's unsharded weights (unwrapped keys); a collective under FSDP2/tensor parallelism,
+    expert parallelism (every rank's experts, on rank 0; ``{}`` elsewhere) and sharded master weights."""
+    from ember.parallel.moe_policy import ExpertParallelPolicy
     from ember.parallel.policy import ShardedPolicy
 
     if isinstance(engine.parallel, ShardedPolicy):
@@ -30,7 +32,10 @@ def full_model_state(engine: Engine) -> dict[str, Any]:
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(engine.model, options=options)
-    return engine.model.state_dict()
+    with engine.precision.full_precision():  # master weights: the fp32 masters are the weights
+        if isinstance(engine.parallel, ExpertParallelPolicy):
+            return engine.parallel.state_dicts(engine.model, engine.optimizer)[0]
+        return engine.model.state_dict()
 
 
 def write_weights(weights: dict[str, Any], path: str | os.PathLike[str]) -> Path:

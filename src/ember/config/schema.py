@@ -192,12 +192,17 @@ def _compile(value: Any, key: str, full: bool) -> bool | dict[str, Any]:
     return _COMPILE(value, key, full) or True  # compile=dict() means: compile with defaults
 
 
+_TORCH_SCALER = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled")
 _SCALER_FIELDS = {
     "init_scale": _Field(_real(0)),
     "growth_factor": _Field(_real(1, allowed="a number > 1")),
     "backoff_factor": _Field(_real(0, 1, allowed="a number between 0 and 1 (exclusive)")),
     "growth_interval": _Field(_int(1)),
     "enabled": _Field(_BOOL),
+    # master_weights=True only (ember.amp.LossScale; torch's GradScaler has none of them)
+    "hysteresis": _Field(_int(1)),
+    "min_scale": _Field(_real(0)),
+    "max_scale": _Field(_real(0)),
 }
 _ZERO = _Section(
     {
@@ -236,12 +241,86 @@ _PIPELINE = _Section(
     },
     shorthand="size",
 )
+
+
+# -- context parallelism and activation checkpointing (ember.parallel.context_parallel, .checkpointing)
+def _seq_dim(value: Any, key: str, full: bool) -> int | dict[Any, int | None]:
+    """One dim for every batch tensor, or ``{key or position: dim or None}``."""
+    if _is_int(value) and value >= 0:
+        return int(value)
+    if isinstance(value, Mapping) and all(v is None or (_is_int(v) and v >= 0) for v in value.values()):
+        return dict(value)
+    _fail(key, value, "an int >= 0 (every batch tensor's sequence dim), or a dict {batch key or position: dim or None}")
+
+
+_CONTEXT = _Section(
+    {
+        "size": _Field(_int(1), 1),
+        "seq_dim": _Field(_seq_dim, 1),
+        "load_balance": _Field(_BOOL, True),  # zig-zag: rank r holds chunks r and 2N-1-r of 2N
+    },
+    shorthand="size",
+)
+_CHECKPOINT_TYPES = _check(
+    lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, (str, type)) for t in v),
+    "a list of module class names or classes, or None",
+    list,
+    optional=True,
+)
+_CHECKPOINTING = _Section(
+    {"modules": _Field(_NAMES, None), "types": _Field(_CHECKPOINT_TYPES, None), "every": _Field(_int(1), 1)}
+)
+
+
+def _checkpointing(value: Any, key: str, full: bool) -> dict[str, Any] | None:
+    """None/False: off; True: every block of every nn.ModuleList; a dict: which modules."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, Mapping):
+        _fail(key, value, "True, False, None or a dict with keys modules, types, every")
+    return _CHECKPOINTING(value, key, full)
+
+
+def _fold_sequence(data: dict[str, Any]) -> None:
+    """Colossal-AI's ``parallel.tensor = dict(size=N, mode="sequence")`` -> ``parallel.context``
+    (contiguous slices, as Colossal-AI's sequence parallelism cuts them); its
+    ``SequenceParallelGradientHandler`` is what ember's context policy does, so it is dropped."""
+    parallel = data.get("parallel")
+    if not isinstance(parallel, Mapping):
+        return
+    tensor = parallel.get("tensor")
+    if not isinstance(tensor, Mapping) or str(tensor.get("mode", "")).lower() != "sequence":
+        return
+    if parallel.get("context") not in (None, 1):
+        raise ConfigError(
+            f"config parallel.tensor.mode='sequence' and parallel.context={parallel['context']!r} both split the "
+            "sequence: keep one (tensor=dict(size=N, mode='sequence') means context=dict(size=N, load_balance=False))"
+        )
+    rest = {k: v for k, v in tensor.items() if k not in ("size", "mode")}
+    if rest:
+        raise ConfigError(f"config parallel.tensor.mode='sequence' takes only 'size'; remove {', '.join(rest)}")
+    context = {"size": tensor.get("size", 1), "load_balance": False}
+    data["parallel"] = {**{k: v for k, v in parallel.items() if k != "tensor"}, "context": context}
+    handlers = data.get("gradient_handler")
+    if isinstance(handlers, (list, tuple)):
+        data["gradient_handler"] = [h for h in handlers if not _names_handler(h, "SequenceParallelGradientHandler")]
+
+
+def _names_handler(handler: Any, name: str) -> bool:
+    return isinstance(handler, Mapping) and handler.get("type") == name
+
+
+# -- end of context parallelism and activation checkpointing
+
+
 _PARALLEL = _Section(
     {
         "data": _Field(_int(1, optional=True), None),
         "tensor": _Field(_TENSOR, None),
         "pipeline": _Field(_PIPELINE, None),
-        "context": _Field(_int(1, optional=True), None),  # splits each sequence (ember.layout)
+        "context": _Field(_CONTEXT, None),  # splits each sequence (ember.layout, ember.parallel.context_parallel)
         "expert": _Field(_int(1, optional=True), None),  # splits data: the ranks that exchange tokens
     }
 )
@@ -256,6 +335,7 @@ _DDP = _Section(
 )
 _SCHEMA: dict[str, _Field] = {
     "amp": _Field(_amp, None),
+    "master_weights": _Field(_BOOL, False),  # parameters in amp's dtype, fp32 masters in the optimizer
     "grad_scaler": _Field(_Section(_SCALER_FIELDS), None),
     "gradient_accumulation": _Field(_int(1), 1),
     "clip_grad_norm": _Field(_CLIP, None),
@@ -268,12 +348,24 @@ _SCHEMA: dict[str, _Field] = {
     "deterministic": _Field(_BOOL, False),
     "ddp": _Field(_DDP, None),
     "nonfinite_loss": _Field(_choice("error", "warn", "ignore"), "error"),
+    "activation_checkpointing": _Field(_checkpointing, None),
 }
 # Accepted on input and folded into the keys above (docs/config.md "Aliases"): fp16 -> amp +
-# grad_scaler is permanent (Colossal-AI's configs, ember.compat.colossalai); the top-level
+# grad_scaler (+ master_weights for mode=NAIVE), parallel.moe and max_ep_size -> parallel.expert
+# are permanent (Colossal-AI's configs, ember.compat.colossalai); the top-level
 # find_unused_parameters -> ddp is deprecated and warns.
-_FP16 = _Section({"mode": _Field(_ANY), **_SCALER_FIELDS})
-_KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters")
+_FP16 = _Section({"mode": _Field(_ANY), **{k: v for k, v in _SCALER_FIELDS.items() if k in _TORCH_SCALER}})
+# Colossal-AI's NAIVE options, by their names there: ember's name, or None when accepted and unused.
+_NAIVE_NAMES = {"initial_scale": "init_scale", "growth_factor": "growth_factor", "backoff_factor": "backoff_factor",
+                "growth_interval": "growth_interval", "hysteresis": "hysteresis", "min_scale": "min_scale",
+                "max_scale": "max_scale", "clip_grad_norm": "clip_grad_norm", "verbose": None,
+                "log_num_zeros_in_grad": None, "dynamic_grad_scale": None}  # fmt: skip
+_NAIVE = _Section(
+    {"mode": _Field(_ANY), "clip_grad_norm": _Field(_CLIP)}
+    | {name: _SCALER_FIELDS[ours] for name, ours in _NAIVE_NAMES.items() if ours in _SCALER_FIELDS}
+    | {name: _Field(_BOOL) for name, ours in _NAIVE_NAMES.items() if ours is None}
+)
+_KNOWN = (*_SCHEMA, "fp16", "find_unused_parameters", "max_ep_size")
 
 
 # Other libraries' names for ember's settings: users bring them along, and a typo must never
@@ -303,6 +395,10 @@ _PEER_ALIASES: dict[str, tuple[str, str]] = {
     "pipeline_parallel_size": ("parallel", "Megatron"),
     "data_parallel_size": ("parallel", "Megatron"),
     "random_seed": ("seed", "common scripts"),
+    "gradient_checkpointing": ("activation_checkpointing", "HF Transformers"),
+    "checkpoint_activations": ("activation_checkpointing", "Megatron/DeepSpeed"),
+    "context_parallel_size": ("parallel", "Megatron/torchtitan"),
+    "sequence_parallel_size": ("parallel", "DeepSpeed"),
 }
 
 
@@ -352,26 +448,79 @@ def _check_names(data: Mapping[str, Any]) -> None:
             )
 
 
+_FP16_CHOICES = (
+    "fp16=dict(mode='torch') (AMP_TYPE.TORCH: autocast + GradScaler, ember's amp='fp16'), fp16=dict(mode='naive') "
+    "(AMP_TYPE.NAIVE: fp16 weights with fp32 master copies, ember's amp='fp16', master_weights=True), or amp='bf16'"
+)
+
+
 def _fold_fp16(data: dict[str, Any]) -> None:
-    """Colossal-AI's ``fp16=dict(mode="torch", **scaler_kwargs)`` -> amp="fp16" + grad_scaler."""
+    """Colossal-AI's ``fp16=dict(mode=..., **options)``: ``AMP_TYPE.TORCH`` -> amp="fp16" + grad_scaler;
+    ``AMP_TYPE.NAIVE`` -> the same with master_weights=True (its options by ember's names)."""
     fp16 = data.pop("fp16")
     if fp16 is None or fp16 is False:
         return
-    kwargs = _FP16({} if fp16 is True else fp16, "fp16", False)
-    mode = kwargs.pop("mode", "torch")
-    mode = getattr(mode, "value", mode)  # Colossal-AI's AMP_TYPE.TORCH is an Enum
-    if not isinstance(mode, str) or mode.lower() != "torch":
+    if not isinstance(fp16, Mapping):  # Colossal-AI reads fp16.mode: True was an AttributeError there
+        raise ConfigError(f"config key 'fp16' got {describe(fp16)}; Colossal-AI's fp16 is a dict: {_FP16_CHOICES}")
+    mode = fp16.get("mode", "torch")
+    mode = getattr(mode, "value", mode)  # Colossal-AI's AMP_TYPE members are an Enum
+    if mode is None:  # Colossal-AI's way of saying "no AMP"
+        return
+    if not isinstance(mode, str) or mode.lower() not in ("torch", "naive"):
         raise ConfigError(
-            f"config key 'fp16.mode' got {describe(mode)}; ember supports mode='torch' "
-            "(torch.amp) only: use fp16=dict(mode='torch'), or amp='fp16' or amp='bf16'"
+            f"config key 'fp16.mode' got {describe(mode)}; ember runs {_FP16_CHOICES} (apex is not a dependency)"
         )
-    if _amp(data.get("amp"), "amp", False) not in (None, "fp16"):
-        raise ConfigError(
-            f"config keys 'fp16' and 'amp' disagree (fp16={fp16!r}, amp={data['amp']!r}): "
-            "keep one of them (fp16=dict(mode='torch') means amp='fp16')"
-        )
-    data["amp"] = "fp16"
+    naive = mode.lower() == "naive"
+    kwargs = (_NAIVE if naive else _FP16)(fp16, "fp16", False)
+    kwargs.pop("mode", None)
+    settings: dict[str, Any] = {"amp": "fp16"}
+    if naive:
+        _check_naive(kwargs)
+        settings["master_weights"] = True
+        if "clip_grad_norm" in kwargs:
+            settings["clip_grad_norm"] = kwargs.pop("clip_grad_norm")
+        kwargs = {ours: v for k, v in kwargs.items() if (ours := _NAIVE_NAMES[k]) is not None}
+    for key, value in settings.items():
+        ours = _SCHEMA[key].check(data.get(key), key, False) if key in data else None
+        if ours is not None and ours != value:
+            raise ConfigError(
+                f"config keys 'fp16' and '{key}' disagree (fp16={fp16!r}, {key}={data[key]!r}): keep one of them "
+                f"(fp16=dict(mode={mode!r}) means {', '.join(f'{k}={v!r}' for k, v in settings.items())})"
+            )
+        data[key] = value
     _fold_into(data, "grad_scaler", kwargs, "fp16.{sub}")
+
+
+def _check_naive(options: dict[str, Any]) -> None:
+    """NAIVE options with no ember counterpart are refused, or dropped when they would change nothing."""
+    if options.pop("log_num_zeros_in_grad", False):
+        raise ConfigError(
+            "config key 'fp16.log_num_zeros_in_grad=True' has no ember counterpart (ember does not count zero "
+            "gradients): remove it"
+        )
+    if options.pop("dynamic_grad_scale", True) is False:
+        raise ConfigError(
+            "config key 'fp16.dynamic_grad_scale=False' (a constant loss scale) has no ember counterpart: remove it "
+            "(the scale is dynamic; a very large fp16.growth_interval keeps it nearly constant)"
+        )
+    options.pop("verbose", None)  # ember logs every skipped update and the lowered scale anyway
+
+
+def _fold_moe(data: dict[str, Any]) -> None:
+    """Colossal-AI's expert-parallel size: ``max_ep_size=E`` or ``parallel.moe=dict(size=E)`` -> parallel.expert."""
+    sources = {"max_ep_size": data.pop("max_ep_size")} if "max_ep_size" in data else {}
+    parallel = data.get("parallel")
+    if isinstance(parallel, Mapping) and "moe" in parallel:
+        moe = parallel["moe"]
+        data["parallel"] = {k: v for k, v in parallel.items() if k != "moe"}
+        if not (isinstance(moe, Mapping) and set(moe) == {"size"}):
+            _fail("parallel.moe", moe, "dict(size=E), Colossal-AI's expert-parallel size (ember: parallel.expert=E)")
+        sources["parallel.moe.size"] = moe["size"]
+    for name, size in sources.items():
+        _fold_into(data, "parallel", {"expert": _int(1)(size, name, False)}, name)
+    handlers = data.get("gradient_handler")  # Colossal-AI's MoeGradientHandler is the expert-parallel policy's work
+    if isinstance(handlers, (list, tuple)):
+        data["gradient_handler"] = [h for h in handlers if not _names_handler(h, "MoeGradientHandler")]
 
 
 def _deprecated(key: str, instead: str) -> None:
@@ -408,6 +557,9 @@ def _normalize(source: Mapping[str, Any], full: bool) -> dict[str, Any]:
     _check_names(data)
     if "fp16" in data:
         _fold_fp16(data)
+    _fold_moe(data)
+    if "parallel" in data:
+        _fold_sequence(data)
     if "find_unused_parameters" in data:
         _deprecated("find_unused_parameters", "ddp=dict(find_unused_parameters=...)")
         flag = _BOOL(data.pop("find_unused_parameters"), "find_unused_parameters", full)

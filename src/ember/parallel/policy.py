@@ -159,17 +159,8 @@ class DataParallelPolicy(ParallelPolicy):
     def forward_without_sync(self) -> contextlib.AbstractContextManager[None] | None:
         return self.ddp.no_sync()
 
-    @torch.no_grad()
     def sync_gradients_now(self, params: list[nn.Parameter]) -> None:
-        grads = [p.grad for p in params if p.grad is not None]
-        if not grads:
-            return
-        group = self.ddp.process_group
-        flat = torch._utils._flatten_dense_tensors(grads)
-        dist.all_reduce(flat, group=group)
-        flat.div_(dist.get_world_size(group))
-        for grad, synced in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads), strict=True):
-            grad.copy_(synced)
+        all_reduce_mean([p.grad for p in params if p.grad is not None], self.ddp.process_group)
 
 
 class ZeroPolicy(DataParallelPolicy):
@@ -295,6 +286,21 @@ def _named(state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optim
         )
     groups = [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]]
     return {"state": {order[int(i)]: value for i, value in state["state"].items()}, "param_groups": groups}
+
+
+@torch.no_grad()
+def all_reduce_mean(tensors: list[torch.Tensor], group: dist.ProcessGroup) -> None:
+    """Average ``tensors`` in place over ``group``: one all-reduce per dtype, of all of them flattened."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    size = dist.get_world_size(group)
+    for same in by_dtype.values():
+        flat = torch._utils._flatten_dense_tensors(same)
+        dist.all_reduce(flat, group=group)
+        flat.div_(size)
+        for t, synced in zip(same, torch._utils._unflatten_dense_tensors(flat, same), strict=True):
+            t.copy_(synced)
 
 
 def global_grad_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:

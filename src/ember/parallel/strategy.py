@@ -18,6 +18,8 @@ world > 1                                      DDP over the ``"data"`` dim
 ``pipeline=P`` with ``tensor=T``               each stage tensor-parallel over ``"tensor"``
 ``pipeline=P`` with ``zero=dict(stage=1)``     the stage's optimizer a ZeroRedundancyOptimizer
                                                over ``"data"``
+``parallel=dict(expert=E)``                    no DDP: ``ExpertParallelPolicy`` reduces the
+                                               gradients (``ember.parallel.moe_policy``)
 =============================================  ================================================
 """
 
@@ -35,6 +37,7 @@ from ember.config import Config
 from ember.context import Context, ParallelLayout
 from ember.errors import ConfigError
 from ember.parallel.ddp import wrap_data_parallel
+from ember.parallel.moe_policy import ExpertParallelPolicy, check_expert_parallel, sync_replicas
 from ember.parallel.optim import (
     check_rebuildable,
     make_view,
@@ -59,6 +62,9 @@ class Parallelized:
         policy: the Engine's parallel policy.
         model: the module the Engine owns when it is not the user's model (pipeline: this
             rank's stage), else None.
+        sequence: under context parallelism the
+            :class:`~ember.parallel.context_parallel.SequenceSharding` that slices the loaders'
+            batches and averages the criterion's loss; else None.
     """
 
     train_module: nn.Module
@@ -66,6 +72,7 @@ class Parallelized:
     optimizer: torch.optim.Optimizer
     policy: ParallelPolicy
     model: nn.Module | None = None
+    sequence: Any = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,14 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
                 "hold tensor-parallel (DTensor) parameters; use zero=dict(stage=2) or stage=3 (FSDP2)"
             )
     layout = ParallelLayout.from_config(cfg.parallel, world_size)
+    if layout.context > 1:  # context parallelism (ember.parallel.context_parallel)
+        from ember.parallel.context_policy import check_context
+
+        check_context(layout, stage, stages is not None, bool(cfg.compile and cfg.get("activation_checkpointing")))
     unbuilt = [
         setting
         for setting, asked in {
             f"parallel.tensor.mode={layout.tensor_mode!r}": layout.tensor_mode != "1d",
-            f"parallel.context={layout.context}": layout.context > 1,
-            f"parallel.expert={layout.expert}": layout.expert > 1,
         }.items()
         if asked
     ]
@@ -120,8 +129,9 @@ def check_parallel(cfg: Config, model: nn.Module, optimizer: torch.optim.Optimiz
             f"config {', '.join(unbuilt)}: the layout and its process groups exist, but ember builds no "
             "model for it yet"
         )
-    # Under pipeline parallelism the stage's gradients are averaged over "data" by the policy, not DDP.
-    if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None:
+    check_expert_parallel(model, layout, stage)  # and MoE layers built for this layout
+    # Under pipeline (context) parallelism the gradients are averaged over "data" by the policy, not DDP.
+    if layout.tensor > 1 and layout.data > 1 and stage < 2 and stages is None and layout.context == 1:
         raise ConfigError(
             f"config parallel.tensor.size={layout.tensor} with {layout.data} data-parallel replicas needs "
             "zero=dict(stage=2) or stage=3 (FSDP2 over the data dim of the 2-D mesh), or parallel.data=1 "
@@ -197,6 +207,10 @@ def parallelize(
     if ctx.world_size == 1:
         module = _compiled(model, cfg)
         return Parallelized(module, module, optimizer, ParallelPolicy())
+    if layout.context > 1:  # before any collective: every rank has the same device type
+        from ember.parallel.context_policy import check_context
+
+        check_context(layout, plan.zero_stage, plan.pipeline_stages is not None, device=ctx.device)
     mesh = _context.get_mesh(layout)
     if mesh is None:  # unreachable: world > 1 always has a mesh
         raise RuntimeError(f"no device mesh for {layout}")
@@ -209,8 +223,12 @@ def parallelize(
         )
         _follow(optimizer, stepping, lr_scheduler)
         return Parallelized(guard, guard, stepping, policy, model=stage)  # the policy holds the pipeline schedule
+    if layout.expert > 1:  # no DDP: the policy reduces expert and other gradients over their own groups
+        sync_replicas(model, layout)
+        module = _compiled(model, cfg)
+        return Parallelized(module, module, optimizer, ExpertParallelPolicy(model, layout))
     fsdp = plan.zero_stage >= 2 and layout.data > 1
-    if plan.tensor_plan is None and not fsdp:
+    if plan.tensor_plan is None and not fsdp and layout.context == 1:
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager
         ddp = wrap_data_parallel(eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group())
         if plan.zero_stage != 1:
@@ -230,9 +248,15 @@ def parallelize(
         fully_shard_model(model, mesh["data"], plan.zero_stage, zero.mixed_precision, zero.cpu_offload, ctx.device)
         built.append(f"FSDP2 zero stage {plan.zero_stage} ×{layout.data}")
     why = f"zero stage {plan.zero_stage}" if fsdp else "tensor parallelism"
-    stepping = rebuild_optimizer(optimizer, model, names, why)
-    _follow(optimizer, stepping, lr_scheduler)
+    stepping = rebuild_optimizer(optimizer, model, names, why) if built else optimizer
+    if stepping is not optimizer:
+        _follow(optimizer, stepping, lr_scheduler)
     module = _compiled(model, cfg)
+    if layout.context > 1:  # context parallelism (ember.parallel.context_parallel): its own forward and policy
+        from ember.parallel.context_policy import context_parallelized
+
+        forward, context_policy, sequence = context_parallelized(module, stepping, cfg.parallel.context, layout, built)
+        return Parallelized(forward, forward, stepping, context_policy, sequence=sequence)
     return Parallelized(module, module, stepping, ShardedPolicy(model if fsdp else None, " + ".join(built)))
 
 

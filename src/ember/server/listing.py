@@ -7,36 +7,27 @@ so a filter or a sort can never reach a run the caller has no view right on.
 
 from __future__ import annotations
 
-import json
 import math
 import operator
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, ScalarSelect, false, func, or_, select
+from sqlalchemy import ColumnElement, ScalarSelect, Select, false, func, or_, select
 from sqlalchemy.orm import Session
 
-from ember.server import liveness
+from ember.server import filtering, liveness
 from ember.server.columns import RunPage, metric_summary, page_of
 from ember.server.db import json_item
 from ember.server.domain_errors import Invalid
-from ember.server.models import Folder, MetricBlock, MetricPoint, Run, Share, User
+from ember.server.models import Folder, MetricPoint, Run, Share, User
 from ember.server.perms import PUBLIC, ancestors, home_of
+from ember.track import query
 from ember.track.best import Mode
 from ember.track.hparams import flatten
 
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    ">=": operator.ge,
-    "<=": operator.le,
-    "!=": operator.ne,
-    "=": operator.eq,
-    ">": operator.gt,
-    "<": operator.lt,
-    "~": lambda a, b: str(b).lower() in str(a).lower(),
-}
-_FILTER = re.compile(r"^(hp|m):([^<>=!~]{1,300}?)\s*(>=|<=|!=|=|>|<|~)\s*(.{0,300})$")
 SORT_KEYS = ("name", "status", "start", "duration", "folder")
+_SQL_SORTS: dict[str, Any] = {"start": Run.start_time, "name": Run.name, "folder": Folder.path}
+"""Sorts the database does (order, count and cut): the others sort the filtered rows in Python."""
 
 
 def hparam_item(session: Session, key: str) -> ColumnElement[Any]:
@@ -72,40 +63,63 @@ def visible_condition(session: Session, user: User) -> ColumnElement[bool]:
     return or_(in_folders, Run.pk.in_(shared))
 
 
-def parse_filter(text: str) -> tuple[str, str, str, Any]:
-    """``hp:lr>=0.01`` or ``m:val/acc>0.9`` -> (kind, key, op, value); 422 on anything else."""
-    match = _FILTER.match(text.strip())
-    if not match:
-        raise Invalid(
-            f"filter {text[:80]!r} is not understood: write hp:NAME OP VALUE or m:TYPE/NAME OP VALUE, "
-            "with OP one of = != < <= > >= ~ (contains), e.g. hp:lr>=0.01 or m:val/acc>0.9",
-        )
-    kind, key, op, raw = match.groups()
-    if kind == "m" and "/" not in key:
-        raise Invalid(f"metric filter {text[:80]!r}: name the metric as TYPE/NAME, e.g. m:train/loss<0.5")
-    return kind, key.strip(), op, _number(raw.strip())
+def filter_of(filters: Sequence[str] = (), q: str = "", label: str = "", status: str = "") -> query.Node | None:
+    """The one filter of a listing: the texts (``filters``, each in the language of
+    :mod:`ember.track.query`, all of which must hold) and the form's fields: ``q`` a part of the
+    name, ``label`` one of the labels, ``status`` the status shown. 422 naming the column of what
+    cannot be read.
 
-
-def _number(raw: str) -> Any:
+    Example:
+        >>> query.render(filter_of(["hp:lr<0.1 or hp:opt=sgd"], label="base"))
+        '(hp:lr < 0.1 or hp:opt = sgd) and label = "base"'
+    """
     try:
-        return float(raw)
-    except ValueError:
-        return raw
+        parts = [query.parse_all(filters)]
+    except query.FilterError as e:
+        raise Invalid(str(e), [{"field": "filter", "message": e.reason, "column": e.column}]) from None
+    if status and status not in query.STATUSES:
+        raise Invalid.field("status", f"{status[:40]!r} is not one of {', '.join(query.STATUSES)}")
+    if q:
+        parts.append(query.Comparison(query.Field("name"), "~", (query.Value(q, q, True),)))
+    if label:
+        parts.append(query.Comparison(query.Field("label"), "=", (query.Value(label, label, True),)))
+    if status:
+        parts.append(query.Comparison(query.Field("status"), "=", (query.Value(status, status),)))
+    return query.all_of(parts)
 
 
-def _matches(value: Any, op: str, wanted: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(wanted, float) and op != "~":
-        try:
-            return bool(_OPS[op](float(value), wanted))
-        except (TypeError, ValueError):
-            return False
-    return bool(_OPS[op](str(value), str(wanted)) if op != "~" else _OPS[op](value, wanted))
+def _in_scope(session: Session, user: User, folder: str | None) -> list[ColumnElement[bool]]:
+    """The WHERE clauses (on ``Run`` joined to its ``Folder``) of the runs the user may view (under ``folder``)."""
+    return [visible_condition(session, user), *([_under(folder)] if folder else [])]
+
+
+def _pks(where: list[ColumnElement[bool]]) -> Select[Any]:
+    return select(Run.pk).join(Folder, Folder.id == Run.folder_id).where(*where)
+
+
+def conditions(session: Session, user: User, folder: str | None, tree: query.Node | None) -> list[ColumnElement[bool]]:
+    """The WHERE clauses (on ``Run`` joined to its ``Folder``) of the runs the user may view under
+    ``folder`` that the filter keeps (:func:`filter_of`; evaluated by :mod:`ember.server.filtering`).
+
+    Example:
+        >>> session.scalars(select(Run.name).join(Folder).where(*conditions(session, bob, None, tree)))
+    """
+    scope = _in_scope(session, user, folder)
+    return [*scope, _compiler(session, _pks(scope)).condition(tree)]
+
+
+def _compiler(session: Session, scope: Select[Any]) -> filtering.Compiler:
+    """A filter compiler whose Crashed runs are the Running runs of ``scope`` whose process is gone."""
+
+    def crashed() -> set[int]:
+        running = list(session.scalars(scope.where(Run.status == "Running")))
+        return set(liveness.crashed_runs(session, running))
+
+    return filtering.Compiler(session, crashed)
 
 
 def _last_value(key: str) -> ScalarSelect[Any]:
-    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query.
+    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query (a sort).
 
     One probe of the points' primary key (run, type, name, step) per run: no scan.
     """
@@ -119,45 +133,32 @@ def _last_value(key: str) -> ScalarSelect[Any]:
     )
 
 
-def why_no_runs(session: Session, user: User, folder: str | None, filters: list[str]) -> list[str]:
-    """Why the filters matched no run the user may view (under ``folder``): a typo, or which values there are.
+def why_no_runs(
+    session: Session,
+    user: User,
+    folder: str | None,
+    filters: Sequence[str],
+    q: str = "",
+    label: str = "",
+    status: str = "",
+) -> list[str]:
+    """Why a listing matched no run the user may view (under ``folder``), so that "0 runs" says something.
 
-    Called when the filters matched nothing, so that "0 runs" says something: a key no run has
-    (``hp:lrr``, a metric not named TYPE/NAME) is named, and for an hparam that exists, the values
-    the runs hold (up to 8). An hparam is looked for in each run's flattened hparams, a metric with
-    one probe of the block summaries.
+    Each condition of the filter is counted alone among those runs, in the database
+    (:meth:`ember.server.filtering.Compiler.evidence`): a key no run has is named (``hp:lrr``),
+    a condition none meets says what there is (an hparam's values, up to 8; a metric's range),
+    and when each condition alone matches runs, the counts say so
+    (:func:`ember.track.query.explain_empty`).
 
     Returns:
-        One sentence per key, e.g. ``no run here has the hyper-parameter 'lrr'``.
+        One sentence per reason, e.g. ``no run here has the hyper-parameter 'lrr'``.
     """
-    scope = select(Run.pk).join(Folder, Folder.id == Run.folder_id).where(visible_condition(session, user))
-    if folder:
-        scope = scope.where(_under(folder))
-    out = []
-    for kind, key in sorted({(kind, key) for kind, key, _, _ in (parse_filter(f) for f in filters if f.strip())}):
-        if kind == "m":
-            type_, _, name = key.partition("/")
-            probe = select(MetricBlock.run_pk).where(
-                MetricBlock.run_pk.in_(scope), MetricBlock.type == type_, MetricBlock.name == name
-            )
-            if session.scalar(probe.limit(1)) is None:
-                out.append(f"no run here has the metric {key!r} (write it as TYPE/NAME, e.g. val/acc)")
-            continue
-        values: dict[str, None] = {}
-        for (hparams,) in session.execute(
-            select(Run.hparams).where(Run.pk.in_(scope)).execution_options(yield_per=500)
-        ):
-            flat = flatten(hparams) if isinstance(hparams, dict) else {}
-            if key in flat:
-                values[json.dumps(flat[key], sort_keys=True)[:60]] = None
-                if len(values) > 8:
-                    break
-        if not values:
-            out.append(f"no run here has the hyper-parameter {key!r} (nested ones are written as opt.lr)")
-        else:
-            more = ", ..." if len(values) > 8 else ""
-            out.append(f"no run matches; {key} here is one of {', '.join(list(values)[:8])}{more}")
-    return out
+    tree = filter_of(filters, q, label, status)
+    if tree is None:
+        return []
+    scope = _pks(_in_scope(session, user, folder))
+    compiler = _compiler(session, scope)
+    return query.explain_empty(tree, lambda c: compiler.evidence(c, scope, session))
 
 
 def list_runs(
@@ -175,71 +176,67 @@ def list_runs(
 ) -> RunPage:
     """The runs the user may view, filtered, sorted and cut to one page.
 
-    Filtering and sorting read only the columns they need (an hparam is read out of the JSON by
-    the database, a metric's last value by one index probe per run); the full rows and their
-    metric summaries are read for the page's runs alone, so 10,000 runs stay fast.
+    The filter is one WHERE clause (:mod:`ember.server.filtering`): the database filters, and,
+    sorted by start, name or folder, also sorts, counts and cuts the page, so a page costs what
+    one query over the runs' columns costs, never reading a run into Python. The other sorts
+    (status, duration, an hparam, a metric's last value) sort the rows the filter kept in
+    Python, reading only the column sorted on. The full rows and their metric summaries are
+    read for the page's runs alone.
 
     Args:
         folder: only runs in this folder or beneath it (an absolute path).
-        q: a case-insensitive part of the name. label, status: exact matches (``Crashed``
-            selects the Running runs whose process is gone, see :func:`shown_status`).
-        filters: ``hp:KEY OP VALUE`` / ``m:TYPE/NAME OP VALUE`` (the metric's last value).
+        q: a part of the name (ASCII letters in either case). label: one of the run's labels.
+            status: the status shown (``Crashed``: a Running run whose process is gone, see
+            :func:`ember.server.liveness.shown_status`).
+        filters: filters in the language of :mod:`ember.track.query`, all of which must hold,
+            e.g. ``["m:val/acc.best > 0.9 and (hp:lr < 1e-3 or hp:opt = sgd)"]``.
         sort: ``name``, ``status``, ``start``, ``duration``, ``folder``, ``hp:KEY`` or
             ``m:TYPE/NAME``; a leading ``-`` sorts descending.
 
+    Raises:
+        Invalid: a filter that cannot be read (naming its column), a status or a sort that does not exist.
+
     Example:
-        >>> list_runs(session, bob, q="mnist", filters=["hp:lr<0.1"], sort="-m:val/acc").runs
+        >>> list_runs(session, bob, q="mnist", filters=["hp:lr<0.1 and m:val/acc>0.9"], sort="-m:val/acc").runs
     """
-    parsed = [parse_filter(f) for f in filters or [] if f.strip()]
+    tree = filter_of(filters or [], q, label, status)
     descending, sort_key = sort.startswith("-"), sort.lstrip("-") or "start"
     if not (sort_key in SORT_KEYS or sort_key.startswith(("hp:", "m:"))):
         raise Invalid(f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
-    hp_keys = sorted(
-        {k for kind, k, _, _ in parsed if kind == "hp"} | ({sort_key[3:]} if sort_key.startswith("hp:") else set())
-    )
-    m_keys = sorted(
-        {k for kind, k, _, _ in parsed if kind == "m"} | ({sort_key[2:]} if sort_key.startswith("m:") else set())
-    )
+    hp_sort = sort_key[3:] if sort_key.startswith("hp:") else None
+    m_sort = sort_key[2:] if sort_key.startswith("m:") else None
+    hp_keys = sorted({*filtering.field_keys(tree, "hp"), *([hp_sort] if hp_sort else [])})
+    m_keys = sorted({*filtering.field_keys(tree, "m"), *([m_sort] if m_sort else [])})
     per_page = max(1, min(per_page, 500))
     columns: list[Any] = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path]
-    columns += [hparam_item(session, k).label(f"hp{i}") for i, k in enumerate(hp_keys)]
-    columns += [_last_value(k).label(f"m{i}") for i, k in enumerate(m_keys)]
-    if label:
-        columns.append(Run.labels)
-    stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(visible_condition(session, user))
-    if folder:
-        stmt = stmt.where(_under(folder))
-    if q:
-        stmt = stmt.where(func.lower(Run.name).contains(q.lower(), autoescape=True))
-    if status:
-        stmt = stmt.where(Run.status == ("Running" if status == "Crashed" else status))
-    if not parsed and not label and status not in ("Running", "Crashed") and sort_key == "start":
-        # The default listing: sorted, counted and cut in the database (ISO times sort as text).
-        total = session.scalar(select(func.count()).select_from(stmt.order_by(None).subquery())) or 0
-        page = max(1, min(page, math.ceil(total / per_page)))
-        when = Run.start_time.desc() if descending else Run.start_time.asc()
-        stmt = stmt.order_by(Run.start_time.is_(None), when, Run.pk).offset((page - 1) * per_page).limit(per_page)
-        picked = list(session.execute(stmt))
+    if hp_sort is not None:
+        columns.append(hparam_item(session, hp_sort))
+    elif m_sort is not None:
+        columns.append(_last_value(m_sort))
+    stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(*conditions(session, user, folder, tree))
+    if sort_key in _SQL_SORTS:
+        # Filtered, sorted, counted and cut by the database (ISO times sort as text), the filter
+        # evaluated once: the count rides along with the page (a window over the filtered rows).
+        by: Any = _SQL_SORTS[sort_key]
+        by = by.collate("C") if session.get_bind().dialect.name != "sqlite" and sort_key != "start" else by
+        ordered = stmt.add_columns(func.count().over().label("total"))
+        ordered = ordered.order_by(by.is_(None), by.desc() if descending else by.asc(), Run.pk)
+        picked = list(session.execute(ordered.offset((page - 1) * per_page).limit(per_page)))
+        total = picked[0].total if picked else 0
+        if not picked and page > 1:  # past the end: the last page
+            total = session.scalar(select(func.count()).select_from(stmt.subquery())) or 0
+            page = max(1, math.ceil(total / per_page))
+            picked = list(session.execute(ordered.offset((page - 1) * per_page).limit(per_page)))
         live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
     else:
-        # Rows stay the database's tuples until the page is cut: 10,000 dicts would cost more than the query.
+        # Sorted in Python, over the rows the filter kept: the database's tuples until the page is cut.
         picked = list(session.execute(stmt.order_by(Run.pk)))  # ties keep one order, so pages do not overlap
-        if label:
-            picked = [r for r in picked if label in (r.labels or [])]
-        n_hp = len(hp_keys)
-        checks = [
-            (6 + (hp_keys.index(k) if kind == "hp" else n_hp + m_keys.index(k)), op, v) for kind, k, op, v in parsed
-        ]
-        if checks:
-            picked = [r for r in picked if all(_matches(r[i], op, v) for i, op, v in checks)]
         live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
-        if status:
-            picked = [r for r in picked if _status(r, live) == status]
-        picked = _sorted(picked, descending, _sort_value(sort_key, hp_keys, m_keys, live))
+        picked = _sorted(picked, descending, _sort_value(sort_key, live))
         total = len(picked)
         page = max(1, min(page, math.ceil(total / per_page)))
         picked = picked[(page - 1) * per_page : page * per_page]
-    chosen = [_row(r, hp_keys, m_keys, live) for r in picked]
+    chosen = [_row(r, live) for r in picked]
     modes = _fill_page(session, chosen)
     return page_of(total, page, per_page, chosen, hp_keys, m_keys, modes)
 
@@ -257,38 +254,26 @@ def table_of(session: Session, run_ids: list[str], total: int, per_page: int) ->
     }
     picked = [found[i] for i in run_ids if i in found]
     live = liveness.crashed_runs(session, [r.pk for r in picked if r.status == "Running"])
-    chosen = [_row(r, [], [], live) for r in picked]
+    chosen = [_row(r, live) for r in picked]
     modes = _fill_page(session, chosen)
     return page_of(total, 1, per_page, chosen, [], [], modes)
 
 
-def _row(r: Sequence[Any], hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
-    """A row of the candidate query as a dict; ``hparams``/``metrics`` hold only the keys asked for."""
+def _row(r: Sequence[Any], live: dict[int, tuple[str, Any]]) -> dict[str, Any]:
+    """A row of the candidate query as a dict (:func:`_fill_page` completes it)."""
     status, end = live.get(r[0], (r[2], r[4]))
-    return {
-        "pk": r[0],
-        "name": r[1],
-        "status": status,
-        "start_time": r[3],
-        "end_time": end,
-        "folder": r[5],
-        "hparams": {k: r[6 + i] for i, k in enumerate(hp_keys)},
-        "metrics": {k: {"last": r[6 + len(hp_keys) + i]} for i, k in enumerate(m_keys)},
-    }
+    return {"pk": r[0], "name": r[1], "status": status, "start_time": r[3], "end_time": end, "folder": r[5]}
 
 
 def _status(r: Sequence[Any], live: dict[int, tuple[str, Any]]) -> str:
     return live[r[0]][0] if r[0] in live else r[2]
 
 
-def _sort_value(
-    key: str, hp_keys: list[str], m_keys: list[str], live: dict[int, tuple[str, Any]]
-) -> Callable[[Sequence[Any]], Any]:
-    """What a candidate row is sorted by, for sort key ``key`` (validated by the caller)."""
-    if key.startswith("hp:"):
-        return operator.itemgetter(6 + hp_keys.index(key[3:]))
-    if key.startswith("m:"):
-        return operator.itemgetter(6 + len(hp_keys) + m_keys.index(key[2:]))
+def _sort_value(key: str, live: dict[int, tuple[str, Any]]) -> Callable[[Sequence[Any]], Any]:
+    """What a candidate row is sorted by, for sort key ``key`` (validated by the caller; an hparam's
+    or a metric's value is the row's seventh column)."""
+    if key.startswith(("hp:", "m:")):
+        return operator.itemgetter(6)
     if key == "status":
         return lambda r: _status(r, live)
     if key == "duration":

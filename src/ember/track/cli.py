@@ -20,7 +20,7 @@ from ember._format import format_bytes, format_duration
 from ember._subcommands import output_file, run_commands
 from ember.errors import TrackingError, short_repr
 from ember.track import _report as rp
-from ember.track import export, lineage
+from ember.track import export, lineage, local_query, query
 from ember.track._fs import read_json, resolve_home
 from ember.track.best import majority_mode, recorded_modes
 from ember.track.hparams import flatten
@@ -56,12 +56,24 @@ def _in_run(text: str, info: RunInfo) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    """Print a table of the runs in the store; a damaged run is listed as Damaged with the reason."""
+    """Print a table of the runs in the store (those --filter keeps); a damaged run is listed Damaged, with why."""
     home = _home(args)
+    try:
+        tree = query.parse_all(args.filter or [])
+    except query.FilterError as e:
+        raise TrackingError(f"--filter {e}\n  {e.pointer().replace(chr(10), chr(10) + '  ')}") from None
     infos = list_runs(home)
     if not infos:
         print(f"no runs in {home / 'runs'}")
         return 0
+    if tree is not None:
+        selection = local_query.select_runs(tree, infos)
+        for why in selection.unreadable:
+            print(f"not checked against the filter's metrics (damaged): {why}", file=sys.stderr)
+        infos = selection.kept
+        if not infos:
+            print(f"no run in {home / 'runs'} matches the filter: " + "; ".join(selection.why_none))
+            return 0
     rows = []
     damaged = 0
     for info in infos:
@@ -304,6 +316,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run_help = "a run's folder path, folder name or unique prefix"
 
     p = sub.add_parser("ls", parents=[store], help="a table of runs: status, start, duration, last metrics")
+    p.add_argument(
+        "--filter",
+        action="append",
+        metavar="EXPR",
+        help="only the runs that match, e.g. 'm:val/acc.best > 0.9 and hp:lr < 1e-3' (docs/tracking.md, "
+        "'Filtering runs': and/or/not, = != < <= > >= ~ in; hp:, m:TYPE/NAME[.best|.min|.max], status, label, "
+        "name, start); given twice, both must hold",
+    )
     p.set_defaults(handler=cmd_ls)
     p = sub.add_parser("show", parents=[store], help="hparams, platform, metrics summary and lineage")
     p.add_argument("run", metavar="RUN", help=run_help)

@@ -79,6 +79,8 @@ class Placeholders(_Arithmetic, enum.Enum):
     Attributes:
         NUM_EPOCHS: the ``epochs`` given to ``fit`` (with only ``max_steps``: the epochs those
             steps span, rounded up).
+        PER_PROCESS_NUM_UPDATE_STEPS_PER_EPOCH: the same number, by pytorch-accelerated's name
+            for it (whose ``NUM_UPDATE_STEPS_PER_EPOCH`` counts every process's updates).
         NUM_UPDATE_STEPS_PER_EPOCH: optimizer updates per epoch on each rank,
             ``ceil(batches per epoch / gradient_accumulation)``; the batches are this rank's
             share under the distributed sampler.
@@ -93,6 +95,7 @@ class Placeholders(_Arithmetic, enum.Enum):
 
     NUM_EPOCHS = "num_epochs"
     NUM_UPDATE_STEPS_PER_EPOCH = "num_update_steps_per_epoch"
+    PER_PROCESS_NUM_UPDATE_STEPS_PER_EPOCH = "per_process_num_update_steps_per_epoch"
     TOTAL_UPDATE_STEPS = "total_update_steps"
     TRAIN_DATALOADER_LEN = "train_dataloader_len"
     EVAL_DATALOADER_LEN = "eval_dataloader_len"
@@ -149,6 +152,8 @@ def resolve(obj: Any, values: Mapping[Placeholders, int]) -> Any:
         7
     """
     if isinstance(obj, Placeholders):
+        if obj is Placeholders.PER_PROCESS_NUM_UPDATE_STEPS_PER_EPOCH and obj not in values:
+            obj = Placeholders.NUM_UPDATE_STEPS_PER_EPOCH  # ember's count is per rank already
         if obj not in values:
             raise TrainerError(f"{obj!r} cannot be resolved for this run: {_why_missing(obj)}")
         return values[obj]

@@ -385,6 +385,8 @@ class Trainer(TrainerState):
             state.samples_seen += int(result["batch_size"]) * replicas
             state.step += applied
             self.storage.step, self.step_result = state.step, result
+            for name, value in engine.step_scalars.items():  # besides the loss: a MoE's aux loss, dropped tokens
+                self.storage.put_scalar(name, value)
             if after or (applied and after_update):
                 if keep_outputs:
                     bus.call_batch_end(applied, result["output"], result["label"], result["loss"])

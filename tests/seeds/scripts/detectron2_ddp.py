@@ -94,6 +94,14 @@ def main() -> None:
     except TrainerError as exc:
         mismatch = str(exc)
     storage = full.storage
+    from ember.compat.detectron2.utils import comm  # detectron2's collectives, inside the job
+
+    rank = comm.get_rank()
+    reduced = comm.reduce_dict({"loss": torch.tensor(float(rank + 1))})
+    comm_seen = {"world": comm.get_world_size(), "rank": rank, "local_rank": comm.get_local_rank(),
+                 "main": comm.is_main_process(), "all_gather": comm.all_gather({"rank": rank}),
+                 "gather": comm.gather(rank * 10), "reduced": float(reduced["loss"]),
+                 "seed": comm.shared_random_seed()}  # fmt: skip
     report(
         {
             "world": full.engine.data_parallel_size,
@@ -110,6 +118,7 @@ def main() -> None:
             "lr": [lr for lr, _ in storage.history("lr").values()],
             "files": sorted(p.name for p in (out / "full").glob("*.ckpt")),
             "mismatch": mismatch,
+            "comm": comm_seen,
         }
     )
 

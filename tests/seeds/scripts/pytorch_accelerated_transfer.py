@@ -67,6 +67,7 @@ if __name__ == "__main__":
             "current_epoch": trainer.run_history.current_epoch,
             "step_size": trainer.scheduler.step_size,
             "updates_per_epoch": trainer.run_config.num_update_steps_per_epoch,
+            "local_updates_per_epoch": trainer.run_config.num_local_update_steps_per_epoch,
             "lr": trainer.optimizer.param_groups[0]["lr"],
             "scheduler_steps": trainer.scheduler.last_epoch,
             "accuracy": accuracy,

@@ -1,7 +1,8 @@
-"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException`` and ``ParallelMode``.
+"""Colossal-AI's ``colossalai.context``: ``Config``, ``ConfigException``, ``ParallelMode`` and ``MOE_CONTEXT``.
 
 ``Config`` is ember's :class:`ember.config.Config` (a dict with attribute access), with
-Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``.
+Colossal-AI's ``Config.from_file``; ``ConfigException`` is ember's ``ConfigError``;
+``MOE_CONTEXT`` is :mod:`ember.compat.colossalai.moe_context`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from ember.config import Config as _Config
 from ember.config import load_config
 from ember.errors import ConfigError
 
-__all__ = ["Config", "ConfigException", "ParallelMode"]
+from .moe_context import MOE_CONTEXT
+
+__all__ = ["MOE_CONTEXT", "Config", "ConfigException", "ParallelMode"]
 
 ConfigException = ConfigError
 """Colossal-AI's name for a bad config: ember raises :class:`ember.errors.ConfigError`."""
@@ -58,8 +61,10 @@ class ParallelMode(enum.Enum):
 
     ``GLOBAL`` is the whole job, ``DATA``/``PIPELINE``/``TENSOR`` the dimensions of ember's
     ``("pipeline", "data", "tensor")`` mesh, ``MODEL`` a pipeline × tensor block and
-    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ember has no
-    sequence, 2-D, 2.5-D or 3-D tensor parallelism: ``gpc`` reports them as not initialised.
+    ``PARALLEL_1D`` the tensor dimension (ember's tensor parallelism is 1-D). ``SEQUENCE`` is
+    ember's ``"context"`` group and ``SEQUENCE_DP`` its data × context group, under
+    ``tensor=dict(size=N, mode="sequence")``. ember has no 2-D, 2.5-D or 3-D tensor
+    parallelism: ``gpc`` reports them as not initialised.
     """
 
     GLOBAL = "global"

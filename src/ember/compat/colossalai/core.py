@@ -20,9 +20,12 @@ from .context import ParallelMode
 
 __all__ = ["ParallelContext", "global_context"]
 
-# The modes ember's mesh has; the others (sequence, 2-D/2.5-D/3-D tensor) it never initialises.
+# The modes ember's mesh has; the others (2-D/2.5-D/3-D tensor) it never initialises.
 _MESH_DIM = {ParallelMode.DATA: "data", ParallelMode.PIPELINE: "pipeline", ParallelMode.TENSOR: "tensor",
              ParallelMode.PARALLEL_1D: "tensor"}  # fmt: skip
+# Sequence parallelism (tensor=dict(mode="sequence") is ember's parallel.context): the context
+# group, and the data × context group its gradients are averaged over (ember.layout).
+_SEQUENCE_GROUP = {ParallelMode.SEQUENCE: "context", ParallelMode.SEQUENCE_DP: "data_context"}
 
 
 class ParallelContext:
@@ -68,6 +71,8 @@ class ParallelContext:
             return False
         if mode is ParallelMode.PARALLEL_1D:
             return _launched().layout.tensor > 1
+        if mode in _SEQUENCE_GROUP:
+            return _launched().layout.context > 1
         return mode in _MESH_DIM or mode in (ParallelMode.GLOBAL, ParallelMode.MODEL)
 
     def is_first_rank(self, parallel_mode: ParallelMode) -> bool:
@@ -92,9 +97,20 @@ class ParallelContext:
             return None
         if mode is ParallelMode.GLOBAL:
             return dist.group.WORLD
+        if mode in _SEQUENCE_GROUP:
+            _rank_and_size(mode)  # not initialised without sequence parallelism: say so
+            return _context.get_group(_SEQUENCE_GROUP[mode])
         if mode not in _MESH_DIM:
-            raise ContextError(f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE and TENSOR")
+            raise ContextError(
+                f"ember has no process group for {mode}: it has GLOBAL, DATA, PIPELINE, TENSOR and (with sequence "
+                "parallelism) SEQUENCE, SEQUENCE_DP"
+            )
         return ctx.mesh[_MESH_DIM[mode]].get_group()
+
+    def destroy(self) -> None:
+        """End the job's process group and forget the launch (``ember.context.reset()``), as
+        Colossal-AI's ``gpc.destroy()`` at a program's end; nothing happens when not launched."""
+        _context.reset()
 
     @property
     def data_parallel_size(self) -> int:
@@ -131,6 +147,13 @@ def _rank_and_size(parallel_mode: Any) -> tuple[int, int]:
         return coords["pipeline"] * layout.tensor + coords["tensor"], layout.pipeline * layout.tensor
     if mode is ParallelMode.PARALLEL_1D and layout.tensor == 1:
         raise ContextError("ParallelMode.PARALLEL_1D is not initialised: set parallel=dict(tensor=dict(size=N))")
+    if mode in _SEQUENCE_GROUP:
+        if layout.context == 1:
+            raise ContextError(
+                f"{mode} is not initialised: set parallel=dict(tensor=dict(size=N, mode='sequence')) "
+                "(ember's parallel.context=N)"
+            )
+        return coords[_SEQUENCE_GROUP[mode]], layout.size(_SEQUENCE_GROUP[mode])
     if mode not in _MESH_DIM:
         raise ContextError(
             f"ember has no {mode} group (it runs data, pipeline and 1-D tensor parallelism): use ParallelMode.GLOBAL, "

@@ -1,4 +1,5 @@
-"""Colossal-AI's ``colossalai.utils``: ``get_dataloader`` and ``get_current_device``.
+"""Colossal-AI's ``colossalai.utils``: ``get_dataloader``, ``get_current_device``, ``checkpoint``,
+``print_rank_0``, ``Timer``/``MultiTimer``.
 
 ``get_dataloader`` keeps Colossal-AI's signature and builds ember's loader with
 :func:`ember.get_dataloader`: with ``add_sampler=True`` a resumable sampler sharded across the
@@ -8,6 +9,7 @@ so that ``initialize`` and the Trainer keep it whole).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,8 +17,13 @@ from torch.utils.data import DataLoader, Dataset
 
 import ember
 from ember import context as _context
+from ember import distributed
+from ember.compat._not_provided import module_getattr
+from ember.parallel import checkpointing as activation_checkpointing
 
-__all__ = ["get_current_device", "get_dataloader"]
+from .timer import MultiTimer, Timer
+
+__all__ = ["MultiTimer", "Timer", "checkpoint", "get_current_device", "get_dataloader", "print_rank_0"]
 
 
 def get_dataloader(
@@ -58,3 +65,50 @@ def get_dataloader(
 def get_current_device() -> torch.device:
     """This process's device (``cuda:<local rank>`` on a GPU machine, else the CPU)."""
     return _context.get_context(default=True).device
+
+
+def checkpoint(function: Callable[..., Any], activation_offload: bool, *args: Any, use_reentrant: bool = True) -> Any:
+    """Colossal-AI's activation checkpoint: run ``function(*args)`` keeping only its inputs, and
+    recompute it in the backward pass with the random state it had (dropout draws the same masks).
+
+    ember always runs torch's non-reentrant checkpoint (:func:`ember.parallel.checkpointing.checkpoint`):
+    the same gradients as without checkpointing, also for inputs that do not require grad;
+    ``use_reentrant`` is accepted for the signature. ``activation_offload=True`` keeps the saved
+    inputs in host memory on a GPU; on a CPU they are there already (a note is logged once).
+
+    Args:
+        function: the computation, called as ``function(*args)``.
+        activation_offload: keep the saved inputs in host memory.
+        *args: its inputs.
+        use_reentrant: accepted; ember does not use the reentrant variant.
+
+    Returns:
+        What ``function`` returns.
+
+    Example:
+        >>> x = checkpoint(self.block, False, x)
+    """
+    return activation_checkpointing.checkpoint(function, *args, offload=activation_offload)
+
+
+def print_rank_0(msg: str, logger: Any = None) -> None:
+    """Print ``msg`` (or log it with ``logger.info``) on rank 0 only.
+
+    Example:
+        >>> print_rank_0(f"epoch {epoch}: loss {loss:.3f}")
+    """
+    if distributed.rank() == 0:
+        if logger is None:
+            print(msg, flush=True)
+        else:
+            logger.info(msg)
+
+
+__getattr__ = module_getattr(__name__, "colossalai.utils", {
+    "checkpointing": "save with ember's checkpoints: trainer hooks.SaveCheckpointHook / ember.checkpoint.save",
+    "save_checkpoint": "use ember.checkpoint.save(path, trainer) (or hooks.SaveCheckpointHook)",
+    "load_checkpoint": "use trainer.fit(..., resume=path) or ember.checkpoint.load(path, trainer)",
+    "clip_grad_norm_fp32": "set clip_grad_norm in the config: the Engine clips at each update",
+    "is_using_pp": "read gpc.pipeline_parallel_size > 1",
+    "colo_set_process_memory_fraction": "use torch.cuda.set_per_process_memory_fraction",
+})  # fmt: skip

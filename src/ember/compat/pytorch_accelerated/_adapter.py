@@ -13,7 +13,8 @@ ember's ``evaluate`` itself from ``after_train_epoch``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ember.trainer import Trainer as EmberTrainer
@@ -26,6 +27,24 @@ if TYPE_CHECKING:
     from .trainer import Trainer
 
 
+class LiveEvalLoader:
+    """The evaluation loader as ember's loop sees it: it iterates whatever ``trainer._eval_dataloader``
+    is when iteration starts, so a callback may swap it in ``on_eval_epoch_start`` as in
+    pytorch-accelerated (``LimitEvalStepsCallback``); other attributes are the loader's."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._trainer._eval_dataloader)
+
+    def __len__(self) -> int:
+        return len(self._trainer._eval_dataloader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._trainer._eval_dataloader, name)
+
+
 class CallbackDriver(hooks.BaseHook):
     """Calls the Trainer's pytorch-accelerated methods and its callbacks' events at ember's events."""
 
@@ -34,6 +53,16 @@ class CallbackDriver(hooks.BaseHook):
     def __init__(self) -> None:
         super().__init__(name="pytorch_accelerated")
         self._stopped = False  # a StopTrainingError (or an ember stop) ended the epoch's events
+        self._intermediate = False  # an evaluation inside a training epoch (StepBasedEvaluationCallback)
+
+    @contextlib.contextmanager
+    def intermediate(self) -> Iterator[None]:
+        """Within it, evaluation events say ``is_intermediate=True`` and record ``intermediate_eval_loss``."""
+        self._intermediate = True
+        try:
+            yield
+        finally:
+            self._intermediate = False
 
     @property
     def owner(self) -> Trainer:
@@ -88,8 +117,10 @@ class CallbackDriver(hooks.BaseHook):
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """``on_train_step_end`` with the batch and what ``calculate_train_batch_loss`` returned."""
-        result = self.owner.step_result
-        self._event("on_train_step_end", batch=result["batch"], batch_output=result["batch_output"])
+        trainer = self.owner
+        result = trainer.step_result
+        self._event("on_train_step_end", batch=result["batch"], batch_output=result["batch_output"],
+                    step=trainer.epoch_iter - 1)  # fmt: skip
 
     def after_train_epoch(self) -> None:
         """Close the training epoch, evaluate, then close the whole epoch."""
@@ -102,7 +133,7 @@ class CallbackDriver(hooks.BaseHook):
             trainer.run_history.update_metric("train_loss_epoch", loss)
         self._event("on_train_epoch_end")
         if trainer.eval_dataset is not None and trainer._eval_dataloader is not None and not self._stopped:
-            EmberTrainer.evaluate(trainer, trainer._eval_dataloader)
+            EmberTrainer.evaluate(trainer, LiveEvalLoader(trainer))
         if self._stopping():
             return
         trainer.run_history._increment_epoch()
@@ -127,7 +158,7 @@ class CallbackDriver(hooks.BaseHook):
     def before_test_epoch(self) -> None:
         """``eval_epoch_start`` and ``on_eval_epoch_start``."""
         self.owner.eval_epoch_start()
-        self._event("on_eval_epoch_start")
+        self._event("on_eval_epoch_start", **({"is_intermediate": True} if self._intermediate else {}))
 
     def before_test_iter(self) -> None:
         """``on_eval_step_start``."""
@@ -145,9 +176,11 @@ class CallbackDriver(hooks.BaseHook):
             return
         trainer.eval_epoch_end()
         loss = trainer.test_metrics.get("test/loss")
+        name = "intermediate_eval_loss" if self._intermediate else "eval_loss_epoch" if trainer.fitting else \
+            "evaluation_loss"  # fmt: skip
         if loss is not None:
-            trainer.run_history.update_metric("eval_loss_epoch" if trainer.fitting else "evaluation_loss", loss)
-        self._event("on_eval_epoch_end")
+            trainer.run_history.update_metric(name, loss)
+        self._event("on_eval_epoch_end", **({"is_intermediate": True} if self._intermediate else {}))
 
     def after_test(self) -> None:
         """A standalone ``evaluate``: ``evaluation_run_end`` and ``on_evaluation_run_end``."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from torch import nn
 
+from ember.compat._not_provided import module_getattr
 from ember.errors import HookError
 from ember.trainer import StopTraining, hooks
 
@@ -30,15 +31,21 @@ __all__ = [
     "DEFAULT_EVENTS",
     "CallbackHandler",
     "CallbackMethodNotImplementedError",
+    "ConvertSyncBatchNormCallback",
     "EarlyStoppingCallback",
+    "LimitBatchesCallback",
+    "LimitEvalStepsCallback",
     "LogMetricsCallback",
     "MoveModulesToDeviceCallback",
     "PrintProgressCallback",
     "ProgressBarCallback",
     "SaveBestModelCallback",
+    "SaveTrainingStateCallback",
+    "StepBasedEvaluationCallback",
     "StopTrainingError",
     "TerminateOnNaNCallback",
     "TrainerCallback",
+    "WSDCheckpointCallback",
     "get_default_callbacks",
 ]
 
@@ -366,17 +373,16 @@ class SaveBestModelCallback(TrainerCallback):
     """Saves a checkpoint whenever ``watch_metric`` improves, and loads the best one back
     when the run ends.
 
-    The checkpoint is ember's (``trainer.save_checkpoint``): read its weights with
-    ``ember.checkpoint.model_state(save_path)``.
+    The checkpoint is ``trainer.save_checkpoint``'s: ``torch.load(save_path)["model_state_dict"]``
+    reads the weights, as with pytorch-accelerated.
 
     Args:
         save_path: the checkpoint file.
         watch_metric: the run-history metric compared.
         greater_is_better: whether higher values are better.
         reset_on_train: forget the best value when a new ``train`` call starts.
-        save_optimizer: kept for pytorch-accelerated's signature; ember's checkpoints always
-            hold the whole training state.
-        save_scheduler: likewise.
+        save_optimizer: include the optimizer's state.
+        save_scheduler: include the scheduler's state.
         load_saved_checkpoint: load the best weights (and optimizer) when the run ends.
     """
 
@@ -413,7 +419,8 @@ class SaveBestModelCallback(TrainerCallback):
         value = float(trainer.run_history.get_latest_metric(self.watch_metric))
         if self._better(value):
             self.best_metric, self.best_metric_epoch = value, trainer.run_history.current_epoch
-            trainer.save_checkpoint(self.save_path, checkpoint_kwargs={self.watch_metric: value})
+            trainer.save_checkpoint(self.save_path, checkpoint_kwargs={self.watch_metric: value},
+                                    save_optimizer=self.save_optimizer, save_scheduler=self.save_scheduler)  # fmt: skip
 
     def on_training_run_end(self, trainer: Any, **kwargs: Any) -> None:
         """Load the best checkpoint (with ``load_saved_checkpoint``)."""
@@ -423,7 +430,7 @@ class SaveBestModelCallback(TrainerCallback):
             f"loading the best checkpoint, {self.watch_metric} {self.best_metric:.4g} at epoch "
             f"{self.best_metric_epoch}, from {str(Path(self.save_path))!r}"
         )
-        trainer.load_checkpoint(self.save_path)
+        trainer.load_checkpoint(self.save_path, load_optimizer=self.save_optimizer, load_scheduler=False)
 
     def state_dict(self) -> dict[str, Any]:
         """The best value and its epoch, for ember's checkpoints."""
@@ -432,3 +439,17 @@ class SaveBestModelCallback(TrainerCallback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         self.best_metric, self.best_metric_epoch = state["best_metric"], state["best_metric_epoch"]
+
+
+from ._more_callbacks import (  # noqa: E402 (they subclass TrainerCallback, defined above)
+    ConvertSyncBatchNormCallback,
+    LimitBatchesCallback,
+    LimitEvalStepsCallback,
+    SaveTrainingStateCallback,
+    StepBasedEvaluationCallback,
+    WSDCheckpointCallback,
+)
+
+__getattr__ = module_getattr(__name__, "pytorch_accelerated.callbacks", {
+    "ModelEmaCallback": "put ember.trainer.hooks.EMAHook(decay=..., eval_with_ema=True) in the callbacks list",
+})  # fmt: skip

@@ -34,7 +34,20 @@ class RunHistory(ABC):
 
     @abstractmethod
     def update_metric(self, metric_name: str, metric_value: Any) -> None:
-        """Record ``metric_value`` for ``metric_name``."""
+        """Record ``metric_value`` for ``metric_name`` (under the current name prefix)."""
+
+    @abstractmethod
+    def set_metric_name_prefix(self, prefix: str = "") -> None:
+        """Put ``prefix`` before the names of the metrics recorded from now on."""
+
+    @property
+    @abstractmethod
+    def metric_name_prefix(self) -> str:
+        """The prefix :meth:`update_metric` puts before names."""
+
+    @abstractmethod
+    def delete_metric(self, metric_name: str) -> None:
+        """Forget every value of ``metric_name``."""
 
     @property
     @abstractmethod
@@ -44,6 +57,10 @@ class RunHistory(ABC):
     @abstractmethod
     def _increment_epoch(self) -> None:
         """Move to the next epoch (the Trainer calls it after each epoch's evaluation)."""
+
+    @abstractmethod
+    def _set_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the current one (a resumed run)."""
 
     @abstractmethod
     def reset(self) -> None:
@@ -63,6 +80,7 @@ class InMemoryRunHistory(RunHistory):
     def __init__(self) -> None:
         self._current_epoch = 1
         self._metrics: defaultdict[str, list[Any]] = defaultdict(list)
+        self._prefix = ""
 
     def get_metric_names(self) -> set[str]:
         """The names of every metric recorded so far."""
@@ -76,7 +94,8 @@ class InMemoryRunHistory(RunHistory):
         """The last value recorded for ``metric_name``.
 
         Raises:
-            TrainerError: nothing was recorded under that name (the error lists what was).
+            TrainerError: (a ``ValueError``, as pytorch-accelerated raises) nothing was recorded
+                under that name; the message lists what was.
         """
         values = self._metrics.get(metric_name)
         if not values:
@@ -85,8 +104,21 @@ class InMemoryRunHistory(RunHistory):
         return values[-1]
 
     def update_metric(self, metric_name: str, metric_value: Any) -> None:
-        """Append ``metric_value`` to ``metric_name``'s values."""
-        self._metrics[metric_name].append(metric_value)
+        """Append ``metric_value`` to the values of ``metric_name`` (after the name prefix)."""
+        self._metrics[f"{self._prefix}{metric_name}"].append(metric_value)
+
+    def set_metric_name_prefix(self, prefix: str = "") -> None:
+        """Put ``prefix`` before the names of the metrics recorded from now on."""
+        self._prefix = prefix
+
+    @property
+    def metric_name_prefix(self) -> str:
+        """The prefix :meth:`update_metric` puts before names."""
+        return self._prefix
+
+    def delete_metric(self, metric_name: str) -> None:
+        """Forget every value of ``metric_name`` (nothing happens for an unknown name)."""
+        self._metrics.pop(metric_name, None)
 
     @property
     def current_epoch(self) -> int:
@@ -95,6 +127,9 @@ class InMemoryRunHistory(RunHistory):
 
     def _increment_epoch(self) -> None:
         self._current_epoch += 1
+
+    def _set_epoch(self, epoch: int) -> None:
+        self._current_epoch = epoch
 
     def reset(self) -> None:
         """Forget every metric and go back to epoch 1."""

@@ -10,6 +10,7 @@ pytorch-accelerated is listed in ``docs/migrating.md``.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import os
@@ -21,17 +22,20 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 import ember
-from ember import checkpoint, distributed
+from ember import distributed
 from ember.context import get_context, is_launched
 from ember.data import make_resumable, to_device
-from ember.errors import TrainerError
+from ember.errors import TrainerError, describe
 from ember.trainer import DefaultSchedule, Placeholders, hooks
 from ember.trainer import Trainer as EmberTrainer
 from ember.trainer.placeholders import resolve_partial
 
-from ._adapter import CallbackDriver
+from ._adapter import CallbackDriver, LiveEvalLoader
+from ._checkpoints import CheckpointMethods
+from ._prepared import PreparedModel, PreparedOptimizer
 from .callbacks import (
     CallbackHandler,
+    LimitBatchesCallback,
     LogMetricsCallback,
     MoveModulesToDeviceCallback,
     PrintProgressCallback,
@@ -40,6 +44,7 @@ from .callbacks import (
 )
 from .run_config import TrainerRunConfig
 from .tracking import InMemoryRunHistory, RunHistory
+from .utils import LIMIT_BATCHES_ENV_VAR, DataLoaderSlice, worker_init_fn
 
 __all__ = [
     "DEFAULT_CALLBACKS",
@@ -64,85 +69,67 @@ TrainerPlaceholderValues = Placeholders
 ``*``, ``+``, ``-`` and ``//``."""
 
 
-def replace_trainer_placeholder_values(trainer: Trainer, instance: Any) -> Any:
-    """``instance`` (a ``functools.partial``) with its placeholders replaced by ``trainer``'s numbers."""
-    return resolve_partial(instance, trainer.placeholder_numbers())
+def _length(loader: Any) -> int | None:
+    try:
+        return len(loader) if loader is not None else None
+    except TypeError:  # a loader without a length
+        return None
 
 
-class _PreparedModel:
-    """What ``trainer.model`` is: the user's model, whose calls run through the Engine (autocast,
-    DDP, the device) and whose other attributes are the model's own."""
+def replace_trainer_placeholder_values(trainer: Any, instance: Any) -> Any:
+    """``instance`` (a ``functools.partial``) with its placeholders replaced by the numbers of
+    ``trainer``'s run: ``run_config.num_epochs``, ``run_config.num_update_steps_per_epoch``
+    (all processes together, as pytorch-accelerated 0.1.61 counts them), the lengths of
+    ``trainer._train_dataloader`` and ``trainer._eval_dataloader``.
 
-    def __init__(self, engine: ember.Engine) -> None:
-        self._engine = engine
+    Example:
+        >>> replace_trainer_placeholder_values(trainer, partial(StepLR, step_size=TrainerPlaceholderValues.NUM_EPOCHS))
+    """
+    config = trainer.run_config
+    values: dict[Placeholders, int] = {}
+    if config is not None:
+        values[Placeholders.NUM_EPOCHS] = config.num_epochs
+        values[Placeholders.NUM_UPDATE_STEPS_PER_EPOCH] = config.num_update_steps_per_epoch
+        local = getattr(config, "num_local_update_steps_per_epoch", config.num_update_steps_per_epoch)
+        values[Placeholders.PER_PROCESS_NUM_UPDATE_STEPS_PER_EPOCH] = local
+        values[Placeholders.TOTAL_UPDATE_STEPS] = config.num_epochs * config.num_update_steps_per_epoch
+    loaders = {Placeholders.TRAIN_DATALOADER_LEN: getattr(trainer, "_train_dataloader", None),
+               Placeholders.EVAL_DATALOADER_LEN: getattr(trainer, "_eval_dataloader", None)}  # fmt: skip
+    for placeholder, loader in loaders.items():
+        length = _length(loader)
+        if length is not None:
+            values[placeholder] = length
+    return resolve_partial(instance, values)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._engine(*args, **kwargs)
 
-    def train(self, mode: bool = True) -> _PreparedModel:
-        self._engine.train(mode)
-        return self
-
-    def eval(self) -> _PreparedModel:
-        return self.train(False)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine.model, name)
-
-    def __repr__(self) -> str:
-        return f"prepared {self._engine.model!r}"
+def _check_count(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        more = " or None" if allow_none else ""
+        raise TrainerError(f"{name} must be an int >= 1{more}, got {describe(value)}")
 
 
-class _PreparedOptimizer(torch.optim.Optimizer):
-    """What ``trainer.optimizer`` is: the Engine's optimizer, whose ``step`` is the Engine's
-    (unscaling, clipping and the fp16 scaler included) and whose ``zero_grad`` clears at the
-    start of an accumulation cycle. Schedulers built over it drive the Engine's optimizer."""
+_DL_ARGS = frozenset(inspect.signature(DataLoader).parameters) - {"self"}
 
-    def __init__(self, engine: ember.Engine) -> None:  # no super().__init__: the state is the Engine's
-        self._engine = engine
-        self.applied = False
-        """Whether the last ``step`` updated the parameters (False: a micro-step or an fp16 skip)."""
 
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self._engine.optimizer.param_groups
+def _check_dl_kwargs(name: str, kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` for a DataLoader, refusing names DataLoader does not take (with a did-you-mean)."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        raise TrainerError(f"{name} must be a dict of DataLoader arguments, got {describe(kwargs)}")
+    unknown = sorted(str(k) for k in kwargs if k not in _DL_ARGS)
+    if unknown:
+        import difflib
 
-    @param_groups.setter
-    def param_groups(self, value: list[dict[str, Any]]) -> None:
-        self._engine.optimizer.param_groups = value
-
-    @property
-    def defaults(self) -> dict[str, Any]:
-        return self._engine.optimizer.defaults
-
-    @defaults.setter
-    def defaults(self, value: dict[str, Any]) -> None:
-        self._engine.optimizer.defaults = value
-
-    @property
-    def state(self) -> Any:
-        return self._engine.optimizer.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self._engine.optimizer.state = value
-
-    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
-        if closure is not None:
-            raise TrainerError("the prepared optimizer's step() takes no closure: compute the loss before it")
-        self.applied = self._engine.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self._engine.zero_grad()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self._engine.optimizer.state_dict()
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self._engine.optimizer.load_state_dict(dict(state_dict))
-
-    def __repr__(self) -> str:
-        return f"prepared {self._engine.optimizer!r}"
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, _DL_ARGS, 1)) else repr(k)
+                 for k in unknown]  # fmt: skip
+        raise TrainerError(
+            f"{name} has {', '.join(hints)}, which torch's DataLoader does not take; its arguments are "
+            f"{', '.join(sorted(_DL_ARGS))}"
+        )
+    return dict(kwargs)
 
 
 class _Schedule(DefaultSchedule):
@@ -163,7 +150,7 @@ def _launch_from_environment() -> None:
         ember.launch_from_torch(seed=42, verbose=False)
 
 
-class Trainer(EmberTrainer):
+class Trainer(CheckpointMethods, EmberTrainer):
     """pytorch-accelerated's Trainer: ``train``, ``evaluate``, overridable steps, callbacks.
 
     Args:
@@ -188,22 +175,30 @@ class Trainer(EmberTrainer):
         run_history: RunHistory | None = None,
     ) -> None:
         _launch_from_environment()
+        if not isinstance(model, torch.nn.Module):
+            raise TrainerError(f"Trainer(model=...) needs a torch.nn.Module, got {describe(model)}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TrainerError(f"Trainer(optimizer=...) needs a torch.optim.Optimizer, got {describe(optimizer)}")
         engine, *_ = ember.initialize(model, optimizer, loss_func)
         super().__init__(engine=engine, schedule=_Schedule())
         self.loss_func = loss_func
-        self.callback_handler = CallbackHandler(callbacks)
+        limit = os.environ.get(LIMIT_BATCHES_ENV_VAR)
+        first = [LimitBatchesCallback(_limit_from_env(limit))] if limit and limit.lower() != "none" else []
+        if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+            raise TrainerError(f"callbacks must be a list or tuple of callbacks, got {describe(callbacks)}")
+        self.callback_handler = CallbackHandler([*first, *callbacks])
         if run_history is not None and not isinstance(run_history, RunHistory):
             raise TrainerError(f"run_history must be a RunHistory, got {type(run_history).__name__}")
         self.run_history: RunHistory = run_history if run_history is not None else InMemoryRunHistory()
-        self._model, self._optimizer = _PreparedModel(engine), _PreparedOptimizer(engine)
+        self._model, self._optimizer = PreparedModel(engine), PreparedOptimizer(engine)
         self._driver = CallbackDriver()
         self.create_scheduler_fn: Callable[..., Any] | None = None
         self.scheduler: Any = None
         self.collate_fn: Callable[..., Any] | None = None
         self.train_dataset: Any = None
         self.eval_dataset: Any = None
-        self._train_dataloader: DataLoader[Any] | None = None
-        self._eval_dataloader: DataLoader[Any] | None = None
+        self._train_dataloader: Any = None
+        self._eval_dataloader: Any = None
         self._train_dl_kwargs: dict[str, Any] | None = None
         self._eval_dl_kwargs: dict[str, Any] | None = None
         self._closes_cycle = False
@@ -216,10 +211,51 @@ class Trainer(EmberTrainer):
         """The model; calling it runs the Engine's forward pass (autocast, DDP, the device)."""
         return self._model
 
+    @model.setter
+    def model(self, value: Any) -> None:
+        if value is self._model or value is self.engine.model:
+            return
+        raise TrainerError(
+            "trainer.model = ...: ember's Trainer trains the model it was built with (the Engine holds it, "
+            "wrapped for data parallelism); build a new Trainer for another model, or change the model in place"
+        )
+
     @property
     def optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer; its ``step`` is the Engine's update (see the module docstring)."""
+        """The optimizer; its ``step`` is the Engine's update (see the module docstring).
+
+        Assigning an optimizer of the same class over the same parameters (a fresh one, to reset
+        its state) gives the Engine's optimizer that one's hyper-parameters and state.
+        """
         return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, value: Any) -> None:
+        if value is self._optimizer:
+            return
+        current = self.engine.optimizer
+        if not isinstance(value, torch.optim.Optimizer) or type(value) is not type(current):
+            raise TrainerError(
+                f"trainer.optimizer = {describe(value)}: the Engine keeps its {type(current).__name__}; assign one "
+                "of that class over the model's parameters (to reset it), or build a new Trainer for another class"
+            )
+        ours = [p for g in current.param_groups for p in g["params"]]
+        theirs = [p for g in value.param_groups for p in g["params"]]
+        if len(ours) != len(theirs) or any(a is not b for a, b in zip(ours, theirs, strict=True)):
+            raise TrainerError(
+                "trainer.optimizer = ...: the new optimizer must hold the model's parameters in the same order "
+                "(build it from trainer.model.parameters())"
+            )
+        current.load_state_dict(value.state_dict())
+
+    def get_model(self, keep_torch_compile: bool = True) -> torch.nn.Module:
+        """The model itself, without data-parallel or compile wrappers (ember keeps them apart).
+
+        Args:
+            keep_torch_compile: accepted for pytorch-accelerated's signature: the model returned
+                is the one given to the Trainer, whose ``state_dict`` keys have no ``_orig_mod.``.
+        """
+        return self.engine.model
 
     @property
     def device(self) -> torch.device:
@@ -244,9 +280,10 @@ class Trainer(EmberTrainer):
 
     # -- dataloaders and scheduler ----------------------------------------------------------------
     def get_default_train_dl_kwargs(self, batch_size: int) -> dict[str, Any]:
-        """The training dataloader's default arguments: shuffled, pinned on CUDA, a worker per CPU."""
+        """The training dataloader's default arguments: shuffled, pinned on CUDA, a worker per CPU,
+        :func:`~.utils.worker_init_fn`."""
         return {"shuffle": True, "pin_memory": torch.cuda.is_available(), "batch_size": batch_size,
-                "num_workers": _default_workers()}  # fmt: skip
+                "num_workers": _default_workers(), "worker_init_fn": worker_init_fn}  # fmt: skip
 
     def get_default_eval_dl_kwargs(self, batch_size: int) -> dict[str, Any]:
         """The evaluation dataloader's default arguments: as for training, not shuffled."""
@@ -254,24 +291,23 @@ class Trainer(EmberTrainer):
 
     def create_train_dataloader(self, batch_size: int, train_dl_kwargs: dict[str, Any] | None = None) -> Any:
         """A DataLoader over ``train_dataset``: the defaults updated with ``train_dl_kwargs``."""
-        self._train_dl_kwargs = {**self.get_default_train_dl_kwargs(batch_size), **(train_dl_kwargs or {})}
-        return DataLoader(self.train_dataset, collate_fn=self.collate_fn, **self._train_dl_kwargs)
+        given = _check_dl_kwargs("train_dataloader_kwargs", train_dl_kwargs)
+        self._train_dl_kwargs = {**self.get_default_train_dl_kwargs(batch_size), **given}
+        return DataLoader(dataset=self.train_dataset, collate_fn=self.collate_fn, **self._train_dl_kwargs)
 
     def create_eval_dataloader(self, batch_size: int, eval_dl_kwargs: dict[str, Any] | None = None) -> Any:
         """A DataLoader over ``eval_dataset``: the defaults updated with ``eval_dl_kwargs``."""
-        self._eval_dl_kwargs = {**self.get_default_eval_dl_kwargs(batch_size), **(eval_dl_kwargs or {})}
-        return DataLoader(self.eval_dataset, collate_fn=self.collate_fn, **self._eval_dl_kwargs)
-
-    def placeholder_numbers(self) -> dict[Placeholders, int]:
-        """The numbers the scheduler placeholders stand for in this run."""
-        numbers = dict(self.placeholder_values)
-        if self._eval_dataloader is not None:
-            numbers[Placeholders.EVAL_DATALOADER_LEN] = len(self._eval_dataloader)
-        return numbers
+        given = _check_dl_kwargs("eval_dataloader_kwargs", eval_dl_kwargs)
+        self._eval_dl_kwargs = {**self.get_default_eval_dl_kwargs(batch_size), **given}
+        return DataLoader(dataset=self.eval_dataset, collate_fn=self.collate_fn, **self._eval_dl_kwargs)
 
     def create_scheduler(self) -> Any:
         """``create_scheduler_fn(optimizer)`` with its placeholders replaced (when training starts)."""
-        assert self.create_scheduler_fn is not None
+        if not callable(self.create_scheduler_fn):
+            raise TrainerError(
+                f"create_scheduler_fn must be a function of the optimizer that returns a scheduler (e.g. "
+                f"functools.partial(StepLR, step_size=...)), got {describe(self.create_scheduler_fn)}"
+            )
         return replace_trainer_placeholder_values(self, self.create_scheduler_fn)(self.optimizer)
 
     # -- the overridable steps, in the order they run --------------------------------------------------
@@ -361,6 +397,22 @@ class Trainer(EmberTrainer):
         self.optimizer_zero_grad()
         return applied
 
+    def run_intermediate_evaluation(self) -> None:
+        """An evaluation epoch in the middle of a training epoch (``StepBasedEvaluationCallback``):
+        its loss goes to the run history as ``intermediate_eval_loss``; the callbacks see
+        ``is_intermediate=True``."""
+        if self._eval_dataloader is None:
+            raise TrainerError("an intermediate evaluation needs train(eval_dataset=...)")
+        with self._driver.intermediate():
+            EmberTrainer.evaluate(self, LiveEvalLoader(self))
+
+    def limit_eval_batches(self, num_batches: int | None, restore: Any = None) -> Any:
+        """Cut the evaluation loader to ``num_batches`` batches (``LimitEvalStepsCallback``), or
+        put ``restore`` back; returns the loader that was in use."""
+        previous = self._eval_dataloader
+        self._eval_dataloader = restore if num_batches is None else DataLoaderSlice(previous, num_batches)
+        return previous
+
     def _on_device(self, batch: Any) -> Any:
         return batch if self.engine.device.type == "cpu" else to_device(batch, self.engine.device)
 
@@ -409,6 +461,7 @@ class Trainer(EmberTrainer):
         eval_dataloader_kwargs: dict[str, Any] | None = None,
         reset_run_history: bool = True,
         collate_fn: Callable[..., Any] | None = None,
+        resume_from: str | os.PathLike[str] | None = None,
     ) -> None:
         """Train on ``train_dataset`` for ``num_epochs`` (or ``max_num_train_steps`` updates).
 
@@ -426,26 +479,55 @@ class Trainer(EmberTrainer):
             eval_dataloader_kwargs: overrides of the evaluation DataLoader's arguments.
             reset_run_history: start a new run history (and ember's counters) first.
             collate_fn: the DataLoaders' collate function.
+            resume_from: a folder written by :meth:`save_training_state` (or any ember
+                checkpoint): the run continues from it exactly (ember's ``fit(resume=...)``).
+
+        Raises:
+            TrainerError: an argument of the wrong kind (named, with what is allowed), before
+                anything is built.
         """
         accumulation, clip = gradient_accumulation_steps, gradient_clip_value
-        if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
-            raise TrainerError(f"gradient_accumulation_steps must be a positive int, got {accumulation!r}")
+        if train_dataset is None:
+            raise TrainerError("train(train_dataset=None): give the dataset to train on")
+        _check_count("num_epochs", num_epochs)
+        _check_count("per_device_batch_size", per_device_batch_size)
+        _check_count("max_num_train_steps", max_num_train_steps, allow_none=True)
+        _check_count("gradient_accumulation_steps", accumulation)
         if clip is not None and not (isinstance(clip, numbers.Real) and not isinstance(clip, bool) and clip > 0):
-            raise TrainerError(f"gradient_clip_value must be a number > 0 or None, got {clip!r}")
+            raise TrainerError(f"gradient_clip_value must be a number > 0 or None, got {describe(clip)}")
+        if create_scheduler_fn is not None and not callable(create_scheduler_fn):
+            raise TrainerError(
+                "create_scheduler_fn must be a function of the optimizer that returns a scheduler (e.g. "
+                f"functools.partial(StepLR, step_size=7) or CosineLrScheduler.create_scheduler_fn()), got "
+                f"{describe(create_scheduler_fn)}"
+            )
+        if collate_fn is not None and not callable(collate_fn):
+            raise TrainerError(f"collate_fn must be a function, got {describe(collate_fn)}")
+        _check_dl_kwargs("train_dataloader_kwargs", train_dataloader_kwargs)
+        _check_dl_kwargs("eval_dataloader_kwargs", eval_dataloader_kwargs)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.create_scheduler_fn, self.collate_fn = create_scheduler_fn, collate_fn
+        if resume_from is not None:
+            reset_run_history = False
         if reset_run_history:
             self.run_history.reset()
         batch_size = per_device_batch_size
-        self._train_dataloader = self._prepare(self.create_train_dataloader(batch_size, train_dataloader_kwargs))
+        self._train_dataloader = self._limited(
+            self._prepare(self.create_train_dataloader(batch_size, train_dataloader_kwargs))
+        )
         self._eval_dataloader = None
         if eval_dataset is not None:
-            self._eval_dataloader = self._prepare(self.create_eval_dataloader(batch_size, eval_dataloader_kwargs))
+            self._eval_dataloader = self._limited(
+                self._prepare(self.create_eval_dataloader(batch_size, eval_dataloader_kwargs))
+            )
         self.engine.gradient_accumulation = accumulation
         self.engine.clip_grad_value = None if clip is None else float(clip)
         self.run_config = self._create_run_config(batch_size, num_epochs, accumulation, max_num_train_steps, clip)
-        self.fit(self._train_dataloader, epochs=self.run_config.num_epochs, max_steps=max_num_train_steps,
-                 hooks=self._hooks(), reset_run_history=reset_run_history)  # fmt: skip
+        epochs = self.run_config.num_epochs
+        if max_num_train_steps is not None and self.run_config.num_local_update_steps_per_epoch > 0:
+            epochs = math.ceil(max_num_train_steps / self.run_config.num_local_update_steps_per_epoch)
+        self.fit(self._train_dataloader, epochs=epochs, max_steps=max_num_train_steps, hooks=self._hooks(),
+                 reset_run_history=reset_run_history, resume=resume_from)  # fmt: skip
         for callback in self.callback_handler:
             if isinstance(callback, TerminateOnNaNCallback) and callback.triggered:
                 sys.exit(f"exiting: {callback.reason}")
@@ -465,13 +547,27 @@ class Trainer(EmberTrainer):
             dataloader_kwargs: overrides of the DataLoader's arguments.
             collate_fn: the DataLoader's collate function.
         """
+        if dataset is None:
+            raise TrainerError("evaluate(dataset=None): give the dataset to evaluate on")
+        _check_count("per_device_batch_size", per_device_batch_size)
+        if collate_fn is not None and not callable(collate_fn):
+            raise TrainerError(f"collate_fn must be a function, got {describe(collate_fn)}")
         self.eval_dataset, self.collate_fn = dataset, collate_fn
         self.run_history.reset()
         self._train_dataloader = None
-        self._eval_dataloader = self._prepare(self.create_eval_dataloader(per_device_batch_size, dataloader_kwargs))
+        self._eval_dataloader = self._limited(
+            self._prepare(self.create_eval_dataloader(per_device_batch_size, dataloader_kwargs))
+        )
         if self.run_config is None:
             self.run_config = self._create_run_config(per_device_batch_size, 1, 1, None, None)
-        EmberTrainer.evaluate(self, self._eval_dataloader, hooks=self._hooks())
+        EmberTrainer.evaluate(self, LiveEvalLoader(self), hooks=self._hooks())
+
+    def _limited(self, loader: Any) -> Any:
+        """``loader`` cut by a ``LimitBatchesCallback``, if the Trainer has one."""
+        for callback in self.callback_handler:
+            if isinstance(callback, LimitBatchesCallback):
+                return callback.limit(loader)
+        return loader
 
     def _create_run_config(
         self, per_device_batch_size: int, num_epochs: int, gradient_accumulation_steps: int,
@@ -480,11 +576,11 @@ class Trainer(EmberTrainer):
         world = distributed.world_size()
         train_bs = (self._train_dl_kwargs or {}).get("batch_size", per_device_batch_size)
         eval_bs = (self._eval_dl_kwargs or {}).get("batch_size", train_bs)
-        per_epoch = 0
-        if self._train_dataloader is not None:
-            per_epoch = math.ceil(len(self._train_dataloader) / gradient_accumulation_steps)
+        local = _length(self._train_dataloader) or 0
+        per_epoch = math.ceil(local * world / gradient_accumulation_steps)  # all processes: pta 0.1.61
+        local_per_epoch = math.ceil(local / gradient_accumulation_steps)
         if max_num_train_steps is None:
-            max_num_train_steps = num_epochs * per_epoch
+            max_num_train_steps = num_epochs * per_epoch + 1  # as pytorch-accelerated reports it
         elif per_epoch > 0:
             num_epochs = math.ceil(max_num_train_steps / per_epoch)
         ctx = get_context(default=True)
@@ -499,46 +595,21 @@ class Trainer(EmberTrainer):
             train_total_batch_size=train_bs * world * gradient_accumulation_steps,
             eval_total_batch_size=eval_bs * world,
             num_update_steps_per_epoch=per_epoch,
+            num_local_update_steps_per_epoch=local_per_epoch,
             max_num_train_steps=max_num_train_steps,
             is_local_process_zero=ctx.local_rank == 0,
             is_world_process_zero=distributed.rank() == 0,
             is_distributed=world > 1,
             mixed_precision=self.engine.precision.name or "no",
+            num_processes=world,
         )
 
-    # -- checkpoints ---------------------------------------------------------------------------------
-    def save_checkpoint(
-        self, save_path: str | os.PathLike[str], checkpoint_kwargs: Mapping[str, Any] | None = None,
-        save_optimizer: bool = True, save_per_node: bool = True,
-    ) -> None:  # fmt: skip
-        """Save the whole training state as an ember checkpoint (a collective: call it on every process).
 
-        Args:
-            save_path: the file to write (its parent is created).
-            checkpoint_kwargs: your own entries, returned by :meth:`load_checkpoint` (numbers,
-                strings, tensors and containers of them).
-            save_optimizer: kept for the signature: ember's checkpoints always hold the optimizer.
-            save_per_node: kept for the signature: the first process writes, once.
-        """
-        extra = {
-            k: float(v) if isinstance(v, numbers.Real) and not isinstance(v, (bool, int)) else v
-            for k, v in (checkpoint_kwargs or {}).items()
-        }  # fmt: skip  (NumPy scalars become floats)
-        checkpoint.save(save_path, self, extra=extra)
-
-    def load_checkpoint(self, checkpoint_path: str | os.PathLike[str], load_optimizer: bool = True) -> dict[str, Any]:
-        """Load the model's weights (and the optimizer's state) from a checkpoint; a collective.
-
-        Returns:
-            The ``checkpoint_kwargs`` it was saved with.
-        """
-        saved = checkpoint.read(checkpoint_path)
-        state = self.engine.state_dict()  # the counters and scaler stay as they are now
-        state["model"] = checkpoint.model_state(checkpoint_path)
-        if load_optimizer:
-            state["optimizer"] = saved["engine"]["optimizer"]
-        self.engine.load_state_dict(state)
-        return dict(saved["meta"].get("extra", {}))
+def _limit_from_env(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise TrainerError(f"${LIMIT_BATCHES_ENV_VAR} must be a number of batches or 'none', got {value!r}") from None
 
 
 def _default_workers() -> int:

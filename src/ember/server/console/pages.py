@@ -144,8 +144,8 @@ def runs_page(
 ) -> Response:
     user = require_viewer(request, session)
     path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
-    filters = [f for f in where.split(";") if f.strip()]
     errors: list[str] = []
+    error_at = 0  # the column of a filter error, 1-based
     try:
         found = listing.list_runs(
             session,
@@ -154,16 +154,17 @@ def runs_page(
             q=q,
             label=label,
             status=status,
-            filters=filters,
+            filters=[where],
             sort=sort,
             page=page,
             per_page=per_page,
         )
     except Invalid as e:  # a filter or sort not understood: said beside the field, the form kept
         errors.append(e.detail)
+        error_at = next((int(x["column"]) for x in e.errors if x.get("field") == "filter"), 0)
         found = listing.RunPage(0, 1, per_page, [], [], [], [], [], {})
-    if filters and not errors and found.total == 0:
-        errors += listing.why_no_runs(session, user, path, filters)
+    if (where.strip() or q or label or status) and not errors and found.total == 0:
+        errors += listing.why_no_runs(session, user, path, [where], q, label, status)
     params = {"folder": folder, "q": q, "label": label, "status": status, "where": where, "per_page": per_page}
     params = {k: v for k, v in params.items() if v and v != 50}
     pages = max(1, -(-found.total // found.per_page))
@@ -179,5 +180,6 @@ def runs_page(
         sortable=True,
         crumbs=crumbs(path) if path else [],
         errors=errors,
+        error_at=error_at,
         columns_key=path or "",
     )

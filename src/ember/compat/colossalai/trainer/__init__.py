@@ -7,16 +7,64 @@ Colossal-AI's arguments as they are.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from ember.errors import TrainerError
 from ember.logging import DistributedLogger
 from ember.trainer import Schedule
 from ember.trainer import Trainer as _Trainer
+from ember.trainer.hooks import BaseHook, Priority
 
+from ..timer import MultiTimer
 from . import hooks
 
 __all__ = ["Trainer", "hooks"]
+
+
+class TimerHook(BaseHook):
+    """Times the Trainer's epochs and steps through Colossal-AI's ``MultiTimer``, under its names:
+    ``Train-epoch``, ``Train-step``, ``Test-epoch``, ``Test-step`` (each kept in the history), as
+    Colossal-AI's Trainer does. Runs first at the start of each span and last at its end."""
+
+    def __init__(self, timer: MultiTimer) -> None:
+        super().__init__(Priority.HIGHEST, name="colossalai.timer")
+        self.timer = timer
+
+    def before_train_epoch(self) -> None:
+        """Start ``Train-epoch``."""
+        self.timer.start("Train-epoch")
+
+    def before_train_iter(self) -> None:
+        """Start ``Train-step``."""
+        self.timer.start("Train-step")
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Stop ``Train-step`` (after the update)."""
+        self.timer.stop("Train-step", keep_in_history=True)
+
+    def after_train_epoch(self) -> None:
+        """Stop ``Train-epoch``."""
+        self.timer.stop("Train-epoch", keep_in_history=True)
+
+    def before_test_epoch(self) -> None:
+        """Start ``Test-epoch``."""
+        self.timer.start("Test-epoch")
+
+    def before_test_iter(self) -> None:
+        """Start ``Test-step``."""
+        self.timer.start("Test-step")
+
+    def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Stop ``Test-step``."""
+        self.timer.stop("Test-step", keep_in_history=True)
+
+    def after_test_epoch(self) -> None:
+        """Stop ``Test-epoch``."""
+        self.timer.stop("Test-epoch", keep_in_history=True)
+
+
+_FIT = inspect.signature(_Trainer.fit)
 
 
 class Trainer(_Trainer):
@@ -28,8 +76,8 @@ class Trainer(_Trainer):
 
     Args:
         engine: from ``colossalai.initialize``.
-        timer: Colossal-AI's ``MultiTimer``; kept as :attr:`timer` (ember's timing hooks measure
-            time themselves).
+        timer: Colossal-AI's ``MultiTimer``: the Trainer times ``Train-epoch``, ``Train-step``,
+            ``Test-epoch`` and ``Test-step`` through it (:class:`TimerHook`); kept as :attr:`timer`.
         logger: the ``DistributedLogger`` the Trainer and the logging hooks write to.
         schedule: how a batch runs (Colossal-AI 0.1.0 took it here); default: ember's, or the
             Engine's pipeline schedule.
@@ -51,9 +99,28 @@ class Trainer(_Trainer):
             raise TrainerError("Trainer(engine, timer, logger): the logger was given as the timer; pass logger=...")
         if isinstance(timer, Schedule):
             raise TrainerError("Trainer(engine, timer, logger): a schedule was given as the timer; pass schedule=...")
+        if timer is not None and not isinstance(timer, MultiTimer):
+            raise TrainerError(f"Trainer(timer=...) takes a colossalai.utils.MultiTimer, got {type(timer).__name__}")
         super().__init__(engine, logger=logger, schedule=schedule)
         self.timer = timer
         self.states: dict[str, Any] = {}
+        self._timer_hook = TimerHook(timer) if timer is not None else None
+        self._hooks_given: list[Any] = []
+
+    def _with_timer(self, given: Any) -> Any:
+        """``given`` hooks (None: those of the last call) with the timer's hook added."""
+        chosen = self._hooks_given if given is None else list(given)
+        if given is not None:
+            self._hooks_given = list(given)
+        if self._timer_hook is None or (given is None and not chosen):
+            return given if self._timer_hook is None else [self._timer_hook]
+        return [*chosen, self._timer_hook] if self._timer_hook not in chosen else chosen
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any:
+        """ember's ``fit`` (same arguments), with the ``timer``'s hook among the hooks."""
+        bound = _FIT.bind(self, *args, **kwargs)
+        bound.arguments["hooks"] = self._with_timer(bound.arguments.get("hooks"))
+        return super().fit(*bound.args[1:], **bound.kwargs)
 
     def evaluate(
         self, test_dataloader: Any, hooks: Any = None, display_progress: bool = False, return_output_label: bool = True
@@ -69,7 +136,8 @@ class Trainer(_Trainer):
         Returns:
             The metrics the hooks recorded (``{"test/accuracy": ...}``).
         """
-        return super().evaluate(test_dataloader, hooks=hooks, display_progress=display_progress)
+        chosen = hooks if self._timer_hook is None or hooks is None else [*hooks, self._timer_hook]
+        return super().evaluate(test_dataloader, hooks=chosen, display_progress=display_progress)
 
     @property
     def steps_per_epoch(self) -> int | None:

@@ -21,6 +21,7 @@ work alike in both loops (ember's Trainer, and detectron2's loop for a ``run_ste
 from __future__ import annotations
 
 import datetime
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from ember.logging import get_dist_logger
 from ember.trainer.hooks import BaseHook, CheckpointHook
 
 __all__ = [
+    "BestCheckpointer",
     "CallbackHook",
     "EvalHook",
     "HookBase",
@@ -284,6 +286,74 @@ class PeriodicCheckpointer(HookBase):
 
     def _ember_hooks(self) -> list[BaseHook]:
         return [self.hook]
+
+
+class BestCheckpointer(HookBase):
+    """Save ``<file_prefix>`` through the checkpointer whenever ``val_metric`` (put in the storage
+    by an ``EvalHook`` registered before this hook) beats the best so far; NaN and inf never count.
+
+    Args:
+        eval_period: the ``EvalHook``'s period (checked after the same iterations, and at the end).
+        checkpointer: the :class:`~ember.compat.detectron2.checkpoint.Checkpointer`.
+        val_metric: the storage name, e.g. ``"bbox/AP50"``.
+        mode: ``"max"`` or ``"min"``.
+        file_prefix: the checkpoint's name.
+    """
+
+    def __init__(self, eval_period: int, checkpointer: Checkpointer, val_metric: str, mode: str = "max",
+                 file_prefix: str = "model_best") -> None:  # fmt: skip
+        if mode not in ("max", "min"):
+            raise HookError(f"BestCheckpointer(mode={mode!r}): use 'max' or 'min'")
+        self._period = _positive("BestCheckpointer(eval_period=...)", eval_period, zero_ok=True)
+        self._checkpointer, self._val_metric, self._mode, self._file_prefix = (
+            checkpointer,
+            val_metric,
+            mode,
+            file_prefix,
+        )
+        self.best_metric: float | None = None
+        self.best_iter: int | None = None
+        self._logger = get_dist_logger()
+
+    def _better(self, value: float) -> bool:
+        if math.isnan(value) or math.isinf(value):
+            return False
+        if self.best_metric is None:
+            return True
+        return value > self.best_metric if self._mode == "max" else value < self.best_metric
+
+    def _best_checking(self) -> None:
+        found = self.trainer.storage.latest().get(self._val_metric)
+        if found is None:
+            self._logger.warning(f"BestCheckpointer: {self._val_metric!r} is not in the storage; not saving", ranks=[0])
+            return
+        value, iteration = float(found[0]), int(found[1])
+        if not self._better(value):
+            self._logger.info(f"not saving: {self._val_metric} {value:.5f} is not better than {self.best_metric}",
+                              ranks=[0])  # fmt: skip
+            return
+        self._checkpointer.save(self._file_prefix, iteration=iteration)
+        self.best_metric, self.best_iter = value, iteration
+        self._logger.info(f"saved the best model: {self._val_metric} {value:.5f} at iteration {iteration}", ranks=[0])
+
+    def after_step(self) -> None:
+        """Check after the evaluation's iterations (not the last: ``after_train`` does)."""
+        next_iter = self.trainer.iter + 1
+        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+            self._best_checking()
+
+    def after_train(self) -> None:
+        """Check after the final evaluation."""
+        if self.trainer.iter + 1 >= self.trainer.max_iter:
+            self._best_checking()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The best value and its iteration."""
+        return {} if self.best_metric is None else {"best_metric": self.best_metric, "best_iter": self.best_iter}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.best_metric, self.best_iter = state.get("best_metric"), state.get("best_iter")
 
 
 class EvalHook(HookBase):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -37,6 +37,7 @@ from ember.compat.detectron2.engine._ember import Step, batch_size, continue_at,
 from ember.compat.detectron2.engine.base import TrainerBase, check_range
 from ember.compat.detectron2.utils.events import EventStorage, get_event_storage
 from ember.context import is_launched
+from ember.data import make_resumable
 from ember.errors import TrainerError
 from ember.logging import get_dist_logger
 from ember.trainer import Trainer
@@ -109,7 +110,7 @@ class SimpleTrainer(TrainerBase):
         _join_process_group()
         # A map-style DataLoader gets ember's resumable, sharded sampler; other iterables (an
         # IterableDataset that shards itself, a generator) are each rank's own, used as given.
-        is_loader = isinstance(data_loader, DataLoader) and not isinstance(data_loader.dataset, IterableDataset)
+        is_loader = _is_map_loader(data_loader)
         engine, loader, _, _ = ember.initialize(model, optimizer, None, data_loader if is_loader else None)
         if engine.gradient_accumulation != 1:
             raise TrainerError(
@@ -145,6 +146,21 @@ class SimpleTrainer(TrainerBase):
         with EventStorage(start_iter) as self.storage:
             self.ember_trainer.storage = self.storage.scalars
             self.ember_trainer.fit(self.data_loader, max_steps=max_iter, hooks=ember_hooks(self))
+
+    def reset_data_loader(self, data_loader_builder: Callable[[], Any]) -> None:
+        """Replace the data loader with ``data_loader_builder()`` (e.g. a fresh, re-seeded one),
+        prepared as the first one was (a map-style DataLoader gets ember's resumable, sharded
+        sampler); the next ``train`` and ``run_step`` read from it.
+
+        Example:
+            >>> trainer.reset_data_loader(lambda: build_loader(cfg, seed=epoch))
+        """
+        loader = data_loader_builder()
+        if _is_map_loader(loader):
+            loader = make_resumable(loader, num_replicas=self.engine.data_parallel_size,
+                                    rank=self.engine.data_parallel_rank)  # fmt: skip
+        self.data_loader = loader
+        self._data_iter = None
 
     def run_step(self) -> None:
         """One iteration: the next batch, the model's losses, backward, optimizer step.
@@ -249,6 +265,10 @@ class _Batches(Iterator[Any]):
             ) from None
         self._read += 1
         return batch
+
+
+def _is_map_loader(loader: Any) -> bool:
+    return isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset)
 
 
 def _join_process_group() -> None:

@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import itertools
 import json
+import logging
 import os
 import statistics
 import time
@@ -27,8 +28,8 @@ from typing import IO, Any
 
 import torch
 
+from ember import distributed
 from ember.errors import TrainerError
-from ember.logging import get_dist_logger
 from ember.trainer.storage import StepStorage, UnknownScalarError
 
 __all__ = [
@@ -305,6 +306,11 @@ class CommonMetricPrinter(EventWriter):
     ``loss``) and ``[metric]`` names as the median of their last ``window_size`` iterations, time
     as the mean since the timer's warm-up; nothing after a finished run.
 
+    The lines go to :attr:`logger`, this module's logger (``ember.compat.detectron2.utils.events``,
+    as detectron2 logs on ``detectron2.utils.events``): under ember's ``"ember"`` logger, so
+    they reach the console ember's logging writes to, and under ``ember.compat.detectron2``,
+    the logger ``utils.logger.setup_logger()`` sets up.
+
     Args:
         max_iter: the iteration training ends at, for the ETA (None: no ETA).
         window_size: the smoothing window, in iterations.
@@ -313,7 +319,7 @@ class CommonMetricPrinter(EventWriter):
     def __init__(self, max_iter: int | None = None, window_size: int = 20) -> None:
         self._max_iter, self._window = max_iter, window_size
         self._last: tuple[int, float] | None = None  # (iteration, time) of the last line, for a rough ETA
-        self._logger = get_dist_logger()
+        self.logger = logging.getLogger(__name__)
 
     def write(self) -> None:
         """Log one line for the open storage's iteration."""
@@ -337,7 +343,8 @@ class CommonMetricPrinter(EventWriter):
         parts.append(f"lr: {scalars.latest('lr'):.5g}" if "lr" in scalars else "lr: N/A")
         if torch.cuda.is_available():
             parts.append(f"max_mem: {torch.cuda.max_memory_allocated() / 2**20:.0f}M")
-        self._logger.info("  ".join(parts), ranks=[0])
+        if distributed.rank() == 0:
+            self.logger.info("  ".join(parts))
 
     def _eta(self, storage: EventStorage) -> str:
         if self._max_iter is None:

@@ -1,4 +1,4 @@
-// ember console: the runs table's column chooser (folder and runs pages). The run page's charts
+// ember console: the runs table's column chooser (folder and runs pages) and its filter box. The run page's charts
 // are run.js (uPlot), the compare page's compare.js (plotly.js, vendored). No build step.
 "use strict";
 (function () {
@@ -30,5 +30,15 @@
     });
   }
 
+  // A filter the server could not read: the cursor where it stopped (the message names the column).
+  function filterError() {
+    const box = document.querySelector("#filters input[name=where][data-error-column]");
+    if (!box) return;
+    const at = Math.min(Number(box.dataset.errorColumn) - 1, box.value.length);
+    box.focus();
+    box.setSelectionRange(at, at);
+  }
+
   columnChooser();
+  filterError();
 })();

@@ -1,7 +1,7 @@
-"""Precision policies: how a step autocasts, scales the loss and applies the update.
+"""Precision policies: full precision, bf16 autocast, fp16 autocast with torch's GradScaler.
 
-The Engine has one step; what differs between full precision, bf16 autocast and fp16 with a
-gradient scaler lives here, in three small classes that override only what differs.
+The Engine has one step; what differs between precisions lives in small classes that override
+only what differs (mmengine's optimizer wrapper and its AMP variant are the model).
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-
-from ember.errors import ConfigError
+from torch import nn
 
 
 class Precision:
@@ -36,6 +35,19 @@ class Precision:
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients back to their true scale before clipping or inspection."""
+
+    def gradient_params(self, params: list[nn.Parameter]) -> list[nn.Parameter]:
+        """Where ``backward`` leaves the gradients of the optimizer's ``params`` (the model's own
+        low-precision parameters under :class:`MasterWeights`; ``params`` themselves otherwise)."""
+        return params
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clear every gradient the next cycle accumulates into."""
+        optimizer.zero_grad(set_to_none=True)
+
+    def full_precision(self) -> contextlib.AbstractContextManager[None]:
+        """The context the Engine saves and loads weights in (see :meth:`MasterWeights.full_precision`)."""
+        return contextlib.nullcontext()
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """Apply the update; return False when it was skipped."""
@@ -109,14 +121,3 @@ class ScaledPrecision(AutocastPrecision):
         if "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
         self._last_scale = None
-
-
-def make_precision(amp: str | None, device: torch.device, scaler_options: dict[str, Any] | None = None) -> Precision:
-    """The policy for the config's ``amp`` value (None, ``"bf16"`` or ``"fp16"``)."""
-    if amp is None:
-        return Precision(device)
-    if amp == "bf16":
-        return AutocastPrecision(device, torch.bfloat16)
-    if amp == "fp16":
-        return ScaledPrecision(device, scaler_options)
-    raise ConfigError(f"config key 'amp' must be None, 'bf16' or 'fp16', got {amp!r}")

@@ -1,0 +1,1 @@
+"""A stand-in for what the examples take from ``timm``."""

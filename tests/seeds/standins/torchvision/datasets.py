@@ -1,0 +1,61 @@
+"""torchvision's ``MNIST`` and ``CIFAR10`` with made-up images of their size, computed per index.
+
+Each image is a function of its index (no file, no download): the class's own bright stripe on
+noise, so a small model learns it within a few batches. Lengths are the real ones (the example
+programs split them with fixed sizes), and nothing is held in memory; a ``SIZE`` file in the
+dataset's root folder (a test's small "download") sets the number of training images instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class _Synthetic:
+    classes: tuple[str, ...] = ()
+    shape: tuple[int, ...] = ()
+    lengths = (0, 0)
+
+    def __init__(self, root: str | Path = "", train: bool = True, transform: Callable[[Any], Any] | None = None,
+                 target_transform: Callable[[Any], Any] | None = None, download: bool = False) -> None:  # fmt: skip
+        self.root, self.train, self.transform, self.target_transform = root, train, transform, target_transform
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self._offset = 0 if train else 10**7
+
+    def __len__(self) -> int:
+        size = Path(self.root) / "SIZE" if str(self.root) else None
+        if self.train and size is not None and size.is_file():
+            return int(size.read_text())
+        return self.lengths[0] if self.train else self.lengths[1]
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        rng = np.random.default_rng(index + self._offset)
+        label = int(rng.integers(len(self.classes)))
+        image = rng.integers(0, 96, size=self.shape, dtype=np.uint8)
+        rows = self.shape[0] // len(self.classes)
+        image[label * rows : (label + 1) * rows] = 255
+        target = label if self.target_transform is None else self.target_transform(label)
+        return (image if self.transform is None else self.transform(image)), target
+
+
+class MNIST(_Synthetic):
+    """60,000 training and 10,000 test images, 28 x 28, classes 0-9."""
+
+    classes = tuple(f"{d} - {w}" for d, w in enumerate(
+        ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")))  # fmt: skip
+    shape = (28, 28)
+    lengths = (60000, 10000)
+
+
+class CIFAR10(_Synthetic):
+    """50,000 training and 10,000 test images, 32 x 32 x 3, ten classes."""
+
+    classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+    shape = (32, 32, 3)
+    lengths = (50000, 10000)

@@ -1,0 +1,98 @@
+"""The torchvision transforms the example programs use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class ToTensor:
+    """An ``(H, W)`` or ``(H, W, C)`` uint8 array -> a ``(C, H, W)`` float tensor in [0, 1]."""
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        if isinstance(image, torch.Tensor):
+            return image
+        array = np.asarray(image)
+        tensor = torch.from_numpy(array.copy()).float() / 255.0
+        return tensor.unsqueeze(0) if tensor.dim() == 2 else tensor.permute(2, 0, 1)
+
+
+class Normalize:
+    """``(x - mean) / std`` per channel."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.mean, self.std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
+
+    def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        return (tensor - self.mean) / self.std
+
+
+class Compose:
+    """The transforms one after the other."""
+
+    def __init__(self, transforms: Sequence[Callable[[Any], Any]]) -> None:
+        self.transforms = list(transforms)
+
+    def __call__(self, x: Any) -> Any:
+        for t in self.transforms:
+            x = t(x)
+        return x
+
+
+def _image(x: Any) -> torch.Tensor:
+    return x if isinstance(x, torch.Tensor) else ToTensor()(x)
+
+
+class RandomCrop:
+    """Pad by ``padding`` and crop ``size`` x ``size`` at a random place (arrays and tensors)."""
+
+    def __init__(self, size: int, padding: int = 0) -> None:
+        self.size, self.padding = size, padding
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        x = torch.nn.functional.pad(_image(image), [self.padding] * 4)
+        top, left = (int(torch.randint(0, d - self.size + 1, ())) for d in x.shape[-2:])
+        return x[..., top : top + self.size, left : left + self.size]
+
+
+class RandomHorizontalFlip:
+    """Flip left-right with probability ``p``."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        self.p = p
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        x = _image(image)
+        return x.flip(-1) if float(torch.rand(())) < self.p else x
+
+
+class Resize:
+    """Resize the shorter side to ``size`` (bilinear)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        x = _image(image)
+        h, w = x.shape[-2:]
+        scale = self.size / min(h, w)
+        out = torch.nn.functional.interpolate(x[None], size=(round(h * scale), round(w * scale)), mode="bilinear")
+        return out[0]
+
+
+class RandomResizedCrop:
+    """A random crop of 30-100% of the area, resized to ``size`` x ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        x = _image(image)
+        h, w = x.shape[-2:]
+        side = max(1, int(min(h, w) * (0.3 + 0.7 * float(torch.rand(()))) ** 0.5))
+        top, left = int(torch.randint(0, h - side + 1, ())), int(torch.randint(0, w - side + 1, ()))
+        crop = x[..., top : top + side, left : left + side]
+        return torch.nn.functional.interpolate(crop[None], size=(self.size, self.size), mode="bilinear")[0]
