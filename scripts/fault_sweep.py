@@ -338,8 +338,8 @@ def group_store(sweep: Sweep) -> None:
                             return "clear" if rc in (0, 1) else "silent"
                         return "clear" if rc in (1, 2) and ("damage" in out or "error" in err) else "silent"
                     if reader == "runs export json":
-                        if rel in ("stdout.log", "images.jsonl", "lineage.jsonl") and rc == 0:
-                            return "clear"  # not part of the export, or read safely
+                        if (rel in ("stdout.log", "images.jsonl", "lineage.jsonl") or benign) and rc == 0:
+                            return "clear"  # not part of the export, read safely, or a torn last line skipped
                         return refusal(rc, out, err)
                     unread = rel in ("platform.json", "lineage.jsonl")  # compare reads run.json and metrics
                     return "clear" if (rc == 0 and "Damaged" in out) or rc == 2 or benign or unread else "silent"
