@@ -417,8 +417,8 @@ def group_checkpoint(sweep: Sweep) -> None:
                 def expect(rc: int, out: str, err: str, variant: str = variant) -> str:
                     if variant == "link-out":
                         return "clear" if rc == 0 else refusal(rc, out, err)
-                    if "weights_only=False" in err or "weights_only` set to `False`" in err:
-                        return "silent"  # torch's advice repeated
+                    if any(a in err for a in ("weights_only=False", "set to `False`", "safe_globals", "allowlist")):
+                        return "silent"  # torch's advice to load unsafely repeated
                     return refusal(rc, out, err)
 
                 cli_case(sweep, "checkpoint", f"{victim} {variant} / ember {' '.join(argv[:2])}", argv, case, expect,

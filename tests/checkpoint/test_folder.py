@@ -106,19 +106,25 @@ def test_the_lock_of_a_trainer_killed_with_sigkill_is_released_by_the_system(tmp
     folder.lock(tmp_path).release()
 
 
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [(os.system, "unsupported GLOBAL posix.system whose module posix is blocked"),
+     (exec, "Unsupported global: GLOBAL exec was not an allowed global by default")],
+)  # fmt: skip
 def test_a_hostile_checkpoint_s_refusal_never_repeats_torch_s_advice_to_load_unsafely(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: object, reason: str
 ) -> None:
     hostile = tmp_path / GOOD
-    torch.save({"meta": os.system}, hostile)  # a global the safe loader refuses
+    torch.save({"meta": payload}, hostile)  # a global the safe loader refuses
     with pytest.raises(CheckpointError) as refused:
         checkpoint.read(hostile)
     message = str(refused.value)
-    assert "unsupported GLOBAL posix.system" in message  # torch's reason, without its advice around it
-    assert "weights_only=False" not in message and "weights_only` set to `False`" not in message
-    assert "Re-running" not in message
+    assert reason in message  # torch's reason, without its advice around it: to load unsafely, or allowlist
+    for advice in ("weights_only=False", "set to `False`", "Re-running", "safe_globals", "allowlist", "trust"):
+        assert advice not in message
     assert ember_main(["checkpoint", "inspect", str(hostile)]) == 2
-    assert "False" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert reason in err and "False" not in err and "safe_globals" not in err
 
 
 def test_export_of_a_corrupt_shard_is_one_line_without_dcp_s_traceback(
@@ -132,3 +138,9 @@ def test_export_of_a_corrupt_shard_is_one_line_without_dcp_s_traceback(
     assert err.startswith(f"ember: error: cannot read the model of sharded checkpoint {str(ckpt)!r}: rank 0: ")
     assert "Traceback" not in err and "CheckpointException" not in err and len(err.strip().splitlines()) == 1
     assert "weights_only" not in err and "False" not in err  # torch's advice to load unsafely is left out
+
+
+def test_resume_auto_with_a_hook_folder_that_is_a_file_says_so(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").write_text("not a folder")  # read as a checkpoint, it would be "truncated or corrupt"
+    with pytest.raises(CheckpointError, match=r"CheckpointHook's directory .* which is not a folder: give the hook"):
+        train(tmp_path / "ckpt", 1, resume="auto")

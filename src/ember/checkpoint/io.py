@@ -291,16 +291,24 @@ def load_file(path: str | os.PathLike[str], map_location: Any = "cpu", mmap: boo
         ) from None
 
 
+_ADVICE = ("weights_only", "safe_globals", "allowlist", "trust", "Weights only load failed", "two options",
+           "Alternatively", "Check the documentation", "Please file an issue", "Re-running")  # fmt: skip
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def safe_loader_reason(exc: BaseException) -> str:
     """Why torch's safe loader refused a file, without torch's advice around it.
 
-    torch wraps the reason ("Trying to load unsupported GLOBAL posix.system ...") in advice to
-    retry with ``weights_only=False``: the one step that would run the file's code. That advice,
-    and the pointer to torch's documentation, are left out.
+    torch wraps the reason ("Unsupported global: GLOBAL builtins.exec was not an allowed global
+    by default") in advice to retry with ``weights_only=False``, or to allowlist the global with
+    ``torch.serialization.add_safe_globals``: either would run the file's code. Every sentence
+    of advice, and the pointer to torch's documentation, is left out.
     """
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    reasons = [line for line in lines if "weights_only" not in line and not line.startswith("Weights only load failed")]
-    reasons = [line for line in reasons if not line.startswith(("Check the documentation", "Please file an issue"))]
+    text = _ANSI.sub("", str(exc))
+    sentences = [part.strip(" .\t") for line in text.splitlines() for part in re.split(r"(?<=\.)\s+", line)]
+    reasons = [s for s in sentences if s and not any(word in s for word in _ADVICE)]
+    reasons = [r.removeprefix("WeightsUnpickler error:").strip() for r in reasons]
+    reasons = [r for r in reasons if r]
     return reasons[0] if reasons else "it holds objects that are not tensors, numbers, strings or containers of them"
 
 

@@ -80,6 +80,11 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
                 "pass resume=PATH to choose"
             )
         target = dirs[0]
+        if target.exists() and not target.is_dir():  # else its content would be read as a checkpoint
+            raise CheckpointError(
+                f"resume='auto' looks in the CheckpointHook's directory {str(target)!r}, which is not a folder: "
+                "give the hook a folder (or a path that does not exist yet)"
+            )
     else:
         target = Path(resume)
     # A damaged checkpoint skipped in the folder this fit saves into is set aside: the run will
