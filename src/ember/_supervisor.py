@@ -7,8 +7,8 @@ others finished keeps it waiting forever. ``ember run`` therefore watches its wo
 
 - each worker (:mod:`ember._worker`) writes a start record (rank, local rank, attempt, pid) into
   the launcher's private status folder (``$EMBER_RUN_STATUS_DIR``) before the script runs, and an
-  exit record (the code the script ended with) when the script ends through Python;
-- each worker asks the kernel for SIGTERM when the launcher dies (:func:`follow_launcher`);
+  exit record (the code the script ended with) when the script ends through Python; it also
+  asks the kernel for SIGTERM when the launcher dies (``_worker.follow_launcher``);
 - the launcher's :class:`Watcher` thread notes the moment each worker ends (a pidfd wakes it at
   once on Linux; elsewhere it looks every 50 ms) and how: the kernel's status, read with
   ``waitid(WNOWAIT)``, which leaves the process for torchrun to collect.
@@ -17,8 +17,6 @@ From these, :mod:`ember._run_report` names the first worker that failed and how,
 workers ended after ``ember run`` received SIGTERM/SIGINT; the watcher warns about, and with
 ``--finish-timeout`` ends, workers still running after another one finished. The rules are in
 docs/launch.md ("Signals and exit codes").
-
-This module imports nothing heavy: every worker loads it before the script starts.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ import logging
 import os
 import select
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,13 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATUS_ENV = "EMBER_RUN_STATUS_DIR"
-"""The folder, private to one ``ember run``, where its workers leave their start and exit records."""
-
-LAUNCHER_ENV = "EMBER_RUN_LAUNCHER_PID"
-"""The pid of the ``ember run`` whose workers these are (:func:`follow_launcher`)."""
-
-_PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+from ember._worker import LAUNCHER_ENV, STATUS_ENV, record_path
 
 PREEMPTED = 75
 """A preempted worker's exit code (``ember.trainer.PREEMPTED_EXIT_CODE``, not imported: the
@@ -65,66 +56,6 @@ KILL_WAIT_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 _log = logging.getLogger("ember")
-
-
-# --- in each worker ---------------------------------------------------------------------------
-
-
-def announce() -> None:
-    """Worker side: record this worker's rank, attempt and pid for the launcher (under ``ember run`` only)."""
-    folder = os.environ.get(STATUS_ENV)
-    if folder:
-        record = {"rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "pid": os.getpid()}
-        _write(Path(folder) / f"{_attempt()}-{record['rank']}.start", record)
-
-
-def follow_launcher() -> None:
-    """Worker side (Linux): have the kernel send this worker SIGTERM when the launcher dies.
-
-    ``ember run`` killed with SIGKILL (the OOM killer, ``kill -9``) cannot stop its workers, and
-    torchrun starts them in sessions of their own: they would train on, orphaned, holding their
-    devices and the checkpoint folder's lock. With ``PR_SET_PDEATHSIG`` they get SIGTERM instead,
-    which a ``fit`` with a CheckpointHook turns into a preemption save. A launcher that died
-    before this ran is noticed by the parent pid, and the same signal is sent at once.
-    """
-    launcher = _env_int(LAUNCHER_ENV)
-    if not launcher or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return
-    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0 and os.getppid() != launcher:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def record_exit(code: object) -> None:
-    """Worker side: record the exit code the script ended with (``SystemExit.code`` as Python maps it)."""
-    folder = os.environ.get(STATUS_ENV)
-    if folder:
-        value = 0 if code is None else code if isinstance(code, int) else 1
-        _write(Path(folder) / f"{_attempt()}-{_env_int('RANK')}.exit", {"code": value, "time": time.time()})
-
-
-def _env_int(name: str) -> int:
-    value = os.environ.get(name, "0")
-    return int(value) if value.isdigit() else 0
-
-
-def _attempt() -> int:
-    return _env_int("TORCHELASTIC_RESTART_COUNT")
-
-
-def _write(path: Path, record: dict[str, Any]) -> None:
-    """Write a record by rename, so the launcher never reads half of one; a failure only loses detail."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        print(f"ember: could not leave a record for ember run in {path.parent}: {exc}", flush=True)
 
 
 # --- in the launcher ------------------------------------------------------------------------
@@ -229,7 +160,7 @@ class Watcher(threading.Thread):
                 if worker.ended_at is None:
                     self._probe(worker, now)
                 if worker.ended_at is not None and worker.exit_code is None:
-                    record = _read(self.folder / f"{worker.attempt}-{worker.rank}.exit")
+                    record = _read(record_path(self.folder, worker.attempt, worker.rank, "exit"))
                     if isinstance(record.get("code"), int):
                         worker.exit_code = record["code"]
                         when = record.get("time")
@@ -254,8 +185,7 @@ class Watcher(threading.Thread):
         for worker in self.current():
             if worker.ended_at is None and (again or signum not in worker.sent):
                 worker.sent.add(signum)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(worker.pid, signum)
+                _signal(worker.pid, signum)
 
     def stop_workers(self, signum: int, grace_s: float) -> None:
         """Send ``signum`` to the running workers, wait up to ``grace_s`` for them, then SIGKILL the rest.
@@ -278,7 +208,7 @@ class Watcher(threading.Thread):
             names = [p.name for p in self.folder.iterdir() if p.name.endswith(".start")]
         except OSError:
             return
-        for name in names:
+        for name in names:  # record_path's names: ATTEMPT-RANK.start
             attempt, _, rank = name.removesuffix(".start").partition("-")
             if not (attempt.isdigit() and rank.isdigit()) or (int(attempt), int(rank)) in self.workers:
                 continue
@@ -293,8 +223,12 @@ class Watcher(threading.Thread):
         """Whether ``worker`` ended, without collecting it (torchrun does that)."""
         try:
             info = os.waitid(os.P_PID, worker.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # torchrun collected it first: the time is still right to a poll
-            worker.ended_at = now
+        except ChildProcessError:
+            # torchrun collected it first (the time is still right to a poll), or it is not a child
+            # of this process (a PYTHON_EXEC wrapper that forks the interpreter): then it runs
+            # while it exists
+            if not _exists(worker.pid):
+                worker.ended_at = now
             return
         if info is not None:
             worker.ended_at = now
@@ -324,6 +258,28 @@ class Watcher(threading.Thread):
                 "If it hangs, stop the job (Ctrl-C, or kill -TERM "
                 f"{os.getpid()}), or pass --finish-timeout SECONDS to end such a job by itself"
             )
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Send ``signum`` to a worker's process group when it leads one (torchrun starts each worker
+    in a session of its own: its data-loader processes get it too), else to the worker alone."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):  # gone meanwhile, or not ours to signal: nothing to stop
+        return
 
 
 def _read(path: Path) -> dict[str, Any]:

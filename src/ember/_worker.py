@@ -8,8 +8,22 @@ rank, pid and exit code (:mod:`ember._supervisor`).
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STATUS_ENV = "EMBER_RUN_STATUS_DIR"
+"""The folder, private to one ``ember run``, where its workers leave their start and exit records
+(:mod:`ember._supervisor` reads them)."""
+
+LAUNCHER_ENV = "EMBER_RUN_LAUNCHER_PID"
+"""The pid of the ``ember run`` whose workers these are (:func:`follow_launcher`)."""
+
+_PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
 def main() -> None:
@@ -22,8 +36,6 @@ def main() -> None:
     after ``ember.launch``). The launcher gets a start record before the script runs and the
     exit code when it ends through Python; a launcher that dies sends the worker SIGTERM.
     """
-    from ember._supervisor import announce, follow_launcher, record_exit
-
     follow_launcher()
     announce()
     try:
@@ -109,3 +121,65 @@ def _uncaught(exc: BaseException, path: str) -> None:
             json.dump({"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}, f)
     except OSError as e:
         print(f"ember: could not write the error file {error_file} for the launcher: {e}", file=sys.stderr)
+
+
+def record_path(folder: Path, attempt: int, rank: int, kind: str) -> Path:
+    """Where a worker's ``kind`` record ("start" or "exit") goes in the launcher's status folder."""
+    return folder / f"{attempt}-{rank}.{kind}"
+
+
+def announce() -> None:
+    """Record this worker's rank, attempt and pid for the launcher (under ``ember run`` only)."""
+    folder = os.environ.get(STATUS_ENV)
+    if folder:
+        record = {"rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"), "pid": os.getpid()}
+        _write(record_path(Path(folder), _attempt(), record["rank"], "start"), record)
+
+
+def follow_launcher() -> None:
+    """Linux: have the kernel send this worker SIGTERM when the launcher dies.
+
+    ``ember run`` killed with SIGKILL (the OOM killer, ``kill -9``) cannot stop its workers, and
+    torchrun starts them in sessions of their own: they would train on, orphaned, holding their
+    devices and the checkpoint folder's lock. With ``PR_SET_PDEATHSIG`` they get SIGTERM instead,
+    which a ``fit`` with a CheckpointHook turns into a preemption save. A launcher that died
+    before this ran is noticed by the parent pid, and the same signal is sent at once.
+    """
+    launcher = _env_int(LAUNCHER_ENV)
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    if prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0 and os.getppid() != launcher:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def record_exit(code: object) -> None:
+    """Record the exit code the script ended with (``SystemExit.code`` as Python maps it), and when."""
+    folder = os.environ.get(STATUS_ENV)
+    if folder:
+        value = 0 if code is None else code if isinstance(code, int) else 1
+        _write(record_path(Path(folder), _attempt(), _env_int("RANK"), "exit"), {"code": value, "time": time.time()})
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def _attempt() -> int:
+    return _env_int("TORCHELASTIC_RESTART_COUNT")
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    """Write a record by rename, so the launcher never reads half of one; a failure only loses detail."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"ember: could not leave a record for ember run in {path.parent}: {exc}", flush=True)

@@ -198,7 +198,7 @@ import os, subprocess, sys, time
 os.environ["EMBER_RUN_LAUNCHER_PID"] = str(os.getpid())
 worker = '''
 import os, signal, sys, time
-from ember._supervisor import follow_launcher
+from ember._worker import follow_launcher
 signal.signal(signal.SIGTERM, lambda *a: (open(sys.argv[1], "w").write("SIGTERM"), sys.exit(75)))
 follow_launcher()
 open(sys.argv[1] + ".ready", "w").close()
