@@ -1,4 +1,4 @@
-"""One writing process per folder: an exclusive ``flock`` on the folder itself.
+"""One writing process per folder: an exclusive ``flock`` on the folder itself; whether a process lives.
 
 Tracking runs (``ember.track``) and checkpoint folders (``ember.checkpoint.folder``) are locked
 this way while a process writes them. No lock file: the lock is on the folder's own inode, which
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ember.errors import EmberError
 
-__all__ = ["lock_folder", "unlock_folder"]
+__all__ = ["lock_folder", "pid_alive", "unlock_folder"]
 
 _HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
 
@@ -68,3 +68,14 @@ def unlock_folder(fd: int | None, release: bool = True) -> None:
 
         fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists on this machine (a run's writer, a launcher's worker)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

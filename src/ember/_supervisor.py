@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ember._lock import pid_alive
 from ember._worker import LAUNCHER_ENV, STATUS_ENV, record_path
 
 PREEMPTED = 75
@@ -227,7 +228,7 @@ class Watcher(threading.Thread):
             # torchrun collected it first (the time is still right to a poll), or it is not a child
             # of this process (a PYTHON_EXEC wrapper that forks the interpreter): then it runs
             # while it exists
-            if not _exists(worker.pid):
+            if not pid_alive(worker.pid):
                 worker.ended_at = now
             return
         if info is not None:
@@ -258,16 +259,6 @@ class Watcher(threading.Thread):
                 "If it hangs, stop the job (Ctrl-C, or kill -TERM "
                 f"{os.getpid()}), or pass --finish-timeout SECONDS to end such a job by itself"
             )
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -174,6 +174,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 unlock_folder = _lock.unlock_folder
+pid_alive = _lock.pid_alive
 
 
 def lock_folder(folder: Path, what: str, holder: Callable[[], str]) -> int | None:
@@ -316,14 +317,3 @@ def drop_torn_tail(path: Path) -> int:
         if keep < size:
             f.truncate(keep)
         return size - keep
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
