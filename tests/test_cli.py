@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-from ember.cli import _report_failure
+from ember._run_report import failure_report
 from tests.dist import ROOT
 
 
@@ -188,21 +188,22 @@ def _failure(tmp_path: Path, rank: int, exitcode: int, raised_at: float | None) 
     return ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode, error_file=str(error_file))
 
 
-def test_the_first_worker_to_raise_is_reported_not_one_stopped_or_failing_after_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_first_worker_to_raise_is_reported_not_one_stopped_or_failing_after_it(tmp_path: Path) -> None:
     failures = {
         0: _failure(tmp_path, 0, 1, 1000.7),  # lost its peer after rank 2 died, in the same second
         1: _failure(tmp_path, 1, -15, None),  # stopped by the launcher
         2: _failure(tmp_path, 2, 1, 1000.2),
     }
-    assert _report_failure(ChildFailedError("train.py", failures)) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("ember run: rank 2 (local rank 2, pid 102) failed with exit code 1; 2 other workers stopped")
-    assert err.rstrip().endswith("Traceback of rank 2")
+    text, code = failure_report(ChildFailedError("train.py", failures), None)
+    assert code == 1
+    assert text.startswith(
+        "ember run: rank 2 (local rank 2, pid 102) failed with exit code 1; rank 0 failed after it; "
+        "ember run stopped 1 other worker. Its error:"
+    )
+    assert text.rstrip().endswith("Traceback of rank 2")
     killed = {0: _failure(tmp_path, 0, -9, None)}
-    assert _report_failure(ChildFailedError("train.py", killed)) == 128 + 9
-    assert capsys.readouterr().err.rstrip().endswith("killed by signal 9 (SIGKILL)")
+    text, code = failure_report(ChildFailedError("train.py", killed), None)
+    assert code == 128 + 9 and text.endswith("failed with exit code 137, killed by signal 9 (SIGKILL)")
 
 
 @pytest.mark.parametrize(

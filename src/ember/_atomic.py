@@ -13,16 +13,35 @@ own error (a CheckpointError, a TrackingError) naming what they were writing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["TEMPORARY_GLOB", "atomic_open", "atomic_path", "atomic_write", "fsync_dir"]
+__all__ = ["TEMPORARY_GLOB", "atomic_open", "atomic_path", "atomic_write", "fsync_dir", "why_write_failed"]
 
 TEMPORARY_GLOB = ".*.tmp-*"
 """What the names of the temporary files this module writes match (``Path.glob``)."""
+
+
+_WHY: dict[int, str] = {
+    errno.ENOSPC: "the disk is full: free space there, or write to another folder",
+    errno.EDQUOT: "the disk quota is used up: free space there, or write to another folder",
+    errno.EFBIG: "the file-size limit of this process (ulimit -f) is below the file's size: raise it",
+    errno.EROFS: "the folder is on a read-only file system: write to a writable folder",
+    errno.EACCES: "this process may not write there: write to a writable folder",
+    errno.EPERM: "this process may not write there: write to a writable folder",
+}
+
+
+def why_write_failed(exc: OSError) -> str:
+    """A failed write's reason and what to do, for the caller's error: "File too large (the
+    file-size limit of this process (ulimit -f) ...: raise it)"; the bare reason when no fix is known."""
+    reason = exc.strerror or str(exc)
+    why = _WHY.get(exc.errno or 0)
+    return f"{reason} ({why})" if why else reason
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:

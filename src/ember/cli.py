@@ -10,10 +10,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from typing import Any
 
 # Subcommand families live next to the code they drive. Each module's add_commands() registers
 # its commands; it is imported only when one of them runs, so `ember --help` needs no torch.
@@ -46,6 +43,23 @@ _RUN_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--rdzv-id",), {"help": "a job id shared by all machines"}),
     (("--rdzv-conf",), {"help": "torchrun's rendezvous settings, e.g. join_timeout=600,last_call_timeout=30"}),
     (("--max-restarts",), {"type": int, "default": 0, "help": "restart failed workers this many times"}),
+    (
+        ("--shutdown-timeout",),
+        {
+            "type": int,
+            "default": 25,
+            "help": "seconds the workers get to save and exit after a SIGTERM/SIGINT before they are killed "
+            "(default 25: under the 30 s Slurm and Kubernetes wait before their SIGKILL)",
+        },
+    ),
+    (
+        ("--finish-timeout",),
+        {
+            "type": float,
+            "help": "stop the workers still running this many seconds after one finished with exit code 0 "
+            "(exit code 124); default: wait, with a warning after 60 s",
+        },
+    ),
     (("-m", "--module"), {"action": "store_true", "help": "SCRIPT is a module, run as `python -m SCRIPT` runs it"}),
 ]
 
@@ -61,14 +75,14 @@ _WORKER = "import ember._worker; ember._worker.main()"
 def _run(args: argparse.Namespace) -> int:
     """``ember run``: start ``script`` on N local processes with torchrun.
 
-    When a worker fails, the launcher's own report is one line naming the worker, followed by
-    that worker's traceback, so the error is the last thing printed; the exit code is the
-    worker's (128 + N for a worker killed by signal N).
+    When a worker fails, the launcher's own report is one line naming the first worker that
+    failed and how, followed by that worker's traceback, so the error is the last thing printed;
+    the exit code is the worker's (128 + N for a worker killed by signal N). SIGTERM or SIGINT
+    is passed on to the workers, which get ``--shutdown-timeout`` seconds to save; the exit code
+    is then 75 if they all saved (see :mod:`ember._supervisor` and docs/launch.md).
     """
     _check_run_arguments(args)  # before torch is imported: a typo answers at once
     from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous import RendezvousError
 
     from ember.errors import LaunchError
 
@@ -107,16 +121,48 @@ def _run(args: argparse.Namespace) -> int:
         os.environ.setdefault("EMBER_RESUME", "auto")
     python = os.environ.get("PYTHON_EXEC", sys.executable)  # as torchrun itself picks it
     target = ["-m", args.script] if args.module else [args.script]
+    argv.append(f"--shutdown-timeout={args.shutdown_timeout}")
     options = torchrun.parse_args([*argv, "--no-python", python])
     # Set, not parsed: torchrun's argparse would read the script's `--nproc 3` as its own option.
     options.training_script_args = ["-u", "-c", _WORKER, *target, *args.script_args]
+    return _supervise(torchrun.run, options, args)
+
+
+def _supervise(run: Any, options: argparse.Namespace, args: argparse.Namespace) -> int:
+    """Run torchrun's ``run(options)`` with ember's watch on the workers; print the report; the exit code."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+
+    from ember import _run_report, _supervisor
+    from ember.errors import LaunchError
+
+    options.signals_to_handle = _supervisor.torch_signals(options.signals_to_handle)
+    folder = Path(tempfile.mkdtemp(prefix="ember-run-"))
     try:
-        torchrun.run(options)
-    except ChildFailedError as failed:
-        return _report_failure(failed)
-    except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
-        raise LaunchError(f"ember run: {exc}") from None
-    return 0
+        with _supervisor.supervised(folder, args.finish_timeout, args.shutdown_timeout) as watcher:
+            try:
+                run(options)
+                return 0
+            except ChildFailedError as failed:
+                ended: ChildFailedError | SignalException = failed
+            except SignalException as stop:
+                ended = stop
+            except RendezvousError as exc:  # a machine missing, an endpoint unreachable: not a worker's error
+                raise LaunchError(f"ember run: {exc}") from None
+        # Out of the block: a signal now ends this process at once, with nothing left to stop.
+        if isinstance(ended, ChildFailedError):
+            text, code = _run_report.failure_report(ended, watcher)
+        else:
+            text, code = _run_report.stop_report(ended.sigval, watcher, args.shutdown_timeout)
+        print(text, file=sys.stderr, flush=True)
+        return code
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the workers' records, in a private temporary folder
 
 
 def _check_operator_nnodes(nnodes: str) -> None:
@@ -154,6 +200,10 @@ def _check_run_arguments(args: argparse.Namespace) -> None:
         )
     if args.max_restarts < 0:
         raise LaunchError(f"ember run: --max-restarts {args.max_restarts}: give 0 (no restart) or more")
+    if args.shutdown_timeout < 0:
+        raise LaunchError(f"ember run: --shutdown-timeout {args.shutdown_timeout}: give 0 seconds or more")
+    if args.finish_timeout is not None and not 0 < args.finish_timeout < float("inf"):
+        raise LaunchError(f"ember run: --finish-timeout {args.finish_timeout}: give a number of seconds above 0")
     if args.node_rank is None:
         if args.master_addr:
             raise LaunchError("ember run: --master-addr goes with --node-rank (a fixed rendezvous), as in torchrun")
@@ -199,44 +249,6 @@ def _check_module(name: str) -> None:
         )
 
 
-def _report_failure(failed: ChildFailedError) -> int:
-    """Print which worker failed first and its traceback, last; return the exit code to use.
-
-    The first failure is the earliest worker that raised (its error file holds a traceback),
-    else the earliest that exited with an error code, else the earliest of all (killed by a
-    signal). The agent stops the other workers with SIGTERM when one fails.
-    """
-    failures = failed.failures
-
-    def raised(rank: int) -> bool:
-        return isinstance(failures[rank].error_file_data.get("message"), dict)
-
-    def when(rank: int) -> tuple[float, int]:
-        message = failures[rank].error_file_data.get("message")
-        extra = message.get("extraInfo", {}) if isinstance(message, dict) else {}
-        return float(extra.get("ember_time", failures[rank].timestamp)), rank
-
-    ranks = sorted(failures, key=when)
-    rank = next((r for r in ranks if raised(r)), None)
-    if rank is None:
-        rank = next((r for r in ranks if failures[r].exitcode > 0), ranks[0])
-    first = failures[rank]
-    code = first.exitcode if first.exitcode > 0 else 128 - first.exitcode if first.exitcode < 0 else 1
-    others = len(failures) - 1
-    head = f"ember run: rank {rank} (local rank {first.local_rank}, pid {first.pid}) failed with exit code {code}"
-    if others:
-        head += f"; {others} other worker{'s' if others > 1 else ''} stopped"
-    if raised(rank):
-        body = failures[rank].error_file_data["message"].get("extraInfo", {}).get("py_callstack", first.message)
-        print(f"{head}. Its error:\n{str(body).rstrip()}", file=sys.stderr, flush=True)
-    elif first.exitcode < 0:
-        print(f"{head}: killed by signal {-first.exitcode} ({first.signal_name()})", file=sys.stderr, flush=True)
-    else:
-        print(f"{head} without an exception (sys.exit, os._exit or native code); its output is above",
-              file=sys.stderr, flush=True)  # fmt: skip
-    return code
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; ``command`` names the subcommand whose family to load in full."""
     parser = argparse.ArgumentParser(prog="ember", description="Train PyTorch models; track and inspect runs.")
@@ -247,7 +259,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "run",
         help="run a training script on N processes (torchrun underneath)",
         usage="ember run [--nproc N] [--nnodes N] [--node-rank R --master-addr HOST] [--rdzv-endpoint HOST:PORT] "
-        "[--max-restarts N] [-m] SCRIPT [ARGS...]",
+        "[--max-restarts N] [--shutdown-timeout S] [--finish-timeout S] [-m] SCRIPT [ARGS...]",
         description="Options before SCRIPT are ember's; everything after it goes to the script, as with torchrun.",
     )
     for names, kwargs in _RUN_OPTIONS:

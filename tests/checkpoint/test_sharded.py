@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from ember import checkpoint
-from ember.checkpoint.io import POINTER, read_pointer
-from ember.checkpoint.sharded import STATE_FILE, _publish
+from ember.checkpoint.io import POINTER, read_pointer, replace_checkpoint
+from ember.checkpoint.sharded import STATE_FILE
 from ember.cli import main as ember_main
 from ember.errors import CheckpointError
 from ember.trainer import hooks
@@ -174,6 +174,6 @@ def test_saving_a_state_again_replaces_the_checkpoint_of_that_name(tmp_path: Pat
         final.write_text("old single file")
     tmp.mkdir()
     (tmp / STATE_FILE).write_text("new")
-    _publish(tmp, final)
+    replace_checkpoint(tmp, final)
     assert (final / STATE_FILE).read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == [S8]  # neither the temporary nor the old one is left

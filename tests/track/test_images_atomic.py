@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ember import _atomic
+from ember.errors import TrackingError
 from ember.track.images import IMAGES_FILE, write_image
 
 
@@ -36,7 +37,7 @@ def test_a_write_cut_short_leaves_neither_the_image_nor_a_temporary_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(TrackingError, match=r"cannot write image 'samples' to .*: No space left on device \(the disk"):
         write_image(tmp_path, "samples", np.zeros((4, 4, 1), np.uint8), step=1, when=0.0)
     monkeypatch.undo()
     folder = tmp_path / "images" / "samples"

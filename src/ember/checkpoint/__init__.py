@@ -223,14 +223,16 @@ def latest(directory: PathLike) -> Path | None:
 
 
 def open_checkpoint(
-    path: PathLike, logger: DistributedLogger, missing_ok: bool = False
+    path: PathLike, logger: DistributedLogger, missing_ok: bool = False, set_aside_damaged: bool = False
 ) -> tuple[Path, dict[str, Any]] | None:
     """Read the checkpoint to resume from, on every rank; a collective.
 
     Rank 0 decides what to read and tells the others (so that ranks never disagree, e.g. while
     rank 0 creates the directory): for a directory, its newest readable checkpoint (a damaged
-    one is skipped with a warning); for a file or a sharded checkpoint directory, itself. None:
-    the directory holds no readable checkpoint, or (with ``missing_ok``) ``path`` does not exist.
+    one is skipped with a warning and, with ``set_aside_damaged``, renamed ``NAME.damaged`` by
+    :func:`ember.checkpoint.folder.set_aside`, so that the resumed run can save under its name
+    again); for a file or a sharded checkpoint directory, itself. None: the directory holds no
+    readable checkpoint, or (with ``missing_ok``) ``path`` does not exist.
 
     Raises:
         CheckpointError: on every rank, when the file (or the one chosen) cannot be read on some rank.
@@ -242,7 +244,7 @@ def open_checkpoint(
     decision: str | None = ""  # "": read `path` itself; a name: read path/name; None: nothing
     if distributed.rank() == 0:
         if path.is_dir() and not is_checkpoint_dir(path):
-            chosen, state = _newest_readable(path, logger)
+            chosen, state = _newest_readable(path, logger, set_aside_damaged)
             decision = None if chosen is None else chosen.name
         elif missing_ok and not path.exists():
             decision = None
@@ -261,12 +263,18 @@ def open_checkpoint(
     return target, state
 
 
-def _newest_readable(directory: Path, logger: DistributedLogger) -> tuple[Path | None, dict[str, Any] | None]:
+def _newest_readable(
+    directory: Path, logger: DistributedLogger, set_aside_damaged: bool
+) -> tuple[Path | None, dict[str, Any] | None]:
+    from ember.checkpoint.folder import set_aside
+
     for candidate in reversed(find_checkpoints(directory)):
         try:
             return candidate.path, read(candidate.path)
         except CheckpointError as exc:
-            logger.warning(f"{exc}; falling back to the checkpoint before it", ranks=[0])
+            kept = set_aside(candidate.path) if set_aside_damaged else None
+            aside = f" (set aside as {kept.name!r}, kept for inspection)" if kept is not None else ""
+            logger.warning(f"{exc}{aside}; falling back to the checkpoint before it", ranks=[0])
     pointer = read_pointer(directory)
     if pointer is not None and not (directory / pointer).exists():
         logger.warning(f"{directory / POINTER} names {pointer!r}, which does not exist", ranks=[0])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import functools
 import io
 import os
@@ -20,6 +19,7 @@ import re
 import shutil
 import sys
 import threading
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,16 +57,6 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
-_WHY: dict[int, str] = {
-    errno.ENOSPC: "the disk is full: free space there, or save to another folder",
-    errno.EDQUOT: "the disk quota is used up: free space there, or save to another folder",
-    errno.EFBIG: "the file-size limit of this process (ulimit -f) is below the checkpoint's size: raise it",
-    errno.EROFS: "the folder is on a read-only file system: save to a writable folder",
-    errno.EACCES: "this process may not write there: save to a writable folder",
-    errno.EPERM: "this process may not write there: save to a writable folder",
-}
-
-
 def _os_error(exc: BaseException) -> OSError | None:
     """The OSError behind ``exc``: itself, or the one torch's writer hit (it raises "unexpected pos")."""
     seen: set[int] = set()
@@ -82,9 +72,9 @@ def _os_error(exc: BaseException) -> OSError | None:
 def write_error(path: str | os.PathLike[str], cause: OSError) -> CheckpointError:
     """The CheckpointError for a write of ``path`` that failed with ``cause``: the folder, the reason, the fix."""
     folder = Path(path).parent
-    reason = cause.strerror or str(cause)
-    why = _WHY.get(cause.errno or 0, "see the reason")
-    return CheckpointError(f"cannot write checkpoint {str(path)!r} in folder {str(folder)!r}: {reason} ({why})")
+    return CheckpointError(
+        f"cannot write checkpoint {str(path)!r} in folder {str(folder)!r}: {_atomic.why_write_failed(cause)}"
+    )
 
 
 def save_file(obj: Any, path: str | os.PathLike[str], skip_zip_crc: bool = False) -> None:
@@ -108,14 +98,24 @@ def save_file(obj: Any, path: str | os.PathLike[str], skip_zip_crc: bool = False
         >>> save_file({"w": torch.ones(3)}, "ckpt/a.ckpt")
         >>> save_file(big_state, "ckpt/b.ckpt", skip_zip_crc=True)   # faster, fails unzip -t
     """
+    target = Path(path)
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise write_error(path, exc) from None
-    with atomic_path(path) as tmp, open(tmp, "wb", buffering=0) as raw:
+    # A sharded checkpoint's directory of that name (saved by more processes) is replaced as a
+    # whole once the file is complete: a rename cannot put a file over a directory.
+    over_directory = target.is_dir() and not target.is_symlink()
+    staged = target.with_name(f".{target.name}.tmp-file") if over_directory else target
+    with atomic_path(staged) as tmp, open(tmp, "wb", buffering=0) as raw:
         writer = _WriteBehind(raw)
         with _zip_crc_until_first_write(writer, skip=skip_zip_crc):
             torch.save(obj, cast("IO[bytes]", writer))  # torch needs only write() and flush()
+    if over_directory:
+        try:
+            replace_checkpoint(staged, target)
+        except OSError as exc:
+            raise write_error(path, exc) from None
 
 
 _WRITE_BEHIND_BYTES = 1 << 20
@@ -268,9 +268,11 @@ def load_file(path: str | os.PathLike[str], map_location: Any = "cpu", mmap: boo
     if mmap and not zipfile.is_zipfile(path):
         mmap = False
     try:
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+        with warnings.catch_warnings():  # a foreign pickle's protocol: the refusal below says enough
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
-        why = next((line.strip() for line in str(exc).splitlines() if "Unsupported" in line), first_line(exc))
+        why = safe_loader_reason(exc)
         raise CheckpointError(
             f"checkpoint {str(path)!r} is truncated or corrupt, or not an ember checkpoint: torch's safe loader "
             f"refuses it ({why}; ember reads checkpoints only with weights_only=True, which runs no code from the "
@@ -287,6 +289,27 @@ def load_file(path: str | os.PathLike[str], map_location: Any = "cpu", mmap: boo
         raise CheckpointError(
             f"checkpoint {str(path)!r} is truncated or corrupt ({detail}); use an earlier checkpoint"
         ) from None
+
+
+_ADVICE = ("weights_only", "safe_globals", "allowlist", "trust", "Weights only load failed", "two options",
+           "Alternatively", "Check the documentation", "Please file an issue", "Re-running")  # fmt: skip
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def safe_loader_reason(exc: BaseException) -> str:
+    """Why torch's safe loader refused a file, without torch's advice around it.
+
+    torch wraps the reason ("Unsupported global: GLOBAL builtins.exec was not an allowed global
+    by default") in advice to retry with ``weights_only=False``, or to allowlist the global with
+    ``torch.serialization.add_safe_globals``: either would run the file's code. Every sentence
+    of advice, and the pointer to torch's documentation, is left out.
+    """
+    text = _ANSI.sub("", str(exc))
+    sentences = [part.strip(" .\t") for line in text.splitlines() for part in re.split(r"(?<=\.)\s+", line)]
+    reasons = [s for s in sentences if s and not any(word in s for word in _ADVICE)]
+    reasons = [r.removeprefix("WeightsUnpickler error:").strip() for r in reasons]
+    reasons = [r for r in reasons if r]
+    return reasons[0] if reasons else "it holds objects that are not tensors, numbers, strings or containers of them"
 
 
 def first_line(exc: BaseException) -> str:
@@ -309,7 +332,9 @@ def read_pointer(directory: str | os.PathLike[str], pointer: str = POINTER) -> s
     pointer_file = Path(directory) / pointer
     if not pointer_file.is_file():
         return None
-    return pointer_file.read_text().strip() or None
+    with open(pointer_file, "rb") as f:  # a name is short: a pointer grown huge is not read whole
+        text = f.read(4096).decode("utf-8", "replace")
+    return text.strip().splitlines()[0] if text.strip() else None
 
 
 @dataclass(frozen=True, order=True)
@@ -344,6 +369,26 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> None:
     if directory.is_dir():
         for entry in directory.glob(TEMPORARY_GLOB):
             remove_checkpoint(entry)
+
+
+def replace_checkpoint(new: Path, final: Path) -> None:
+    """Rename the complete checkpoint ``new`` (a file or a sharded checkpoint's directory) to
+    ``final``, replacing the checkpoint of that name in whichever form it has.
+
+    A file over a file is one atomic rename. A directory is involved (a rename cannot put one
+    over a non-empty directory, nor over a file): the old checkpoint is renamed to a temporary
+    name first and removed after, so a crash in between leaves ``new`` complete and the old
+    one among the temporaries that the next start removes.
+    """
+    old = final.with_name(f".{final.name}.tmp-old")
+    swap = final.exists() and (new.is_dir() or (final.is_dir() and not final.is_symlink()))
+    if swap:
+        remove_checkpoint(old)
+        os.replace(final, old)
+    os.replace(new, final)
+    _atomic.fsync_dir(final.parent)
+    if swap:
+        remove_checkpoint(old)
 
 
 def remove_checkpoint(path: str | os.PathLike[str]) -> None:

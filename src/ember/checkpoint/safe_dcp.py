@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ember.checkpoint.io import first_line
+from ember.checkpoint.io import first_line, safe_loader_reason
 from ember.errors import CheckpointError
 
 METADATA_FILE = ".metadata"
@@ -161,7 +161,7 @@ def _planner_class() -> type:
                 fqn = getattr(getattr(read_item, "dest_index", None), "fqn", "?")
                 raise CheckpointError(
                     f"the entry {fqn!r} of a sharded checkpoint holds objects torch's safe loader refuses "
-                    f"({first_line(exc)}): it was not written by ember, or it was damaged"
+                    f"({safe_loader_reason(exc)}): it was not written by ember, or it was damaged"
                 ) from None
             # What passed the safe loader holds plain data only, so DCP's own (unrestricted)
             # load of the same bytes builds the same objects and runs nothing else.

@@ -38,7 +38,14 @@ import torch
 
 from ember import distributed
 from ember._atomic import fsync_dir
-from ember.checkpoint.io import _os_error, load_file, remove_checkpoint, save_file, write_error
+from ember.checkpoint.io import (
+    _os_error,
+    load_file,
+    replace_checkpoint,
+    safe_loader_reason,
+    save_file,
+    write_error,
+)
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
 from ember.checkpoint.snapshot import TrainingState, capture, tensor_bytes
 from ember.checkpoint.validate import check_state
@@ -132,30 +139,19 @@ def save_sharded(
         cause = next((c for error, _ in failures if (c := _os_error(error)) is not None), None)
         if cause is not None:
             raise write_error(final, cause) from exc
-        raise CheckpointError(f"cannot write the shards of checkpoint {str(final)!r}: {exc}") from exc
+        raise CheckpointError(f"cannot write the shards of checkpoint {str(final)!r}: {dcp_failure(exc)}") from None
     if state is not None:
         try:
             state["meta"]["sizes"]["engine"] += tensor_bytes({"model": model_state, "optimizer": optimizer_state})
             save_file(state, tmp / STATE_FILE, skip_zip_crc=skip_zip_crc)
             fsync_dir(tmp)
-            _publish(tmp, final)
+            replace_checkpoint(tmp, final)
             if then is not None:
                 then()
         except (OSError, CheckpointError) as exc:
             error = exc if isinstance(exc, CheckpointError) else write_error(final, exc)
     agree_on_error(error, f"rank 0 could not write checkpoint {str(final)!r}")
     return final
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename the finished directory ``tmp`` to ``final``; an existing ``final`` is set aside first."""
-    old = final.with_name(f".{final.name}.tmp-old")
-    if final.exists():  # os.replace cannot put a directory over a non-empty one, nor over a file
-        remove_checkpoint(old)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    fsync_dir(final.parent)
-    remove_checkpoint(old)
 
 
 def obstacles(directory: str | os.PathLike[str]) -> list[Path]:
@@ -235,8 +231,8 @@ def load_shards(path: str | os.PathLike[str], engine: Engine) -> dict[str, Any]:
                      planner=safe_planner(), no_dist=alone)  # fmt: skip
     except dcp.CheckpointException as exc:
         raise CheckpointError(
-            f"cannot load the shards of checkpoint {str(path)!r} into this model and optimizer: {exc}"
-        ) from exc
+            f"cannot load the shards of checkpoint {str(path)!r} into this model and optimizer: {dcp_failure(exc)}"
+        ) from None
     return {"model": model_state, "optimizer": optimizer_state, "sharded": True}
 
 
@@ -282,8 +278,27 @@ def full_model_state(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         with _quiet_single_process():
             dcp.load({"model": model}, storage_reader=safe_reader(path), planner=safe_planner(), no_dist=True)
     except dcp.CheckpointException as exc:
-        raise CheckpointError(f"cannot read the model of sharded checkpoint {str(path)!r}: {exc}") from exc
+        raise CheckpointError(
+            f"cannot read the model of sharded checkpoint {str(path)!r}: {dcp_failure(exc)}; use an earlier checkpoint"
+        ) from None
     return model
+
+
+def dcp_failure(exc: BaseException) -> str:
+    """What went wrong in a ``torch.distributed.checkpoint`` failure, in a line per rank, without its tracebacks.
+
+    DCP gathers every rank's exception and traceback into one ``CheckpointException``, whose text
+    is those tracebacks. An ember error raised inside (the safe loader's refusal) is given as it is.
+    """
+    failures = getattr(exc, "failures", None) or {}
+    parts = []
+    for rank, failure in sorted(failures.items()):
+        error = failure[0] if isinstance(failure, tuple) else failure
+        if isinstance(error, CheckpointError):
+            parts.append(f"rank {rank}: {error}")
+        elif isinstance(error, BaseException):  # torch's own load errors come wrapped in advice to load unsafely
+            parts.append(f"rank {rank}: {type(error).__name__}: {safe_loader_reason(error)}")
+    return "; ".join(parts) or type(exc).__name__
 
 
 @contextlib.contextmanager

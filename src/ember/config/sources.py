@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import traceback
 import types
@@ -23,6 +24,8 @@ from ember.errors import ConfigError, describe
 
 MAX_DEPTH = 100
 """The deepest nesting of dicts and lists a config may have."""
+MAX_FILE_BYTES = 16 << 20
+"""The largest config or YAML file ember reads (a config is a few kB; a bigger file is not one)."""
 MAX_SHARED = 10_000
 """How many values a config may reach more than once (YAML aliases, a list shared in a .py file)."""
 _INT_DIGITS = 4000  # below Python's 4300-digit limit on converting ints to and from text
@@ -148,19 +151,97 @@ def _load_python(path: Path, text: str) -> dict[str, Any]:
 
 def _load_data(path: Path, text: str) -> Any:
     """YAML, or JSON by suffix; a parse error names the file, line and column."""
+    if path.suffix.lower() != ".json":
+        return load_yaml(text, f"config file '{path}'")
     try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text, parse_int=_json_int)
-        return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
+        return json.loads(text, parse_int=_json_int)
     except RecursionError:
         raise ConfigError(f"config file '{path}' is nested too deeply to read (at most {MAX_DEPTH} levels)") from None
-    except (yaml.YAMLError, json.JSONDecodeError) as err:
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"config file '{path}' is not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
+        ) from None
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML text with ember's one YAML loader, and check what it holds.
+
+    Every YAML ember reads goes through here: config files and overrides, and a tracking run's
+    ``config_path``. The loader is ``yaml.SafeLoader`` (plain data only: no tag builds a Python
+    object) that also reads ``1e-3`` as a float; the result is then checked by
+    :func:`check_shape`, which refuses an alias "bomb" (a few lines whose aliases expand to
+    billions of values when copied, as writing them to JSON would), nesting deeper than
+    :data:`MAX_DEPTH` and ints too long to convert, at the cost of the text as written.
+
+    Args:
+        text: the YAML.
+        source: what it is, for messages (``"config file 'a.yaml'"``).
+
+    Returns:
+        The parsed data.
+
+    Raises:
+        ConfigError: naming ``source`` (and the line and column of a syntax error, or the key).
+
+    Example:
+        >>> load_yaml("lr: 1e-3\nlayers: [64, 64]", "config file 'c.yaml'")
+        {'lr': 0.001, 'layers': [64, 64]}
+    """
+    try:
+        data = yaml.load(text, Loader=_YamlLoader)  # a SafeLoader subclass
+    except RecursionError:
+        raise ConfigError(f"{source} is nested too deeply to read (at most {MAX_DEPTH} levels)") from None
+    except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        line = mark.line + 1 if mark else getattr(err, "lineno", "?")
-        col = mark.column + 1 if mark else getattr(err, "colno", "?")
-        problem = getattr(err, "problem", None) or getattr(err, "msg", None) or str(err)
-        kind = path.suffix.lower().lstrip(".").upper().replace("YML", "YAML")
-        raise ConfigError(f"config file '{path}' is not valid {kind} at line {line}, column {col}: {problem}") from None
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{source} is not valid YAML{where}: {problem}") from None
+    check_shape(data, source)
+    return data
+
+
+def read_text_file(path: str | os.PathLike[str], source: str) -> str:
+    """The UTF-8 text of ``path``, a regular file of at most :data:`MAX_FILE_BYTES`.
+
+    A pipe, a device or a folder (or a link to one) is refused without reading it, so a config
+    path that names ``/dev/zero`` or a FIFO fails at once instead of reading without end.
+
+    Raises:
+        ConfigError: naming ``source`` and what the path is.
+    """
+    try:
+        with open(path, "rb", opener=_open_nonblocking) as f:
+            mode = os.fstat(f.fileno())
+            if not stat.S_ISREG(mode.st_mode):
+                raise ConfigError(f"{source} is not a regular file (a folder, a pipe or a device): give a file")
+            if mode.st_size > MAX_FILE_BYTES:
+                raise ConfigError(f"{source} is {mode.st_size} bytes, over the {MAX_FILE_BYTES >> 20} MiB of a config")
+            data = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{source} does not exist") from None
+    except OSError as err:
+        raise ConfigError(f"{source} cannot be read: {err.strerror or err}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{source} is over the {MAX_FILE_BYTES >> 20} MiB of a config")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source} is not UTF-8 text (byte {err.start}): {err.reason}") from None
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    """``open``'s opener: never wait on a pipe with no writer (the caller refuses it next)."""
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def read_yaml(path: str | os.PathLike[str], source: str) -> Any:
+    """Read a YAML file: :func:`read_text_file`, then :func:`load_yaml`.
+
+    Example:
+        >>> read_yaml("run.yaml", "config_path 'run.yaml'")
+        {'name': 'mnist', 'hparams': {'lr': 0.001}}
+    """
+    return load_yaml(read_text_file(path, source), source)
 
 
 _LOADERS = {".py": _load_python, ".yaml": _load_data, ".yml": _load_data, ".json": _load_data}
@@ -185,11 +266,7 @@ def _read(source: Any) -> Mapping[str, Any]:
         raise ConfigError(
             f"config file '{path}' has an unsupported suffix '{path.suffix}'; supported: {', '.join(_LOADERS)}"
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"config file '{path}' cannot be read: {err}") from None
-    data = loader(path, text)
+    data = loader(path, read_text_file(path, f"config file '{path}'"))
     check_shape(data, f"config file '{path}'")
     if data is None:
         return {}

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ember import _lock
 from ember._atomic import atomic_write
 from ember._exit import leave_process_group_at_exit
 from ember._format import format_bytes
@@ -172,49 +173,25 @@ def write_json_atomic(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
-_HELD = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES)
+unlock_folder = _lock.unlock_folder
+pid_alive = _lock.pid_alive
 
 
 def lock_folder(folder: Path, what: str, holder: Callable[[], str]) -> int | None:
-    """Lock ``folder`` for this process's writing; returns the descriptor that holds the lock.
-
-    An exclusive ``flock`` on the folder itself (no lock file: the folder's inode lives as long
-    as the run), taken without waiting. :func:`unlock_folder` releases it, and so does the
-    operating system when the process ends however it ends (``kill -9`` included), so a lock
-    is never stale. None where there are no ``flock`` locks (Windows, or a file system that
-    refuses them): the folder is then written unlocked, as before locks existed.
+    """Lock the run folder ``folder`` for this process's writing (:func:`ember._lock.lock_folder`).
 
     Raises:
         TrackingError: another process holds the lock; the message names ``what`` and
             ``holder()`` (who the folder's metadata says writes it).
     """
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        return None
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno not in _HELD:
-            return None  # no locks on this file system (some network mounts)
-        raise TrackingError(
+
+    def refusal() -> TrackingError:
+        return TrackingError(
             f"{what} is open for writing in another process ({holder()}), which holds its lock: finish it "
             "there or wait for that process to end; two processes writing one run would interleave its files"
-        ) from None
-    return fd
+        )
 
-
-def unlock_folder(fd: int | None, release: bool = True) -> None:
-    """Close a descriptor from :func:`lock_folder`; ``release=False`` in a forked child: the parent keeps the lock."""
-    if fd is None:
-        return
-    if release:
-        import fcntl
-
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    os.close(fd)
+    return _lock.lock_folder(folder, refusal)
 
 
 MAX_JSON_BYTES = 64 << 20
@@ -232,6 +209,20 @@ def open_regular(path: Path) -> BinaryIO:
         FileNotFoundError: ``path`` does not exist (callers decide what missing means).
         TrackingError: it is a link, a folder, or something else than a regular file.
     """
+    link = (
+        f"{path} is a symbolic link: the store reads only the regular files ember wrote into a run or "
+        "artifact folder; replace the link by a copy"
+    )
+    try:
+        mode = os.lstat(path).st_mode  # a pipe or a device is refused before anything opens it
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise TrackingError(f"{path} cannot be read: {e.strerror or e}") from None
+    if stat.S_ISLNK(mode):
+        raise TrackingError(link)
+    if not stat.S_ISREG(mode):
+        raise TrackingError(f"{path} is {file_kind(mode)}: the store expects a regular file there")
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
@@ -239,17 +230,23 @@ def open_regular(path: Path) -> BinaryIO:
         raise
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise TrackingError(
-                f"{path} is a symbolic link: the store reads only the regular files ember wrote into a run or "
-                "artifact folder; replace the link by a copy"
-            ) from None
+            raise TrackingError(link) from None
         raise TrackingError(f"{path} cannot be read: {e.strerror or e}") from None
     mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(mode):  # replaced between the two looks
         os.close(fd)
-        kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
-        raise TrackingError(f"{path} is {kind}: the store expects a file there")
+        raise TrackingError(f"{path} is {file_kind(mode)}: the store expects a regular file there")
     return os.fdopen(fd, "rb")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s) is, in words: "a folder", "a named pipe (FIFO)"..."""
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):  # fmt: skip
+        if test(mode):
+            return kind
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _no_constants(name: str) -> Any:
@@ -320,14 +317,3 @@ def drop_torn_tail(path: Path) -> int:
         if keep < size:
             f.truncate(keep)
         return size - keep
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

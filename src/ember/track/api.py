@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ember.errors import TrackingError
+from ember.errors import ConfigError, TrackingError, describe, short_repr
 from ember.track import _live, lineage
 from ember.track._fs import (
     RUNS_DIR,
@@ -45,15 +45,17 @@ CONFIG_KEYS = ("name", "hparams", "labels", "description", "folder")
 
 def _read_config(config_path: str | os.PathLike[str]) -> dict[str, Any]:
     """The overrides in a run's YAML config file, checked against :data:`CONFIG_KEYS`."""
-    import yaml  # only runs made from a config file pay for it
+    from ember.config.sources import read_yaml  # ember's one YAML loader; only runs made from a config file pay
 
+    if not isinstance(config_path, str | os.PathLike):
+        raise TrackingError(f"config_path must be the path of a YAML file, got {describe(config_path)}")
     path = Path(config_path)
-    if not path.is_file():
+    if not path.exists():
         raise TrackingError(f"config_path {path} does not exist; pass the path of a YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise TrackingError(f"config_path {path} is not valid YAML: {e}") from e
+        data = read_yaml(path, f"config_path {path}")
+    except ConfigError as e:
+        raise TrackingError(str(e)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -152,13 +154,16 @@ def create_run(
         check_description(description),
         checked.to_dict(),
     )
+    from ember.track.client import CONFLICTS, credentials
+
+    if conflict_strategy not in CONFLICTS:  # checked with or without auto_upload: a typo is never silent
+        raise TrackingError(f"conflict_strategy {short_repr(conflict_strategy)}: use one of {', '.join(CONFLICTS)}")
+    for flag, value in (("auto_upload", auto_upload), ("make_folder", make_folder)):
+        if not isinstance(value, bool):
+            raise TrackingError(f"{flag} must be True or False, got {describe(value)}")
     if get_rank() != 0:
         return NoOpRun(meta)
     if auto_upload:
-        from ember.track.client import CONFLICTS, credentials
-
-        if conflict_strategy not in CONFLICTS:
-            raise TrackingError(f"conflict_strategy {conflict_strategy!r}: use one of {', '.join(CONFLICTS)}")
         credentials()  # not logged in: say so now, not from the background thread
     path = make_unique_dir(resolve_home(home) / RUNS_DIR, name)
     folder_lock = lock_folder(path, f"run {path.name}", lambda: "")  # a new folder: nobody else holds it

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ember._atomic import atomic_open
+from ember._atomic import atomic_open, why_write_failed
 from ember.errors import TrackingError
 from ember.track import lineage
 from ember.track._fs import (
@@ -24,6 +25,7 @@ from ember.track._fs import (
     check_labels,
     check_name,
     check_rel_path,
+    file_kind,
     get_rank,
     make_unique_dir,
     now_iso,
@@ -38,15 +40,22 @@ FORMAT = "ember.artifact/1"
 
 
 def _copy_hashed(src: Path, dest: Path) -> tuple[int, str]:
-    """Copy ``src`` to ``dest`` atomically (:func:`ember._atomic.atomic_open`); return (size, sha256 hex)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    size = 0
-    with open(src, "rb") as fin, atomic_open(dest, "wb") as fout:
-        while chunk := fin.read(1 << 20):
-            digest.update(chunk)
-            fout.write(chunk)
-            size += len(chunk)
+    """Copy the regular file ``src`` to ``dest`` atomically (:func:`ember._atomic.atomic_open`);
+    return (size, sha256 hex). A pipe or device found there (replaced since it was checked) is
+    refused without reading it."""
+    fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fin:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TrackingError(f"{src} is {file_kind(mode)}, not a regular file: nothing of it was copied")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        size = 0
+        with atomic_open(dest, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                digest.update(chunk)
+                fout.write(chunk)
+                size += len(chunk)
     return size, digest.hexdigest()
 
 
@@ -134,7 +143,7 @@ class Artifact(Record):
         try:
             size, sha = _copy_hashed(src, self._path / "files" / obj)
         except OSError as e:
-            raise TrackingError(f"copying {src} into artifact {self.name!r} failed: {e}") from e
+            raise TrackingError(f"copying {src} into artifact {self.name!r} failed: {why_write_failed(e)}") from None
         record = {"path": obj, "size": size, "sha256": sha, "source": str(src.absolute())}
         self._meta["files"].append(record)
         self._save()
@@ -142,6 +151,10 @@ class Artifact(Record):
 
     def add_dir(self, path: str | os.PathLike[str], obj_path: str | None = None) -> list[dict[str, Any]]:
         """Copy every file under a folder (following links) into the artifact.
+
+        Only regular files are copied: a named pipe, a device, a socket or a link to nothing
+        under the folder is refused, naming it, before anything is copied (reading a pipe would
+        wait for a writer for ever, a device may never end), as :meth:`add_file` refuses them.
 
         Args:
             path: the folder to copy.
@@ -151,7 +164,8 @@ class Artifact(Record):
             The file records, in sorted path order.
 
         Raises:
-            TrackingError: the folder is missing, a link loops, or a target path is taken.
+            TrackingError: the folder is missing, a link loops, an entry is not a regular file,
+                or a target path is taken. The artifact is unchanged.
         """
         src = Path(path)
         base = check_rel_path(src.absolute().name if obj_path is None else obj_path, "obj_path")
@@ -168,8 +182,18 @@ class Artifact(Record):
             dirnames.sort()
             rel = Path(dirpath).relative_to(src).as_posix()
             for filename in sorted(filenames):
+                file = Path(dirpath) / filename
+                try:
+                    mode = os.stat(file).st_mode  # through links, as the copy reads
+                except FileNotFoundError:
+                    raise TrackingError(f"add_dir: {file} is a link to nothing; nothing was copied") from None
+                if not stat.S_ISREG(mode):
+                    raise TrackingError(
+                        f"add_dir: {file} is {file_kind(mode)}, not a regular file; nothing was copied. Remove it "
+                        "from the folder, or add the files you want with add_file"
+                    )
                 obj = posixpath.normpath(posixpath.join(base, rel, filename))
-                todo.append((Path(dirpath) / filename, check_rel_path(obj, "obj_path")))
+                todo.append((file, check_rel_path(obj, "obj_path")))
         for _, obj in todo:
             self._check_free(obj)
         return [self._copy_in(file, obj) for file, obj in todo]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from ember._atomic import atomic_open
+from ember._atomic import atomic_open, why_write_failed
 from ember._format import format_bytes, format_duration
 from ember._subcommands import output_file, run_commands
 from ember.errors import TrackingError, short_repr
@@ -25,10 +26,10 @@ from ember.track.best import majority_mode, recorded_modes
 from ember.track.hparams import flatten
 from ember.track.store import (
     DAMAGED,
-    PLATFORM_FILE,
     RunInfo,
     last_metrics,
     list_runs,
+    read_platform,
     resolve,
     resolve_many,
     run_info,
@@ -40,13 +41,18 @@ def _home(args: argparse.Namespace) -> Path:
 
 
 def _last_text(info: RunInfo) -> tuple[str, str | None]:
-    """The LAST METRICS text of a run and, when reading its metrics shows damage, the reason."""
+    """The LAST METRICS text of a run and, when reading its metrics shows damage, the reason
+    (its paths relative to the run folder, so that the table's column shows what is wrong)."""
     if info.error is not None:
-        return info.error, info.error
+        return _in_run(info.error, info), info.error
     try:
         return rp.last_metrics_text(last_metrics(info.path, info.types)), None
     except TrackingError as e:
-        return str(e), str(e)
+        return _in_run(str(e), info), str(e)
+
+
+def _in_run(text: str, info: RunInfo) -> str:
+    return text.replace(f"{info.path}{os.sep}", "").replace(str(info.path), "the run folder")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -186,13 +192,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _platform(run_path: Path) -> dict[str, Any]:
     """The run's platform.json ({} when it has none)."""
-    path = run_path / PLATFORM_FILE
-    if not path.exists() and not path.is_symlink():
-        return {}
-    data = read_json(path, follow_links=False)
-    if not isinstance(data, dict):
-        raise TrackingError(f"{path} holds {type(data).__name__}, not an object")
-    return data
+    return read_platform(run_path) or {}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -259,10 +259,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise TrackingError(f"run {path.name} is damaged, nothing was exported: {info.error}")
     write = export.write_json if args.format == "json" else export.write_csv
     if out is None:
-        write(path, sys.stdout)
+        try:
+            write(path, sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `ember runs export RUN | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+            return 0
+        except OSError as e:
+            raise TrackingError(f"cannot write to the standard output: {why_write_failed(e)}") from None
     else:
-        with atomic_open(out, "w", encoding="utf-8", newline="") as f:  # a failed export leaves the old file
-            write(path, f)
+        try:
+            with atomic_open(out, "w", encoding="utf-8", newline="") as f:  # a failed export leaves the old file
+                write(path, f)
+        except OSError as e:
+            raise TrackingError(f"cannot write {args.output}: {why_write_failed(e)}; nothing was exported") from None
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -285,7 +295,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             print("nothing removed")
             return 1
     for info in infos:
-        if info.path.is_symlink():  # a link in the store: remove the link, never what it points at
+        if info.path.is_symlink() or not info.path.is_dir():  # a link: the link, never what it points at
             info.path.unlink()
         else:
             shutil.rmtree(info.path)

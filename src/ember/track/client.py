@@ -20,6 +20,7 @@ import codecs
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -31,8 +32,9 @@ from typing import Any
 from ember._format import format_duration
 from ember.errors import TrackingError
 from ember.track import images, lineage
-from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
+from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, file_kind, read_json
 from ember.track.retry import Retry, retry_after, should_retry
+from ember.track.store import read_platform
 
 log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
@@ -262,8 +264,14 @@ def _detail(response: Any) -> str:
 
 
 def _no_follow(path: str, flags: int) -> int:
-    """An ``open`` opener that refuses a symbolic link (in case one appears after the check)."""
-    return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0))
+    """An ``open`` opener for the files of a run or artifact folder: a symbolic link is refused
+    (in case one appears after the check), and so is a pipe or a device, without waiting on it."""
+    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UploadError(f"{path} is {file_kind(mode)}, not a regular file: nothing of it is sent")
+    return fd
 
 
 def refuse_links(folder: Path, what: str) -> None:
@@ -419,7 +427,7 @@ def upload_run(
         refuse_links(linked, "artifact")
     meta = read_json(run_dir / "run.json")
     with _borrowed(client) as client, _keeping(f"the run {run_dir}", run_dir):
-        platform = read_json(run_dir / "platform.json") if (run_dir / "platform.json").is_file() else {}
+        platform = read_platform(run_dir) or {}
         body = {**_placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)}
         body.update(run=meta, platform=platform)
         rid = str(meta["id"])

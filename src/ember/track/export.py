@@ -16,7 +16,7 @@ from typing import IO, Any
 from ember.track import lineage
 from ember.track._fs import read_json
 from ember.track._values import json_metrics
-from ember.track.store import PLATFORM_FILE, RUN_FILE, metric_batches, metric_types
+from ember.track.store import RUN_FILE, metric_batches, metric_types, read_platform
 
 
 def write_csv(run_path: Path, out: IO[str]) -> None:
@@ -53,8 +53,7 @@ _JSON_POINTS = 500
 def write_json(run_path: Path, out: IO[str]) -> None:
     """``{"run", "platform", "metrics": {type: [points]}, "lineage"}``, exactly as ``json.dumps(..., indent=2)``
     lays it out, with NaN and infinities as the store's strings (strict JSON)."""
-    platform_path = run_path / PLATFORM_FILE
-    platform = read_json(platform_path, follow_links=False) if platform_path.exists() else None
+    platform = read_platform(run_path)
     out.write('{\n  "run": ' + _nested(read_json(run_path / RUN_FILE, follow_links=False), 1))
     out.write(',\n  "platform": ' + _nested(platform, 1) + ',\n  "metrics": {')
     types = metric_types(run_path)

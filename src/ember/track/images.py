@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import re
+import stat
 import struct
 import zlib
 from pathlib import Path
 from typing import Any
 
-from ember._atomic import atomic_write
+from ember._atomic import atomic_write, why_write_failed
 from ember.errors import TrackingError
+from ember.track._fs import append_line, file_kind, open_regular
 
 IMAGES_FILE = "images.jsonl"
 IMAGES_DIR = "images"
@@ -70,7 +73,7 @@ def _pixels(image: Any) -> Any:
     chw = False
     if kind == "torch":
         chw = image.ndim == 3 and image.shape[0] in (1, 3, 4) and image.shape[-1] not in (1, 3, 4)
-        image = image.detach().to("cpu").numpy()
+        image = _tensor_array(image)
     if not isinstance(image, np.ndarray):
         raise TrackingError(f"log_image takes a numpy array, a PIL image or a torch tensor, got {type(image).__name__}")
     arr = image
@@ -98,6 +101,24 @@ def _pixels(image: Any) -> Any:
     raise TrackingError(f"image of dtype {arr.dtype}: use uint8 (0-255) or float in [0, 1]")
 
 
+def _tensor_array(tensor: Any) -> Any:
+    """A torch tensor as a numpy array on the CPU; the float types numpy lacks (bfloat16, the
+    float8 types) through float32."""
+    import torch
+
+    try:
+        tensor = tensor.detach()
+        if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+            tensor = tensor.to(dtype=torch.float32)
+        return tensor.to("cpu").numpy()
+    except (RuntimeError, TypeError, NotImplementedError, ValueError) as e:
+        raise TrackingError(
+            f"a {tensor.dtype} tensor on {tensor.device} (layout {tensor.layout}) cannot be read as pixels "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): pass a dense uint8 tensor, or "
+            "floats in [0, 1]"
+        ) from None
+
+
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
@@ -115,15 +136,46 @@ def encode_png(pixels: Any) -> bytes:
 
 
 def png_size(data: bytes) -> tuple[int, int]:
-    """(width, height) from a PNG's header; TrackingError when ``data`` is not a PNG."""
+    """(width, height) from a PNG's header, each 1 to :data:`MAX_SIDE`; TrackingError when ``data``
+    is not a PNG or its header gives another size (a PNG is stored as it is: its header is its size)."""
     if len(data) < 24 or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR":
         raise TrackingError("not a PNG file: log_image takes a saved file only as PNG (or pass the pixels)")
     width, height = struct.unpack(">II", data[16:24])
+    if not (0 < width <= MAX_SIDE and 0 < height <= MAX_SIDE):
+        raise TrackingError(f"a PNG of {width}x{height} pixels (its header); a side may be 1 to {MAX_SIDE}")
     return int(width), int(height)
 
 
-def _decoded(path: Path) -> Any:
-    """A saved image file that is not a PNG, decoded by Pillow (loaded whole, the file closed)."""
+def _read_image_file(path: Path) -> bytes:
+    """The bytes of a saved image: a regular file (a link to one is followed: it is the caller's own
+    path) of at most :data:`MAX_PNG_BYTES`, checked before reading; a pipe or a device is not read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise TrackingError(f"image file {str(path)!r} does not exist") from None
+    except OSError as e:
+        raise TrackingError(f"image file {str(path)!r} cannot be read: {e.strerror or e}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise TrackingError(
+            f"image file {str(path)!r} is {file_kind(info.st_mode)}, not a regular file: pass an image file "
+            "or the pixels"
+        )
+    with os.fdopen(fd, "rb") as f:
+        if info.st_size > MAX_PNG_BYTES:
+            raise TrackingError(
+                f"image file {str(path)!r} is {info.st_size} bytes; the most log_image reads is {MAX_PNG_BYTES}"
+            )
+        data = f.read(MAX_PNG_BYTES + 1)
+    if len(data) > MAX_PNG_BYTES:  # it grew while read
+        raise TrackingError(f"image file {str(path)!r} is over {MAX_PNG_BYTES} bytes")
+    return data
+
+
+def _decoded(path: Path, data: bytes) -> Any:
+    """A saved image file that is not a PNG (its bytes ``data``), decoded by Pillow (loaded whole)."""
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
@@ -132,7 +184,7 @@ def _decoded(path: Path) -> Any:
             "`pip install pillow`, or save the image as PNG, or pass the pixels"
         ) from None
     try:
-        with Image.open(path) as opened:
+        with Image.open(io.BytesIO(data)) as opened:
             size = opened.size
             if max(size) <= MAX_SIDE:
                 opened.load()
@@ -155,11 +207,11 @@ def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) ->
     """
     check_name(name)
     if isinstance(image, (str, os.PathLike)):
-        data = Path(image).read_bytes()
+        data = _read_image_file(Path(image))
         if data[:8] == _PNG_SIGNATURE:
             width, height = png_size(data)
         else:
-            pixels = _pixels(_decoded(Path(image)))
+            pixels = _pixels(_decoded(Path(image), data))
             height, width = int(pixels.shape[0]), int(pixels.shape[1])
             data = encode_png(pixels)
     else:
@@ -172,8 +224,11 @@ def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) ->
     path = run_dir / rel
     if path.exists():
         raise TrackingError(f"image {name!r} is already logged at step {step}: log it at another step")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, data)  # fsynced before its line is appended: no line names a lost file
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data)  # fsynced before its line is appended: no line names a lost file
+    except OSError as e:
+        raise TrackingError(f"cannot write image {name!r} to {path}: {why_write_failed(e)}") from None
     line = {
         "name": name,
         "step": step,
@@ -184,20 +239,42 @@ def write_image(run_dir: Path, name: str, image: Any, step: int, when: float) ->
         "size": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
-    with open(run_dir / IMAGES_FILE, "ab") as f:
-        f.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+    try:
+        append_line(run_dir / IMAGES_FILE, json.dumps(line, separators=(",", ":")) + "\n")
+    except OSError as e:
+        path.unlink(missing_ok=True)  # no file without its line: it could never be logged at this step again
+        raise TrackingError(f"cannot add image {name!r} to {run_dir / IMAGES_FILE}: {why_write_failed(e)}") from None
     return line
 
 
 def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
-    """The lines of a run's ``images.jsonl`` (complete lines only), in the order logged."""
+    """The lines of a run's ``images.jsonl`` (complete lines only), in the order logged.
+
+    Raises:
+        TrackingError: the file is not a regular file, or a complete line is not an object.
+    """
     if run_dir is None:
         return []
+    path = run_dir / IMAGES_FILE
     try:
-        data = (run_dir / IMAGES_FILE).read_bytes()
+        with open_regular(path) as f:
+            data = f.read()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in data[: data.rfind(b"\n") + 1].splitlines() if line.strip()]
+    lines = []
+    for number, line in enumerate(data[: data.rfind(b"\n") + 1].splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise TrackingError(
+                f"{path}: line {number} is not JSON ({type(e).__name__}); it was not written by ember"
+            ) from None
+        if not isinstance(record, dict):
+            raise TrackingError(f"{path}: line {number} is not a JSON object; it was not written by ember")
+        lines.append(record)
+    return lines
 
 
 def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
@@ -207,7 +284,7 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
     stores each (name, step) once and moves the cursor in the same transaction, so a retry
     adds nothing.
     """
-    from ember.track.client import UploadError, _lines
+    from ember.track.client import UploadError, _lines, _no_follow
 
     path = run_dir / IMAGES_FILE
     while True:
@@ -223,7 +300,8 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
                     rel = str(record["file"])
                     if not rel.startswith(IMAGES_DIR + "/") or ".." in rel.split("/"):
                         raise ValueError(f"file {rel!r} is not under {IMAGES_DIR}/")
-                    data = (run_dir / rel).read_bytes()
+                    with open(run_dir / rel, "rb", opener=_no_follow) as f:
+                        data = f.read(MAX_PNG_BYTES + 1)
                     item = {k: record[k] for k in ("name", "step", "time")}
                 except (KeyError, TypeError, ValueError, OSError) as e:
                     raise UploadError(f"{path}: the line at byte {used} names no readable image ({e})") from None

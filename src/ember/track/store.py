@@ -27,6 +27,7 @@ from ember.errors import TrackingError, describe, short_repr
 from ember.track._fs import (
     ARTIFACTS_DIR,
     RUNS_DIR,
+    file_kind,
     hostname,
     parse_iso,
     pid_alive,
@@ -125,13 +126,29 @@ def _scan_metrics(path: Path) -> tuple[list[str], str | None]:
 
 
 def _entries(parent: Path, meta_file: str) -> list[Path]:
+    """The entries of ``parent`` that are, or claim to be, run (or artifact) folders, by name.
+
+    A folder holding ``meta_file`` in any form (a file, or a link, a pipe, a device, a folder:
+    the readers then report it as damaged), and anything that is not a folder: a symbolic link
+    (never followed: a link to a folder elsewhere is listed as damaged, not read), a pipe, a
+    file. Nothing is opened here. A folder without ``meta_file`` is not a run (a run's folder
+    gets its ``run.json`` as it is created).
+    """
     try:
         children = list(os.scandir(parent))
     except FileNotFoundError:
         return []
-    return sorted(
-        Path(e.path) for e in children if not e.name.startswith(".") and os.path.isfile(e.path + "/" + meta_file)
-    )
+    return sorted(Path(e.path) for e in children if not e.name.startswith(".") and _claims(e.path, meta_file))
+
+
+def _claims(path: str | os.PathLike[str], meta_file: str) -> bool:
+    """Whether ``path`` is, or claims to be, a run (artifact) folder: a link, anything but a folder
+    (a pipe, a file), or a folder holding ``meta_file`` in any form (see :func:`_entries`)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISDIR(mode) or os.path.lexists(os.path.join(path, meta_file))
 
 
 def resolve(ref: str | os.PathLike[str], home: Path, kind_dir: str = RUNS_DIR, meta_file: str = RUN_FILE) -> Path:
@@ -156,13 +173,13 @@ def resolve_many(
     found: list[Path] = []
     for ref in refs:
         path = Path(ref)
-        if (path / meta_file).is_file():
+        if _claims(path, meta_file):  # a damaged one too: its readers say what is wrong
             found.append(path.absolute())
             continue
         text = os.fspath(ref)
         if not text or "/" in text or os.sep in text:
             raise TrackingError(f"{short_repr(text)} is not a {kind} folder: it has no {meta_file}")
-        if not text.startswith(".") and (parent / text / meta_file).is_file():
+        if not text.startswith(".") and _claims(parent / text, meta_file):
             found.append(parent / text)
             continue
         if names is None:  # a prefix: the names, once
@@ -170,7 +187,7 @@ def resolve_many(
                 names = sorted(e.name for e in os.scandir(parent) if not e.name.startswith("."))
             except FileNotFoundError:
                 names = []
-        matches = [n for n in names if n.startswith(text) and (parent / n / meta_file).is_file()]
+        matches = [n for n in names if n.startswith(text) and _claims(parent / n, meta_file)]
         if len(matches) == 1:
             found.append(parent / matches[0])
             continue
@@ -218,9 +235,19 @@ class RunInfo:
 
 
 def run_info(path: Path) -> RunInfo:
-    """Read one run's metadata; a damaged folder or ``run.json`` gives status ``Damaged`` and the reason."""
-    if path.is_symlink():
+    """Read one run's metadata; a damaged folder or ``run.json`` gives status ``Damaged`` and the reason.
+
+    A link is not followed, and a ``run.json`` that is not a regular file (a pipe, a device, a
+    link) is not opened (:func:`ember.track._fs.open_regular`).
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as e:
+        return RunInfo(path, status=DAMAGED, error=f"{path} cannot be read: {e.strerror or e}")
+    if stat.S_ISLNK(mode):
         return RunInfo(path, status=DAMAGED, error=f"{path} is a symbolic link: the store reads only folders inside it")
+    if not stat.S_ISDIR(mode):
+        return RunInfo(path, status=DAMAGED, error=f"{path} is {file_kind(mode)}, not a run folder")
     types, damage = _scan_metrics(path)
     if damage is not None:
         return RunInfo(path, status=DAMAGED, error=damage)
@@ -232,6 +259,21 @@ def run_info(path: Path) -> RunInfo:
     if reason is not None:
         return RunInfo(path, meta if isinstance(meta, dict) else {}, DAMAGED, f"{path / RUN_FILE}: {reason}")
     return RunInfo(path, meta, effective_status(meta), types=types)
+
+
+def read_platform(run_path: Path) -> dict[str, Any] | None:
+    """The run's ``platform.json`` (None when it has none), which must hold an object.
+
+    Raises:
+        TrackingError: it is not a regular file, not JSON, or not a JSON object (``[]``, ``3``).
+    """
+    path = run_path / PLATFORM_FILE
+    if not os.path.lexists(path):
+        return None
+    data = read_json(path, follow_links=False)
+    if not isinstance(data, dict):
+        raise TrackingError(f"{path} holds {describe(data)}, not an object: it was not written by ember")
+    return data
 
 
 def list_runs(home: Path) -> list[RunInfo]:

@@ -56,8 +56,9 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
     """Load the checkpoint ``resume`` names into ``trainer`` (a collective); return the RNG state to apply.
 
     ``"auto"``: the newest readable checkpoint in the CheckpointHook's directory (a damaged one
-    is skipped with a warning); none there: say so and return None (start fresh). A path: that
-    file, or the newest in that directory; missing or damaged: CheckpointError.
+    is skipped with a warning, and set aside as ``NAME.damaged``); none there: say so and return
+    None (start fresh). A path: that file, or the newest in that directory (set aside as with
+    ``"auto"`` when it is a CheckpointHook's directory); missing or damaged: CheckpointError.
     """
     logger = trainer.logger
     from_env = resume is None
@@ -79,9 +80,17 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
                 "pass resume=PATH to choose"
             )
         target = dirs[0]
+        if target.exists() and not target.is_dir():  # else its content would be read as a checkpoint
+            raise CheckpointError(
+                f"resume='auto' looks in the CheckpointHook's directory {str(target)!r}, which is not a folder: "
+                "give the hook a folder (or a path that does not exist yet)"
+            )
     else:
         target = Path(resume)
-    found_ckpt = open_checkpoint(target, logger, missing_ok=auto)
+    # A damaged checkpoint skipped in the folder this fit saves into is set aside: the run will
+    # come back to its step and save under its name.
+    own = {h.dir.resolve() for h in hooks}
+    found_ckpt = open_checkpoint(target, logger, missing_ok=auto, set_aside_damaged=target.resolve() in own)
     if found_ckpt is None:
         if auto:
             logger.info(f"resume='auto': no checkpoint in {str(target)!r} yet: starting fresh", ranks=[0])

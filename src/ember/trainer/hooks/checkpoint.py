@@ -15,7 +15,7 @@ from torch.utils.hooks import RemovableHandle
 
 from ember import distributed
 from ember.batch import batches_per_epoch
-from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints
+from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints, folder
 from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
 from ember.checkpoint.sharded import is_sharded, obstacles, save_sharded
 from ember.checkpoint.snapshot import capture
@@ -146,6 +146,7 @@ class CheckpointHook(BaseHook):
         self._copying: DeferredCopy | None = None  # async_save: the last save's background copies, until checked
         self._last_finite: Path | None = None  # the newest checkpoint saved before any non-finite loss
         self._step_hook: RemovableHandle | None = None
+        self._folder: folder.FolderLock | None = None  # rank 0, during fit: the folder's lock
         self.stall_s = 0.0
 
     def metric_modes(self) -> dict[str, Literal["max", "min"]]:
@@ -169,12 +170,20 @@ class CheckpointHook(BaseHook):
                 raise HookError(f"hooks {hook.name!r} and {self.name!r} both save to {str(self.dir)!r}: use one each")
 
     def before_train(self) -> None:
-        """Create the directory, remove temporaries of writes a crash interrupted, and refuse
-        anything named like a checkpoint that a save could not replace (rank 0)."""
+        """Create the directory, lock it for this fit (one writing trainer per folder), remove
+        temporaries of writes a crash interrupted, and refuse anything named like a checkpoint
+        that a save could not replace (rank 0)."""
         self.stall_s = 0.0
         if distributed.rank() == 0:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise CheckpointError(
+                    f"{self.name} cannot use the checkpoint directory {str(self.dir)!r}: {exc.strerror or exc}"
+                ) from None
+            self._release_folder()
+            self._folder = folder.lock(self.dir, f"CheckpointHook {self.name!r}")
+            try:
                 remove_stale_temporaries(self.dir)
             except OSError as exc:
                 raise CheckpointError(
@@ -221,11 +230,19 @@ class CheckpointHook(BaseHook):
             self._save(t.cur_epoch + 1, 0, "best" if improved and not self._epoch_save_due() else "epoch", improved)
 
     def after_train(self) -> None:
-        """Wait for a background write to finish (raising its error, if any)."""
+        """Wait for a background write to finish (raising its error, if any); release the folder."""
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
-        self.wait()
+        try:
+            self.wait()
+        finally:
+            self._release_folder()
+
+    def _release_folder(self) -> None:
+        held, self._folder = self._folder, None
+        if held is not None:
+            held.release()
 
     def events(self) -> list[str]:
         """The lifecycle methods called: ``after_update`` only when it has something to do."""
