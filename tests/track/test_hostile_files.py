@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import struct
 import threading
@@ -210,3 +211,24 @@ def test_a_platform_json_that_is_not_an_object_is_damage_everywhere_it_is_read(
     assert "platform.json holds [] (list), not an object" in capsys.readouterr().out
     assert ember("runs", "export", path.name, "--format", "json", "--output", str(tmp_path / "x.json")) == 2
     assert "platform.json holds [] (list), not an object" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("which", ["root", "runs"])
+def test_a_store_that_is_a_file_is_one_clear_error_in_the_api_and_the_cli(
+    tmp_path: Path, which: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "store"
+    if which == "root":
+        home.write_text("not a folder")
+    else:
+        home.mkdir()
+        (home / "runs").write_text("not a folder")
+    message = rf"tracking store's {'root' if which == 'root' else 'runs folder'} .* is not a folder"
+    with pytest.raises(TrackingError, match=message):
+        track.create_run(name="x", home=home)
+    monkeypatch.setenv("EMBER_HOME", str(home))
+    with pytest.raises(TrackingError, match=message + r" \(from \$EMBER_HOME\)"):
+        em.create_run(name="x")
+    assert ember("runs", "ls", "--store", str(home)) == 2  # the CLI's one error line, exit code 2
+    assert re.search(message, capsys.readouterr().err)
+    assert home.is_file() or (home / "runs").is_file()  # nothing replaced

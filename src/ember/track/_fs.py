@@ -54,10 +54,23 @@ def get_rank() -> int:
 
 
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:
-    """The store root: ``home`` when given, else ``$EMBER_HOME``, else ``./.ember``."""
+    """The store root: ``home`` when given, else ``$EMBER_HOME``, else ``./.ember``.
+
+    Raises:
+        TrackingError: the root, or its ``runs``/``artifacts`` folder, exists and is not a folder.
+    """
+    source = "home= / --store"
     if home is None:
+        source = "$EMBER_HOME" if os.environ.get("EMBER_HOME") else "the default store ./.ember"
         home = os.environ.get("EMBER_HOME") or DEFAULT_HOME
-    return Path(home).expanduser().absolute()
+    root = Path(home).expanduser().absolute()
+    for path in (root, root / RUNS_DIR, root / ARTIFACTS_DIR):
+        if os.path.lexists(path) and not path.is_dir():
+            raise TrackingError(
+                f"the tracking store's {'root' if path == root else path.name + ' folder'} {path} is not a folder "
+                f"(from {source}): give a folder as home= / --store or $EMBER_HOME, or move that file away"
+            )
+    return root
 
 
 def check_name(name: object, what: str = "name") -> str:
