@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from ember.checkpoint.folder import HOLDER_FILE
 from tests.checkpoint.common import read_result
 from tests.dist import ROOT
 
@@ -72,12 +73,13 @@ def test_a_kill_during_a_write_leaves_only_a_temporary_and_the_previous_checkpoi
     killed: tuple[Path, dict[str, Any]],
 ) -> None:
     found = killed[1]["writing-a-checkpoint"]
-    temporaries = [n for n in found["listing"] if n.startswith(".")]
+    temporaries = [n for n in found["listing"] if n.startswith(".") and n != HOLDER_FILE]  # .lock: the folder's lock
     assert len(temporaries) == 1 and temporaries[0].startswith(".ckpt-e0002-s000000010.ckpt.tmp-")
     assert "ckpt-e0002-s000000010.ckpt" not in found["listing"]
     assert found["pointer"] == "ckpt-e0001-s000000008.ckpt"
     resumed_dir = killed[0] / "writing-a-checkpoint" / "ckpt"
-    assert not [p for p in resumed_dir.iterdir() if p.name.startswith(".")], "the stale temporary was not removed"
+    stale = [p for p in resumed_dir.iterdir() if p.name.startswith(".") and p.name != HOLDER_FILE]
+    assert not stale, "the stale temporary was not removed"
 
 
 def test_a_second_signal_exits_at_once_without_saving(killed: tuple[Path, dict[str, Any]]) -> None:
