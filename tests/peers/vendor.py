@@ -3,7 +3,9 @@
     python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
     python -m tests.peers.vendor pytorch_accelerated_examples SDIST.tar.gz   # its examples/core
     python -m tests.peers.vendor colossalai_examples CHECKOUT        # ColossalAI-Examples' features/
+    python -m tests.peers.vendor colossalai_examples_image CHECKOUT  # and its image/
     python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout
+    python -m tests.peers.vendor t9k_examples CHECKOUT --out DIR     # t9k/tutorial-examples' em/ (not vendored)
 
 The files under ``tests/peers/<peer>/`` are exactly this script's output (``--check`` compares):
 the peers' tests with their imports rewritten, and for detectron2's ``test_engine.py`` the
@@ -23,6 +25,7 @@ HERE = Path(__file__).parent
 TARGETS = {
     "pytorch_accelerated_examples": HERE.parent / "seeds" / "programs" / "pytorch_accelerated",
     "colossalai_examples": HERE.parent / "seeds" / "programs" / "colossalai",
+    "colossalai_examples_image": HERE.parent / "seeds" / "programs" / "colossalai" / "image",
 }
 """Where a peer's files go, when not ``tests/peers/<peer>``."""
 
@@ -46,12 +49,28 @@ PEERS = {
     "colossalai_examples": (
         "features",
         ["gradient_accumulation/train.py", "gradient_accumulation/config.py", "gradient_clipping/train.py",
-         "gradient_clipping/config.py", "amp/train.py", "amp/config/config_fp32.py", "amp/config/config_AMP_torch.py"],
+         "gradient_clipping/config.py", "amp/train.py", "amp/config/config_fp32.py", "amp/config/config_AMP_torch.py",
+         "amp/config/config_AMP_naive.py", "tensor_parallel/run.py", "tensor_parallel/configs/tp_1d.py",
+         "tensor_parallel/configs/tp_2d.py", "tensor_parallel/configs/tp_2p5d.py", "tensor_parallel/configs/tp_3d.py",
+         "pipeline_parallel/resnet.py"],
         [(r"^import colossalai$", "import ember.compat.colossalai as colossalai"),
+         (r"^import colossalai\.", "import ember.compat.colossalai."),
          (r"^from colossalai\b", "from ember.compat.colossalai"),
          (r"\btorchvision\b", "tests.seeds.standins.torchvision"),
          (r"\btitans\b", "tests.seeds.standins.titans"),
          (r"^from timm\b", "from tests.seeds.standins.timm")],
+    ),
+    "colossalai_examples_image": (
+        "image",
+        ["vision_transformer/data_parallel/train_with_cifar10.py", "vision_transformer/data_parallel/config.py"],
+        [],  # colossalai_examples' rewrite
+    ),
+    "t9k_examples": (
+        "em",
+        ["single-worker-training/torch_mnist_single_em.py", "data-parallel-training/torch_mnist_trainingjob_em.py"],
+        [(r"^from t9k import em$", "from ember.compat.t9k import em"),
+         (r"\btorchvision\b", "tests.seeds.standins.torchvision"),
+         (r"^from torch\.utils\.tensorboard import", "from tests.seeds.standins.tensorboard import")],
     ),
     "detectron2": (
         "tests",
@@ -62,6 +81,9 @@ PEERS = {
 }  # fmt: skip
 
 CONFIG_SYSTEM_PEERS = ("detectron2",)
+
+UNLICENSED = ("t9k_examples",)
+"""Peers whose repository carries no license: their programs are written to ``--out`` only, never vendored."""
 
 CONFIG_SYSTEM = {
     # detectron2's test_engine.py: what needs detectron2's config system (yacs configs, the model
@@ -103,7 +125,7 @@ HEADER = "# Vendored from {peer} (see README.md), rewritten by tests/peers/vendo
 
 def rewrite(peer: str, text: str) -> str:
     """``text`` with the peer's import names replaced by ember's compat packages."""
-    for pattern, replacement in PEERS[peer][2]:
+    for pattern, replacement in PEERS[peer][2] or PEERS[peer.rsplit("_", 1)[0]][2]:
         text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
     what = "its imports (and what needs detectron2's config system)" if peer in CONFIG_SYSTEM_PEERS else "its imports"
     return HEADER.format(peer=peer, what=what) + text
@@ -129,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("peer", choices=sorted(PEERS))
     parser.add_argument("source", type=Path, help="the sdist (.tar.gz) or a checkout")
     parser.add_argument("--check", action="store_true", help="compare with the vendored files, write nothing")
+    parser.add_argument("--out", type=Path, help="write the files here instead of into tests/")
     args = parser.parse_args(argv)
-    target = TARGETS.get(args.peer, HERE / args.peer)
+    if args.peer in UNLICENSED and args.out is None:
+        parser.error(f"{args.peer}'s repository has no license: its programs may not be vendored; give --out DIR")
+    target = args.out or TARGETS.get(args.peer, HERE / args.peer)
     differ = []
     for name, text in read_sources(args.peer, args.source).items():
         path = target / name

@@ -389,6 +389,19 @@ def test_scheduler_follows_its_formula_and_its_state_dict_round_trips_exactly(na
             assert [g["lr"] for g in resumed_opt.param_groups] == [g["lr"] for g in opt.param_groups]
 
 
+def test_a_linear_warmup_longer_than_the_run_is_colossals_ramp_then_zero() -> None:
+    from ember.compat.colossalai.nn.lr_scheduler import LinearWarmupLR
+
+    opt = _opt()  # ColossalAI-Examples' ViT: 50 warmup steps, 2 epochs
+    sched = LinearWarmupLR(opt, warmup_steps=50, total_steps=2)
+    rates = []
+    for _ in range(4):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates == pytest.approx([0.1 / 51, 0.2 / 51, 0.0, 0.0], abs=1e-15)
+
+
 def test_one_cycle_takes_each_groups_rate_as_its_peak() -> None:
     from ember.compat.colossalai.nn.lr_scheduler import OneCycleLR
 
@@ -485,8 +498,15 @@ def test_colossal_utils_logging_globals_and_destroy() -> None:
     assert tensor_parallel_env.mode is None and tensor_parallel_env.save()["vocab_parallel"] is False
     with pytest.raises(ConfigError, match=r"tensor_parallel_env\.load got"):
         tensor_parallel_env.load(modee="1d")
+    from ember.compat.colossalai.utils import is_using_pp
+
+    assert not is_using_pp()
     ember.launch(config={}, rank=0, world_size=1, host="127.0.0.1", port=0, verbose=False)
-    assert ember.context.is_launched()
+    assert ember.context.is_launched() and not is_using_pp() and tensor_parallel_env.mode is None
+    tensor_parallel_env.load(mode="1d")  # a setting given overrides the launched config's until forgotten
+    assert tensor_parallel_env.mode == "1d"
+    tensor_parallel_env.load_from_config()
+    assert tensor_parallel_env.mode is None
     gpc.destroy()
     assert not ember.context.is_launched()
 

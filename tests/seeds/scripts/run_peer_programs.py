@@ -1,6 +1,6 @@
 """Run the vendored example programs one after another in this process (or this torchrun job).
 
-``python run_peer_programs.py "PROGRAM [ARG...]"...`` runs each program as its ``__main__``
+``python run_peer_programs.py "[NAME=VALUE...] PROGRAM [ARG...]"...`` runs each program as its ``__main__``
 (``runpy``), from its own folder and with its own command line, and reports per program the
 lines it printed and logged. Each program starts as a fresh job would: the launch of the one
 before is forgotten (``ember.context.reset()``) and, under torchrun, the next one meets at a
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import logging
 import os
+import re
 import runpy
 import shlex
 import socket
@@ -76,21 +78,37 @@ def _fresh_rendezvous(index: int) -> None:
 
 
 def run(spec: str, index: int = 0) -> list[str]:
-    """Run ``programs/<path> [args]`` as ``__main__`` in its folder; the lines it printed or logged."""
-    path, *args = shlex.split(spec)
+    """Run ``[NAME=value...] programs/<path> [args]`` as ``__main__`` in its folder, with those
+    environment variables set (as a shell would); the lines it printed or logged."""
+    words = shlex.split(spec)
+    env = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"[A-Z_][A-Z0-9_]*=", w), words))
+    path, *args = words[len(env) :]
     _fresh_rendezvous(index)
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     program = PROGRAMS / path
     out, logged, cwd, argv = io.StringIO(), _Lines(), os.getcwd(), sys.argv
     ours = logging.getLogger("ember")
     level = ours.level
     ours.setLevel(logging.INFO)  # what a program's logging setup would show: its logger.info lines
     logging.getLogger().addHandler(logged)
+    sys.path.insert(0, str(program.parent))  # as `python program.py` puts its folder first
+    modules = set(sys.modules)
     try:
         os.chdir(program.parent)
         sys.argv = [str(program), *args]
         with contextlib.redirect_stdout(out), _cpu_for_cuda_calls():
             runpy.run_path(str(program), run_name="__main__")
     finally:
+        sys.path.remove(str(program.parent))
+        for name in set(sys.modules) - modules:  # the program's own modules (`from resnet import ...`)
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(program.parent)):
+                del sys.modules[name]
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
         os.chdir(cwd)
         sys.argv = argv
         logging.getLogger().removeHandler(logged)

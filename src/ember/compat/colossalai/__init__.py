@@ -14,6 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 from ._launch import (
     get_default_parser,
     initialize,
@@ -31,3 +34,14 @@ __all__ = [
     "launch_from_slurm",
     "launch_from_torch",
 ]
+
+_SUBMODULES = frozenset({"amp", "context", "core", "engine", "global_variables", "logging", "nn", "pipeline",
+                         "trainer", "utils"})  # fmt: skip
+"""What ``import colossalai`` makes reachable as attributes (its ``__init__`` imports them all)."""
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``colossalai.logging``, ``colossalai.nn``...: imported at the first use, as after Colossal-AI's import."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

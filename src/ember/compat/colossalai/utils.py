@@ -1,5 +1,5 @@
 """Colossal-AI's ``colossalai.utils``: ``get_dataloader``, ``get_current_device``, ``checkpoint``,
-``print_rank_0``, ``Timer``/``MultiTimer``.
+``print_rank_0``, ``is_using_pp``, ``Timer``/``MultiTimer``.
 
 ``get_dataloader`` keeps Colossal-AI's signature and builds ember's loader with
 :func:`ember.get_dataloader`: with ``add_sampler=True`` a resumable sampler sharded across the
@@ -23,7 +23,7 @@ from ember.parallel import checkpointing as activation_checkpointing
 
 from .timer import MultiTimer, Timer
 
-__all__ = ["MultiTimer", "Timer", "checkpoint", "get_current_device", "get_dataloader", "print_rank_0"]
+__all__ = ["MultiTimer", "Timer", "checkpoint", "get_current_device", "get_dataloader", "is_using_pp", "print_rank_0"]
 
 
 def get_dataloader(
@@ -104,11 +104,20 @@ def print_rank_0(msg: str, logger: Any = None) -> None:
             logger.info(msg)
 
 
+def is_using_pp() -> bool:
+    """Whether the launched job has a pipeline of more than one stage (``parallel.pipeline``).
+
+    Example:
+        >>> if is_using_pp():
+        ...     model = pipelinable.partition(1, gpc.pipeline_parallel_size, gpc.get_local_rank(ParallelMode.PIPELINE))
+    """
+    return _context.is_launched() and _context.get_context().layout.pipeline > 1
+
+
 __getattr__ = module_getattr(__name__, "colossalai.utils", {
     "checkpointing": "save with ember's checkpoints: trainer hooks.SaveCheckpointHook / ember.checkpoint.save",
     "save_checkpoint": "use ember.checkpoint.save(path, trainer) (or hooks.SaveCheckpointHook)",
     "load_checkpoint": "use trainer.fit(..., resume=path) or ember.checkpoint.load(path, trainer)",
     "clip_grad_norm_fp32": "set clip_grad_norm in the config: the Engine clips at each update",
-    "is_using_pp": "read gpc.pipeline_parallel_size > 1",
     "colo_set_process_memory_fraction": "use torch.cuda.set_per_process_memory_fraction",
 })  # fmt: skip

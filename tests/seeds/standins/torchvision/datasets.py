@@ -3,7 +3,8 @@
 Each image is a function of its index (no file, no download): the class's own bright stripe on
 noise, so a small model learns it within a few batches. Lengths are the real ones (the example
 programs split them with fixed sizes), and nothing is held in memory; a ``SIZE`` file in the
-dataset's root folder (a test's small "download") sets the number of training images instead.
+dataset's root folder (a test's small "download") sets the number of training images instead
+(``"512"``), or of training and test images (``"512 64"``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ class _Synthetic:
 
     def __len__(self) -> int:
         size = Path(self.root) / "SIZE" if str(self.root) else None
-        if self.train and size is not None and size.is_file():
-            return int(size.read_text())
+        if size is not None and size.is_file():
+            sizes = size.read_text().split()  # training images [test images]
+            if self.train or len(sizes) > 1:
+                return int(sizes[0 if self.train else 1])
         return self.lengths[0] if self.train else self.lengths[1]
 
     def __getitem__(self, index: int) -> tuple[Any, int]:

@@ -24,7 +24,7 @@ class Normalize:
     """``(x - mean) / std`` per channel."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        self.mean, self.std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
+        self.mean, self.std = torch.as_tensor(mean).reshape(-1, 1, 1), torch.as_tensor(std).reshape(-1, 1, 1)
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
         return (tensor - self.mean) / self.std
@@ -47,13 +47,16 @@ def _image(x: Any) -> torch.Tensor:
 
 
 class RandomCrop:
-    """Pad by ``padding`` and crop ``size`` x ``size`` at a random place (arrays and tensors)."""
+    """Pad by ``padding`` (and up to ``size`` with ``pad_if_needed``), crop ``size`` x ``size`` at a random place."""
 
-    def __init__(self, size: int, padding: int = 0) -> None:
-        self.size, self.padding = size, padding
+    def __init__(self, size: int, padding: int | None = None, pad_if_needed: bool = False) -> None:
+        self.size, self.padding, self.pad_if_needed = size, padding or 0, pad_if_needed
 
     def __call__(self, image: Any) -> torch.Tensor:
         x = torch.nn.functional.pad(_image(image), [self.padding] * 4)
+        if self.pad_if_needed:  # torchvision pads both sides of a short edge up to the size
+            short = [max(0, self.size - d) for d in x.shape[-2:]]
+            x = torch.nn.functional.pad(x, [short[1], short[1], short[0], short[0]])
         top, left = (int(torch.randint(0, d - self.size + 1, ())) for d in x.shape[-2:])
         return x[..., top : top + self.size, left : left + self.size]
 

@@ -256,7 +256,8 @@ class LinearWarmupLR(_ClosedForm):
 
     The warmup reaches ``base * W / (W + 1)`` at step ``W - 1`` and the decay starts from
     ``base`` at step ``W``, as in Colossal-AI; after ``total_steps`` the rate stays 0 (Colossal-AI's
-    went negative).
+    went negative). A warmup as long as the run or longer (ColossalAI-Examples' ViT sets 50
+    warmup steps for 2 epochs) is only the ramp up to ``total_steps``, as in Colossal-AI.
 
     Args:
         optimizer: the optimizer whose rates it sets.
@@ -273,11 +274,14 @@ class LinearWarmupLR(_ClosedForm):
         **kwargs: Any,
     ) -> None:  # fmt: skip
         _no_extra("LinearWarmupLR", kwargs)
-        self.total_steps, self.warmup_steps = _warmup_split("LinearWarmupLR", total_steps, warmup_steps)
+        self.total_steps = _steps("LinearWarmupLR", "total_steps", total_steps, 1)
+        self.warmup_steps = _steps("LinearWarmupLR", "warmup_steps", warmup_steps, 0)
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base: Any, t: int) -> Any:
-        """``base (t+1)/(W+1)``, then ``base (T-t)/(T-W)``, not below 0."""
+        """``base (t+1)/(W+1)``, then ``base (T-t)/(T-W)``; 0 from ``T`` on."""
+        if t >= self.total_steps:
+            return base * 0
         if t < self.warmup_steps:
             return base * (t + 1) / (self.warmup_steps + 1)
         return base * max(0, self.total_steps - t) / (self.total_steps - self.warmup_steps)

@@ -1,9 +1,14 @@
-"""torchvision's ResNets, as a small CNN of the same interface (``num_classes``, a ``fc`` head)."""
+"""torchvision's ResNets: ResNet-18/34 as a small CNN of the same interface (``num_classes``, a ``fc``
+head), ResNet-50 as :mod:`.resnet`'s narrow ResNet with torchvision's layer names."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from .resnet import resnet50
+
+__all__ = ["resnet18", "resnet34", "resnet50"]
 
 
 class _SmallResNet(nn.Module):

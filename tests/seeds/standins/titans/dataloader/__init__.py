@@ -1,0 +1,1 @@
+"""``titans.dataloader``: the CIFAR-10 loaders the examples build."""
