@@ -16,8 +16,10 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 ROOT = "ember"
@@ -153,10 +155,30 @@ class DistributedLogger(logging.LoggerAdapter):
         """Set the level, e.g. ``"DEBUG"`` or ``logging.WARNING``."""
         self.logger.setLevel(level)
 
-    def log_to_file(self, path: str) -> None:
-        """Also write this logger's records to ``path`` (appending), in ember's format."""
-        handler = logging.FileHandler(path)
+    def log_to_file(
+        self, path: str | os.PathLike[str], mode: str = "a", level: int | str | None = None, suffix: str | None = None
+    ) -> None:
+        """Also write this logger's records to a file, in ember's format.
+
+        Args:
+            path: the file; or a folder, holding then ``rank_<rank>.log`` (``rank_<rank>_<suffix>.log``)
+                as Colossal-AI's ``log_to_file(folder)`` writes.
+            mode: ``"a"`` appends, ``"w"`` starts the file afresh.
+            level: the lowest level written (default: every record the logger passes on).
+            suffix: the file name's suffix when ``path`` is a folder.
+
+        Example:
+            >>> get_dist_logger().log_to_file("train.log")
+        """
+        target = Path(path)
+        if target.is_dir():
+            from ember import distributed
+
+            target = target / f"rank_{distributed.rank()}{'' if suffix is None else '_' + suffix}.log"
+        handler = logging.FileHandler(target, mode=mode)
         handler.setFormatter(_Formatter(_FORMAT))
+        if level is not None:
+            handler.setLevel(level)
         self.logger.addHandler(handler)
 
 

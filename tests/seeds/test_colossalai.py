@@ -476,6 +476,29 @@ def test_fused_optimizers_are_torchs_and_refuse_what_torch_cannot_do() -> None:
     assert torch.allclose(p.detach(), expected, atol=1e-6) and FusedLAMB is Lamb
 
 
+def test_log_to_file_takes_colossals_folder_as_well_as_a_file(tmp_path: Path) -> None:
+    from ember.compat.colossalai.logging import get_dist_logger
+
+    logger = get_dist_logger()
+    (tmp_path / "logs").mkdir()  # image/moe: os.mkdir(log_path); logger.log_to_file(log_path)
+    logger.log_to_file(tmp_path / "logs")
+    logger.log_to_file(tmp_path / "logs", suffix="train", level="WARNING")
+    logger.log_to_file(tmp_path / "one.log", mode="w")
+    level = logger.logger.level
+    logger.logger.setLevel(logging.INFO)
+    try:
+        logger.info("an info line", ranks=[0])
+        logger.warning("a warning line")
+    finally:
+        logger.logger.setLevel(level)
+        for handler in [h for h in logger.logger.handlers if isinstance(h, logging.FileHandler)]:
+            logger.logger.removeHandler(handler)
+            handler.close()
+    for name, lines in {"logs/rank_0.log": 2, "logs/rank_0_train.log": 1, "one.log": 2}.items():
+        text = (tmp_path / name).read_text()
+        assert text.count("line") == lines and "a warning line" in text, (name, text)
+
+
 def test_colossal_utils_logging_globals_and_destroy() -> None:
     from ember.compat.colossalai.core import global_context as gpc
     from ember.compat.colossalai.global_variables import tensor_parallel_env

@@ -1,0 +1,1 @@
+"""``titans.model``: the models the examples take from Colossal-AI's model zoo."""
