@@ -252,8 +252,7 @@ class Run(Record):
     @property
     def reason(self) -> str | None:
         """Why the run ended with its status (the error, the signal), or None."""
-        reason = self._meta.get("reason")
-        return None if reason is None else str(reason)
+        return self._text_or_none("reason")
 
     @property
     def start_time(self) -> str:
@@ -263,8 +262,11 @@ class Run(Record):
     @property
     def end_time(self) -> str | None:
         """When it was finished, ISO 8601 UTC; None while running."""
-        end = self._meta.get("end_time")
-        return None if end is None else str(end)
+        return self._text_or_none("end_time")
+
+    def _text_or_none(self, key: str) -> str | None:
+        value = self._meta.get(key)
+        return None if value is None else str(value)
 
     @property
     def platform(self) -> dict[str, Any]:
