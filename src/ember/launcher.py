@@ -378,4 +378,12 @@ def _read_env(names: tuple[str, ...], hint: str) -> dict[str, str]:
     return values
 
 
-__all__ = ["launch", "launch_from_openmpi", "launch_from_slurm", "launch_from_torch", "seed_everything"]
+__all__ = [
+    "LAUNCHER_VARIABLES",
+    "launch",
+    "launch_from_openmpi",
+    "launch_from_slurm",
+    "launch_from_torch",
+    "launcher_rank",
+    "seed_everything",
+]
