@@ -383,3 +383,16 @@ def test_a_run_json_that_cannot_be_written_at_start_or_resume_releases_the_folde
     resumed = track.load_run(ended.path, resume=True)  # type: ignore[arg-type]
     resumed.finish()
     assert resumed.status == "Complete" and resumed.reason is None
+
+
+def test_the_registry_of_open_runs_imports_nothing_of_ember_so_no_import_circle() -> None:
+    # _live finishes each open run at exit through the run's own _end; it imported run.py for
+    # ending_status before, while run.py imports _live: a circle broken by a local import.
+    import ast
+
+    from ember.track import _live
+
+    tree = ast.parse(Path(_live.__file__).read_text())
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert sorted(m for m in imported if m.split(".")[0] == "ember") == []
