@@ -286,7 +286,7 @@ def test_sigint_is_preemption_too(tmp_path: Path) -> None:
 def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path: Path) -> None:
     common.run(tmp_path / "sync")
     trainer = common.run(tmp_path / "async", async_save=True)
-    assert trainer.get_hook("CheckpointHook")._writer._thread is None  # type: ignore[attr-defined]
+    assert trainer.get_hook("CheckpointHook").checkpointer._writer._thread is None  # type: ignore[attr-defined]
     assert names(tmp_path / "async") == names(tmp_path / "sync")
     assert not [p for p in (tmp_path / "async").iterdir() if p.name.startswith(".")]
     for name in names(tmp_path / "sync"):

@@ -331,3 +331,14 @@ def _mean_grads(ranks: list[Mapping[str, Any]]) -> list[torch.Tensor | None]:
         present = [g for g in grads if g is not None]
         out.append(torch.stack(present).mean(0) if present else None)
     return out
+
+
+def agree_on_error(error: Exception | None, other: str) -> None:
+    """Raise ``error`` here, and a CheckpointError saying ``other`` on the ranks without one; a collective.
+
+    With one process this simply raises ``error`` when there is one.
+    """
+    if distributed.is_active() and distributed.any_true(error is not None) and error is None:
+        raise CheckpointError(other)
+    if error is not None:
+        raise error
