@@ -127,6 +127,35 @@ class TrainerState:
         """Training samples processed by all ranks together (padding included)."""
         return self.state.samples_seen
 
+    def continue_at(self, step: int) -> None:
+        """Make the next ``fit`` continue the run that started at update 0, standing at update ``step``.
+
+        For programs that number their own iterations across ``fit`` calls (detectron2's
+        ``train(start_iter, max_iter)``): ``cur_step`` becomes ``step``, ``batches_seen`` moves
+        by as much, and the next ``fit(max_steps=N)`` ends at update ``N``, not ``step + N``.
+        The epoch, the position in it and the history stay as they are.
+
+        Args:
+            step: the optimizer updates the run has made (a checkpoint loaded just before
+                usually put ``cur_step`` there already).
+
+        Raises:
+            TrainerError: ``step`` is not an int >= 0.
+
+        Example:
+            >>> trainer.continue_at(5000)
+            >>> trainer.fit(loader, max_steps=90000)   # updates 5000 .. 89999
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise TrainerError(f"continue_at(step) takes an int >= 0, got {step!r}")
+        counters = self.state
+        counters.batches_seen = max(0, counters.batches_seen + step - counters.step)
+        counters.step = self.storage.step = step
+        if self.fitting and self._plan is not None:
+            self._plan.start_epoch, self._plan.start_step = 0, 0
+        else:
+            self._resume = (0, 0)
+
     def stop(self, reason: str = "") -> None:
         """End training cleanly at the next safe point (after the current optimizer update).
 
