@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember import distributed
-from ember.checkpoint.checkpointer import Checkpointer, open_checkpoint
-from ember.checkpoint.checkpointer import read as _read
+from ember.checkpoint.checkpointer import Checkpointer
 from ember.checkpoint.io import (
     POINTER,
     SUFFIX,
@@ -37,13 +36,14 @@ from ember.checkpoint.io import (
     save_file,
     write_error,
 )
+from ember.checkpoint.opening import open_checkpoint, restore_from
+from ember.checkpoint.opening import read as _read
 from ember.checkpoint.snapshot import (
     Checkpointables,
     HookStates,
     Stateful,
     TrainingState,
     agree_on_error,
-    restore,
 )
 from ember.checkpoint.state import set_rng_state
 from ember.errors import CheckpointError
@@ -148,7 +148,7 @@ def load(path: PathLike, trainer: TrainingState, strict: bool = True) -> dict[st
     if found is None:
         raise CheckpointError(f"no checkpoint in {str(path)!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
     chosen, state = found
-    set_rng_state(restore(state, trainer, strict=strict, where=f"checkpoint {str(chosen)!r}", source=chosen))
+    set_rng_state(restore_from(chosen, state, trainer, strict=strict))
     return {**state["meta"], "path": str(chosen)}
 
 

@@ -5,7 +5,8 @@ removing the temporaries of interrupted writes, refusing what a save could not r
 choosing the format (a single file, or a sharded directory when the Engine's state is sharded),
 writing synchronously or through the background writer, then pointing ``last_checkpoint`` (and
 ``best_checkpoint``) at the new file and applying retention. Resuming asks it for the newest
-checkpoint that reads (:meth:`Checkpointer.latest_good`), which sets a damaged one aside.
+checkpoint that reads (:meth:`Checkpointer.latest_good`, through :mod:`ember.checkpoint.opening`),
+which sets a damaged one aside.
 
 ``ember.checkpoint.save(path, trainer)`` is :meth:`Checkpointer.write` (one file, no folder
 bookkeeping); the :class:`~ember.trainer.hooks.CheckpointHook` decides when its Checkpointer
@@ -30,21 +31,18 @@ from ember import distributed
 from ember.checkpoint import folder
 from ember.checkpoint.io import (
     BEST_POINTER,
-    POINTER,
     AsyncWriter,
     find_checkpoints,
-    load_file,
-    read_pointer,
     remove_checkpoint,
     remove_stale_temporaries,
     save_file,
     write_error,
     write_pointer,
 )
-from ember.checkpoint.sharded import is_checkpoint_dir, is_sharded, obstacles, read_sharded, save_sharded
+from ember.checkpoint.opening import open_checkpoint
+from ember.checkpoint.sharded import is_sharded, obstacles, save_sharded
 from ember.checkpoint.snapshot import TrainingState, agree_on_error, capture
 from ember.checkpoint.state import DeferredCopy, StagingBuffers
-from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -53,7 +51,7 @@ if TYPE_CHECKING:
     from ember.engine import Engine
     from ember.logging import DistributedLogger
 
-__all__ = ["Checkpointer", "agree_on_error", "open_checkpoint"]
+__all__ = ["Checkpointer"]
 
 PathLike = str | os.PathLike[str]
 
@@ -352,70 +350,6 @@ def _write_now(
     elif error is not None:
         raise error
     return path if state is not None else None
-
-
-def open_checkpoint(
-    path: PathLike, logger: DistributedLogger, missing_ok: bool = False, set_aside_damaged: bool = False
-) -> tuple[Path, dict[str, Any]] | None:
-    """Read the checkpoint to resume from, on every rank; a collective.
-
-    Rank 0 decides what to read and tells the others (so that ranks never disagree, e.g. while
-    rank 0 creates the directory): for a directory, its newest readable checkpoint (a damaged
-    one is skipped with a warning and, with ``set_aside_damaged``, renamed ``NAME.damaged`` by
-    :func:`ember.checkpoint.folder.set_aside`, so that the resumed run can save under its name
-    again); for a file or a sharded checkpoint directory, itself. None: the directory holds no
-    readable checkpoint, or (with ``missing_ok``) ``path`` does not exist.
-
-    Raises:
-        CheckpointError: on every rank, when the file (or the one chosen) cannot be read on some rank.
-    """
-    path = Path(path)
-    state: dict[str, Any] | None = None
-    decision: str | None = ""  # "": read `path` itself; a name: read path/name; None: nothing
-    if distributed.rank() == 0:
-        if path.is_dir() and not is_checkpoint_dir(path):
-            chosen, state = _newest_readable(path, logger, set_aside_damaged)
-            decision = None if chosen is None else chosen.name
-        elif missing_ok and not path.exists():
-            decision = None
-    decision = distributed.broadcast_object(decision)
-    if decision is None:
-        return None
-    target = path / decision if decision else path
-    error: Exception | None = None
-    if state is None:
-        try:
-            state = read(target)
-        except CheckpointError as exc:
-            error = exc
-    agree_on_error(error, f"another rank could not read checkpoint {str(target)!r}")
-    assert state is not None
-    return target, state
-
-
-def _newest_readable(
-    directory: Path, logger: DistributedLogger, set_aside_damaged: bool
-) -> tuple[Path | None, dict[str, Any] | None]:
-    for candidate in reversed(find_checkpoints(directory)):
-        try:
-            return candidate.path, read(candidate.path)
-        except CheckpointError as exc:
-            kept = folder.set_aside(candidate.path) if set_aside_damaged else None
-            aside = f" (set aside as {kept.name!r}, kept for inspection)" if kept is not None else ""
-            logger.warning(f"{exc}{aside}; falling back to the checkpoint before it", ranks=[0])
-    pointer = read_pointer(directory)
-    if pointer is not None and not (directory / pointer).exists():
-        logger.warning(f"{directory / POINTER} names {pointer!r}, which does not exist", ranks=[0])
-    return None, None
-
-
-def read(path: PathLike, mmap: bool = False) -> dict[str, Any]:
-    """:func:`ember.checkpoint.read`: a checkpoint file or sharded directory, checked."""
-    if is_checkpoint_dir(path):
-        return read_sharded(path)
-    state = load_file(path, mmap=mmap)
-    check_state(state, f"checkpoint {str(path)!r}")
-    return state
 
 
 def _changed_only_by_step(optimizer: torch.optim.Optimizer, with_params: bool) -> Callable[[torch.Tensor], bool]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.checkpoint import Checkpointer, open_checkpoint
-from ember.checkpoint.snapshot import restore
+from ember.checkpoint.opening import restore_from
 from ember.errors import CheckpointError, TrainerError
 from ember.trainer._preempt import Preempted
 
@@ -93,7 +93,7 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
             return None
         raise CheckpointError(f"no checkpoint in {str(target)!r} to resume from")
     path, state = found_ckpt
-    rng = restore(state, trainer, where=f"checkpoint {str(path)!r}", source=path)
+    rng = restore_from(path, state, trainer)
     for hook in hooks:
         hook.resumed_from = path
     meta = state["meta"]
