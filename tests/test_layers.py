@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,102 @@ def test_compat_uses_only_embers_public_names(path: Path) -> None:
         if any(part.startswith("_") for part in module.split(".")) or (name or "").startswith("_"):
             private.append(f"{module}:{name}" if name else module)
     assert not private, f"{path.relative_to(SRC)} reaches into ember's private names {private}"
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """Names a module defines: its functions, classes and variables, and the attributes it assigns."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _outside_ember(tree: ast.AST) -> set[str]:
+    """Names bound by imports of modules outside ember (``torch``, ``nn``...): their privates are not ember's."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+            if isinstance(node, ast.ImportFrom) and (node.level or module.split(".")[0] == "ember"):
+                continue
+            for alias in node.names:
+                if isinstance(node, ast.Import) and alias.name.split(".")[0] == "ember":
+                    continue
+                names.add((alias.asname or alias.name).split(".")[0])
+    return names
+
+
+def _root(node: ast.expr) -> ast.expr:
+    while isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node
+
+
+def _private_reads(path: Path, package_names: set[str]) -> list[str]:
+    """``obj._name`` in ``path`` where ``_name`` is not this module's own.
+
+    Allowed: a name the module itself defines (its class's attribute, its function), a private
+    of a module outside ember (``nn.modules.batchnorm._BatchNorm``), and ``self._x``/``cls._x``/
+    ``super()._x`` for a name defined in the same compat package (a peer's protected API that its
+    own subclasses use, as pytorch-accelerated's schedulers). Everything else needs a public door.
+    """
+    tree = ast.parse(path.read_text(), str(path))
+    own, outside = _defined(tree), _outside_ember(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.endswith("__"):
+            continue
+        if node.attr in own:
+            continue
+        root = _root(node.value)
+        if isinstance(root, ast.Name) and root.id in outside:
+            continue
+        inherited = (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) or (
+            isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"
+        )
+        if inherited and node.attr in package_names:
+            continue
+        found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _compat_package(path: Path) -> Path:
+    """The compat package ``path`` belongs to (``compat/detectron2``), or compat itself for its own modules."""
+    parts = path.relative_to(COMPAT).parts
+    return COMPAT / parts[0] if len(parts) > 1 else COMPAT
+
+
+@functools.cache
+def _package_names(package: Path) -> set[str]:
+    return set().union(*(_defined(ast.parse(p.read_text(), str(p))) for p in _sources(package)))
+
+
+@pytest.mark.parametrize("path", _sources(COMPAT), ids=str)
+def test_compat_reads_no_private_attribute_of_another_module(path: Path) -> None:
+    """compat reaches ember's objects (and its own other modules' objects) through public doors."""
+    package = _compat_package(path)
+    found = _private_reads(path, _package_names(package) if package != COMPAT else set())
+    assert not found, f"{path.relative_to(SRC)} reads private attributes of objects it does not define: {found}"
+
+
+def test_the_private_read_check_sees_a_read_through_a_door_it_should_use(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import torch\nfrom torch import nn\nfrom ember.trainer import Trainer\n"
+        "class Mine:\n    def __init__(self):\n        self._mine = 1\n"
+        "    def f(self, owner, trainer):\n"
+        "        owner._hooks; trainer._agreement.stop(); self._mine; nn.modules.batchnorm._BatchNorm\n"
+        "        self._bus; super()._resume; Trainer._register\n"
+    )
+    found = _private_reads(probe, {"_resume"})
+    assert sorted(f.split(": ")[1] for f in found) == [
+        "Trainer._register", "owner._hooks", "self._bus", "trainer._agreement"
+    ]  # fmt: skip
 
 
 # The layers of docs/architecture.md, lowest first: a module imports its own package and the

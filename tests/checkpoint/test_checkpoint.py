@@ -286,7 +286,7 @@ def test_sigint_is_preemption_too(tmp_path: Path) -> None:
 def test_async_save_writes_the_same_checkpoints_and_fit_waits_for_them(tmp_path: Path) -> None:
     common.run(tmp_path / "sync")
     trainer = common.run(tmp_path / "async", async_save=True)
-    assert trainer.get_hook("CheckpointHook")._writer._thread is None  # type: ignore[attr-defined]
+    assert trainer.get_hook("CheckpointHook").checkpointer._writer._thread is None  # type: ignore[attr-defined]
     assert names(tmp_path / "async") == names(tmp_path / "sync")
     assert not [p for p in (tmp_path / "async").iterdir() if p.name.startswith(".")]
     for name in names(tmp_path / "sync"):
@@ -512,3 +512,25 @@ def test_export_refuses_a_directory_or_a_missing_folder_and_creates_no_folder(
     assert ember_main(["checkpoint", "export", str(tmp_path / "ckpt"), str(tmp_path / out)]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "missing").exists() and not any((tmp_path / "existing").iterdir())
+
+
+def test_a_checkpointer_in_a_loop_of_ones_own_keeps_the_newest_and_resumes_from_the_newest_that_reads(
+    tmp_path: Path,
+) -> None:
+    """The Checkpointer the hook saves through works alone: lock, pointer, retention, latest good file."""
+    trainer, train, _ = common.build()
+    trainer.fit(train, max_steps=2)
+    ckpt = checkpoint.Checkpointer(tmp_path, keep_last=2)
+    ckpt.open(trainer.engine)
+    with pytest.raises(CheckpointError, match="being written by another trainer"):
+        checkpoint.Checkpointer(tmp_path).open()
+    saved = [ckpt.save(trainer, checkpoint.checkpoint_name(1, step), reason="step") for step in (3, 4, 5)]
+    ckpt.close()
+    assert names(tmp_path) == [p.name for p in saved[1:]] and read_pointer(tmp_path) == saved[-1].name
+    assert ckpt.last_path == saved[-1] and checkpoint.read(saved[-1])["meta"]["reason"] == "step"
+    saved[-1].write_bytes(b"not a checkpoint")
+    found = ckpt.latest_good(trainer.logger)
+    assert found is not None and found[0] == saved[1]
+    assert (tmp_path / f"{saved[-1].name}.damaged").is_file() and names(tmp_path) == [saved[1].name]
+    with pytest.raises(CheckpointError, match="keep_last"):
+        checkpoint.Checkpointer(tmp_path, keep_last=0)

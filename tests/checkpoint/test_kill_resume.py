@@ -38,7 +38,8 @@ RESUMED_AFTER = {
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("kill")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), str(out)], capture_output=True, text=True, timeout=240, cwd=ROOT, env=env
     )

@@ -403,3 +403,16 @@ def test_resuming_from_saved_trainer_engine_and_hook_state_ends_bit_identical(
     assert resumed.history.values("train/loss") == reference.history.values("train/loss")
     assert resumed.history.values("train/acc") == reference.history.values("train/acc")  # exact: same counts
     assert (resumed.cur_epoch, resumed.cur_step, resumed.micro_step) == (2, 10, 18)
+
+
+def test_continue_at_makes_the_next_fit_end_at_the_runs_own_step_count() -> None:
+    """detectron2's train(start_iter, max_iter) numbers updates from 0 across calls: continue_at(step)."""
+    trainer = Trainer(make_engine())
+    trainer.fit(loader(), max_steps=2)
+    trainer.continue_at(5)
+    assert (trainer.cur_step, trainer.batches_seen, trainer.storage.step) == (5, 5, 5)
+    trainer.fit(loader(), max_steps=7)  # the run that started at 0 ends at update 7: 2 more
+    assert (trainer.cur_step, trainer.batches_seen, trainer.max_steps) == (7, 7, 7)
+    for bad in (-1, 2.0, True):
+        with pytest.raises(TrainerError, match="continue_at"):
+            trainer.continue_at(bad)  # type: ignore[arg-type]

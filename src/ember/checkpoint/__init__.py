@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember import distributed
+from ember.checkpoint.checkpointer import Checkpointer
 from ember.checkpoint.io import (
     POINTER,
     SUFFIX,
@@ -35,14 +36,20 @@ from ember.checkpoint.io import (
     save_file,
     write_error,
 )
-from ember.checkpoint.snapshot import Checkpointables, HookStates, Stateful, TrainingState, capture, restore
+from ember.checkpoint.opening import open_checkpoint, restore_from
+from ember.checkpoint.opening import read as _read
+from ember.checkpoint.snapshot import (
+    Checkpointables,
+    HookStates,
+    Stateful,
+    TrainingState,
+    agree_on_error,
+)
 from ember.checkpoint.state import set_rng_state
-from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
     from ember.engine import Engine
-    from ember.logging import DistributedLogger
 
 __all__ = [
     "POINTER",
@@ -51,17 +58,24 @@ __all__ = [
     "CheckpointError",
     "CheckpointFile",
     "Checkpointables",
+    "Checkpointer",
     "HookStates",
     "Stateful",
     "TrainingState",
+    "agree_on_error",
     "checkpoint_name",
     "find_checkpoints",
     "latest",
     "load",
+    "load_file",
     "model_state",
+    "open_checkpoint",
     "read",
+    "read_pointer",
     "save",
+    "save_file",
     "save_model",
+    "write_error",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -102,19 +116,7 @@ def save(
         >>> checkpoint.save("ckpt/before-surgery.ckpt", trainer)
         >>> checkpoint.save("ckpt/fast.ckpt", trainer, skip_zip_crc=True)  # faster; fails unzip -t
     """
-    from ember.checkpoint.sharded import is_sharded, save_sharded
-
-    if is_sharded(trainer.checkpointables().engine):
-        return save_sharded(path, trainer, reason="manual", extra=extra, skip_zip_crc=skip_zip_crc)
-    state = capture(trainer, reason="manual", extra=extra)
-    error: Exception | None = None
-    if state is not None:
-        try:
-            save_file(state, path, skip_zip_crc=skip_zip_crc)
-        except (OSError, CheckpointError) as exc:
-            error = exc if isinstance(exc, CheckpointError) else write_error(path, exc)
-    agree_on_error(error, f"rank 0 could not write checkpoint {str(path)!r}")
-    return Path(path) if state is not None else None
+    return Checkpointer.write(path, trainer, extra=extra, skip_zip_crc=skip_zip_crc)
 
 
 def load(path: PathLike, trainer: TrainingState, strict: bool = True) -> dict[str, Any]:
@@ -146,7 +148,7 @@ def load(path: PathLike, trainer: TrainingState, strict: bool = True) -> dict[st
     if found is None:
         raise CheckpointError(f"no checkpoint in {str(path)!r} (files named like 'ckpt-e0001-s000000100.ckpt')")
     chosen, state = found
-    set_rng_state(restore(state, trainer, strict=strict, where=f"checkpoint {str(chosen)!r}", source=chosen))
+    set_rng_state(restore_from(chosen, state, trainer, strict=strict))
     return {**state["meta"], "path": str(chosen)}
 
 
@@ -192,13 +194,7 @@ def read(path: PathLike, mmap: bool = False) -> dict[str, Any]:
     Raises:
         CheckpointError: naming the file when it is missing, truncated, corrupt or not a checkpoint.
     """
-    from ember.checkpoint.sharded import is_checkpoint_dir, read_sharded
-
-    if is_checkpoint_dir(path):
-        return read_sharded(path)
-    state = load_file(path, mmap=mmap)
-    check_state(state, f"checkpoint {str(path)!r}")
-    return state
+    return _read(path, mmap=mmap)
 
 
 def model_state(path: PathLike) -> dict[str, Any]:
@@ -220,73 +216,3 @@ def latest(directory: PathLike) -> Path | None:
     checked for damage), or None."""
     found = find_checkpoints(directory)
     return found[-1].path if found else None
-
-
-def open_checkpoint(
-    path: PathLike, logger: DistributedLogger, missing_ok: bool = False, set_aside_damaged: bool = False
-) -> tuple[Path, dict[str, Any]] | None:
-    """Read the checkpoint to resume from, on every rank; a collective.
-
-    Rank 0 decides what to read and tells the others (so that ranks never disagree, e.g. while
-    rank 0 creates the directory): for a directory, its newest readable checkpoint (a damaged
-    one is skipped with a warning and, with ``set_aside_damaged``, renamed ``NAME.damaged`` by
-    :func:`ember.checkpoint.folder.set_aside`, so that the resumed run can save under its name
-    again); for a file or a sharded checkpoint directory, itself. None: the directory holds no
-    readable checkpoint, or (with ``missing_ok``) ``path`` does not exist.
-
-    Raises:
-        CheckpointError: on every rank, when the file (or the one chosen) cannot be read on some rank.
-    """
-    from ember.checkpoint.sharded import is_checkpoint_dir
-
-    path = Path(path)
-    state: dict[str, Any] | None = None
-    decision: str | None = ""  # "": read `path` itself; a name: read path/name; None: nothing
-    if distributed.rank() == 0:
-        if path.is_dir() and not is_checkpoint_dir(path):
-            chosen, state = _newest_readable(path, logger, set_aside_damaged)
-            decision = None if chosen is None else chosen.name
-        elif missing_ok and not path.exists():
-            decision = None
-    decision = distributed.broadcast_object(decision)
-    if decision is None:
-        return None
-    target = path / decision if decision else path
-    error: Exception | None = None
-    if state is None:
-        try:
-            state = read(target)
-        except CheckpointError as exc:
-            error = exc
-    agree_on_error(error, f"another rank could not read checkpoint {str(target)!r}")
-    assert state is not None
-    return target, state
-
-
-def _newest_readable(
-    directory: Path, logger: DistributedLogger, set_aside_damaged: bool
-) -> tuple[Path | None, dict[str, Any] | None]:
-    from ember.checkpoint.folder import set_aside
-
-    for candidate in reversed(find_checkpoints(directory)):
-        try:
-            return candidate.path, read(candidate.path)
-        except CheckpointError as exc:
-            kept = set_aside(candidate.path) if set_aside_damaged else None
-            aside = f" (set aside as {kept.name!r}, kept for inspection)" if kept is not None else ""
-            logger.warning(f"{exc}{aside}; falling back to the checkpoint before it", ranks=[0])
-    pointer = read_pointer(directory)
-    if pointer is not None and not (directory / pointer).exists():
-        logger.warning(f"{directory / POINTER} names {pointer!r}, which does not exist", ranks=[0])
-    return None, None
-
-
-def agree_on_error(error: Exception | None, other: str) -> None:
-    """Raise ``error`` here, and a CheckpointError saying ``other`` on the ranks without one; a collective.
-
-    With one process this simply raises ``error`` when there is one.
-    """
-    if distributed.is_active() and distributed.any_true(error is not None) and error is None:
-        raise CheckpointError(other)
-    if error is not None:
-        raise error

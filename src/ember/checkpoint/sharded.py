@@ -47,7 +47,7 @@ from ember.checkpoint.io import (
     write_error,
 )
 from ember.checkpoint.safe_dcp import read_metadata, safe_planner, safe_reader
-from ember.checkpoint.snapshot import TrainingState, capture, tensor_bytes
+from ember.checkpoint.snapshot import TrainingState, agree_on_error, capture, tensor_bytes
 from ember.checkpoint.validate import check_state
 from ember.errors import CheckpointError
 
@@ -113,8 +113,6 @@ def save_sharded(
         >>> save_sharded("ckpt/ckpt-e0001-s000000008.ckpt", trainer)
     """
     import torch.distributed.checkpoint as dcp  # slow to import (DTensor, sympy): only when used
-
-    from ember.checkpoint import agree_on_error
 
     final = Path(path)
     tmp = final.with_name(f".{final.name}{_TMP}")

@@ -43,8 +43,6 @@ from ember.checkpoint.validate import FORMAT, VERSION, check_format
 from ember.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from ember.engine import Engine
     from ember.logging import DistributedLogger
 
@@ -175,13 +173,14 @@ def restore(
     owner: TrainingState,
     strict: bool = True,
     where: str = "checkpoint",
-    source: Path | None = None,
+    shards: Mapping[str, Any] | None = None,
 ) -> Any:
     """Load ``state`` (from :func:`capture`) into ``owner`` on this rank; return this rank's RNG state.
 
-    A collective. For a sharded checkpoint, ``source`` is its directory: the model and
-    optimizer are loaded from its ``torch.distributed.checkpoint`` files, resharded into this
-    run's layout (see :mod:`ember.checkpoint.sharded`).
+    A collective. For a sharded checkpoint, ``shards`` is the model's and optimizer's state
+    read from its ``torch.distributed.checkpoint`` files, resharded into this run's layout
+    (:func:`ember.checkpoint.sharded.load_shards`; :func:`ember.checkpoint.checkpointer.restore_from`
+    reads them).
 
     The caller applies the returned RNG state (:func:`ember.checkpoint.state.set_rng_state`)
     as late as it can: right before the next batch. Saved by a different number of ranks,
@@ -199,11 +198,9 @@ def restore(
     if int(engine_state.get("micro_step", 0)) > 0:
         engine_state["partial_grads"] = mine["partial_grads"] if saved_world == world else _mean_grads(ranks)
     if "shards" in state:
-        from ember.checkpoint.sharded import load_shards
-
-        if source is None:
-            raise CheckpointError(f"{where} is sharded: pass its directory to restore(..., source=...)")
-        engine_state.update(load_shards(source, parts.engine))
+        if shards is None:
+            raise CheckpointError(f"{where} is sharded: pass its model and optimizer state to restore(..., shards=...)")
+        engine_state.update(shards)
     try:
         parts.engine.load_state_dict(engine_state)
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:  # torch's "size mismatch for ..."
@@ -331,3 +328,14 @@ def _mean_grads(ranks: list[Mapping[str, Any]]) -> list[torch.Tensor | None]:
         present = [g for g in grads if g is not None]
         out.append(torch.stack(present).mean(0) if present else None)
     return out
+
+
+def agree_on_error(error: Exception | None, other: str) -> None:
+    """Raise ``error`` here, and a CheckpointError saying ``other`` on the ranks without one; a collective.
+
+    With one process this simply raises ``error`` when there is one.
+    """
+    if distributed.is_active() and distributed.any_true(error is not None) and error is None:
+        raise CheckpointError(other)
+    if error is not None:
+        raise error

@@ -1,19 +1,19 @@
 """``fit(resume=...)``, and how ``fit`` ends after a preemption.
 
 Resuming is the Trainer's (``resume=PATH`` needs no hook); ``resume="auto"`` looks in the
-directory of the hook that keeps checkpoints. That hook is recognised by its shape
-(:class:`Checkpointer`), not its class, so the loop imports no concrete hook; it saves the state
-``fit`` ends with in its ``after_train_loop`` event.
+directory of the hook that keeps checkpoints. That hook is recognised by the
+:class:`~ember.checkpoint.Checkpointer` it holds, not its class, so the loop imports no concrete
+hook; it saves the state ``fit`` ends with in its ``after_train_loop`` event.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
-from ember.checkpoint import open_checkpoint
-from ember.checkpoint.snapshot import restore
+from ember.checkpoint import Checkpointer, open_checkpoint
+from ember.checkpoint.opening import restore_from
 from ember.errors import CheckpointError, TrainerError
 from ember.trainer._preempt import Preempted
 
@@ -25,18 +25,11 @@ RESUME_ENV = "EMBER_RESUME"
 sets it to ``auto`` so that restarted workers resume)."""
 
 
-@runtime_checkable
-class Checkpointer(Protocol):
-    """A hook that keeps checkpoints in a directory (:class:`~ember.trainer.hooks.CheckpointHook`).
-
-    ``resume="auto"`` reads the newest checkpoint in its ``dir`` and sets its ``resumed_from``
-    (which its retention never deletes); :class:`Preempted` names its ``last_path``. Its
-    presence turns SIGTERM/SIGINT into a save and a clean stop.
-    """
-
-    dir: Path
-    resumed_from: Path | None
-    last_path: Path | None
+def _checkpointer(hook: Any) -> Checkpointer | None:
+    """The :class:`~ember.checkpoint.Checkpointer` a hook keeps checkpoints with (the
+    :class:`~ember.trainer.hooks.CheckpointHook`'s ``checkpointer``), or None."""
+    found = getattr(hook, "checkpointer", None)
+    return found if isinstance(found, Checkpointer) else None
 
 
 def check_resume(resume: Any) -> None:
@@ -48,8 +41,8 @@ def check_resume(resume: Any) -> None:
 
 
 def checkpointers(trainer: Trainer) -> list[Checkpointer]:
-    """The registered hooks that keep checkpoints, in the order they run."""
-    return [h for h in trainer.hooks if isinstance(h, Checkpointer)]
+    """The checkpointers of the registered hooks, in the order the hooks run."""
+    return [c for h in trainer.hooks if (c := _checkpointer(h)) is not None]
 
 
 def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
@@ -87,17 +80,20 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
             )
     else:
         target = Path(resume)
-    # A damaged checkpoint skipped in the folder this fit saves into is set aside: the run will
-    # come back to its step and save under its name.
-    own = {h.dir.resolve() for h in hooks}
-    found_ckpt = open_checkpoint(target, logger, missing_ok=auto, set_aside_damaged=target.resolve() in own)
+    # The folder this fit saves into: its checkpointer finds the newest good checkpoint and sets a
+    # damaged one aside (the run will come back to its step and save under its name).
+    own = next((h for h in hooks if h.dir.resolve() == target.resolve()), None)
+    if own is not None:
+        found_ckpt = own.latest_good(logger, missing_ok=auto)
+    else:
+        found_ckpt = open_checkpoint(target, logger, missing_ok=auto)
     if found_ckpt is None:
         if auto:
             logger.info(f"resume='auto': no checkpoint in {str(target)!r} yet: starting fresh", ranks=[0])
             return None
         raise CheckpointError(f"no checkpoint in {str(target)!r} to resume from")
     path, state = found_ckpt
-    rng = restore(state, trainer, where=f"checkpoint {str(path)!r}", source=path)
+    rng = restore_from(path, state, trainer)
     for hook in hooks:
         hook.resumed_from = path
     meta = state["meta"]

@@ -17,13 +17,10 @@ if TYPE_CHECKING:
     from torch.utils.data import DataLoader
 
     from ember.logging import DistributedLogger
-    from ember.trainer.trainer import Trainer
+    from ember.trainer._state import State
 
-__all__ = ["FitPlan", "check_limits", "check_result", "check_test_loader", "epoch_batches",
-           "pick_loader", "real_num_samples", "warn_if_unsharded"]  # fmt: skip
-
-REQUIRED_KEYS = ("loss", "output", "label", "batch_size")
-_REQUIRED = frozenset(REQUIRED_KEYS)
+__all__ = ["FitPlan", "check_limits", "check_test_loader", "epoch_batches", "pick_loader", "real_num_samples",
+           "warn_if_unsharded"]  # fmt: skip
 
 
 @dataclass
@@ -45,21 +42,21 @@ class FitPlan:
     replicas: int = 1
     """The Engine's data-parallel replicas: every batch adds ``batch_size * replicas`` samples seen."""
 
-    def steps_done(self, t: Trainer) -> bool:
+    def steps_done(self, counters: State) -> bool:
         """True once ``max_steps`` optimizer updates were made in this fit."""
-        return self.max_steps is not None and t.cur_step - self.start_step >= self.max_steps
+        return self.max_steps is not None and counters.step - self.start_step >= self.max_steps
 
-    def done(self, t: Trainer) -> bool:
+    def done(self, counters: State) -> bool:
         """True when no epoch is left to start."""
-        epochs_done = self.epochs is not None and t.cur_epoch - self.start_epoch >= self.epochs
-        return epochs_done or self.steps_done(t)
+        epochs_done = self.epochs is not None and counters.epoch - self.start_epoch >= self.epochs
+        return epochs_done or self.steps_done(counters)
 
-    def test_due(self, t: Trainer) -> bool:
+    def test_due(self, counters: State) -> bool:
         """True when the epoch ending now gets a test pass: every ``test_interval``, and the last."""
         if self.test_dataloader is None:
             return False
-        nth = t.cur_epoch - self.start_epoch + 1
-        last = (self.epochs is not None and nth >= self.epochs) or self.steps_done(t)
+        nth = counters.epoch - self.start_epoch + 1
+        last = (self.epochs is not None and nth >= self.epochs) or self.steps_done(counters)
         return last or nth % self.test_interval == 0
 
 
@@ -186,14 +183,3 @@ def epoch_batches(loader: DataLoader[Any], epoch: int, consumed: int, logger: Di
         ranks=[0],
     )
     return itertools.islice(loader, consumed, None)
-
-
-def check_result(result: Any, where: str) -> None:
-    """A step's result must be a dict with loss, output, label and batch_size."""
-    if type(result) is dict and result.keys() >= _REQUIRED:  # the common case, without an ABC check
-        return
-    if not isinstance(result, Mapping):
-        raise TrainerError(f"{where} must return a dict with {', '.join(REQUIRED_KEYS)}; got {type(result).__name__}")
-    missing = [k for k in REQUIRED_KEYS if k not in result]
-    if missing:
-        raise TrainerError(f"{where} returned a dict without {missing}: it needs {', '.join(REQUIRED_KEYS)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -40,10 +40,12 @@ def _text(exc: BaseException) -> str:
 
 @dataclass(slots=True)
 class State:
-    """The training loop's counters in one plain object, as ignite's ``State``: ``trainer.state``.
+    """The run's bookkeeping in one object, as ignite's ``State``: ``trainer.state``.
 
-    Hooks usually read them through the trainer (``trainer.cur_step``...); the loop alone
-    changes them.
+    The counters, the epoch history, the ``fit`` in progress and what a loaded state left for
+    the next ``fit``; :meth:`state_dict`/:meth:`load_state_dict` are the checkpoint's
+    ``trainer`` section. Hooks usually read the counters through the trainer
+    (``trainer.cur_step``...); the loop alone changes them.
 
     Attributes:
         epoch: 0-based index of the epoch in progress (= epochs completed between epochs);
@@ -54,6 +56,16 @@ class State:
         batches_seen: training batches processed, every micro-step counted (not the Engine's
             ``micro_step``, the position in the open accumulation cycle).
         samples_seen: training samples processed by all ranks together (padding included).
+        history: the per-epoch metrics (``trainer.history``).
+        plan: the current (or last) ``fit``'s plan: loaders, limits, where it started.
+        fitting: ``fit`` is running.
+        finished: the running ``fit``'s loop ended (its state then describes a finished run).
+        closing_epoch: the epoch's end is running (``after_train_epoch``): a state taken now
+            describes the next epoch's start.
+        pending_origin: where the run a loaded state belongs to started (epoch, step), for the
+            next ``fit`` to continue it; None: the next ``fit`` starts a run of its own.
+        pending_samples: the samples of the epoch a loaded state had consumed, applied when
+            ``fit`` knows its loader.
 
     Example:
         >>> trainer.state
@@ -65,35 +77,117 @@ class State:
     step: int = 0
     batches_seen: int = 0
     samples_seen: int = 0
+    history: History = field(default_factory=History, repr=False)
+    plan: FitPlan | None = field(default=None, repr=False)
+    fitting: bool = field(default=False, repr=False)
+    finished: bool = field(default=False, repr=False)
+    closing_epoch: bool = field(default=False, repr=False)
+    pending_origin: tuple[int, int] | None = field(default=None, repr=False)
+    pending_samples: int | None = field(default=None, repr=False)
 
     def reset(self) -> None:
-        """Back to the start of a run (``fit(reset_run_history=True)``)."""
+        """Back to the start of a run (``fit(reset_run_history=True)``): counters, history, pending resume."""
         self.epoch = self.epoch_iter = self.step = self.batches_seen = self.samples_seen = 0
+        self.history.reset()
+        self.pending_origin = self.pending_samples = None
+
+    def position(self) -> tuple[int, int]:
+        """``(epoch, batches into it)`` as saved: an epoch that is closing (``after_train_epoch``)
+        counts as done, so a resume does not repeat the epoch's end."""
+        if self.closing_epoch:
+            return self.epoch + 1, 0
+        return self.epoch, self.epoch_iter
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the run in progress, and the history (the checkpoint's ``trainer`` section)."""
+        epoch, epoch_iter = self.position()
+        origin = (self.plan.start_epoch, self.plan.start_step) if self.plan is not None else (0, 0)
+        return {
+            "cur_epoch": epoch,
+            "epoch_iter": epoch_iter,
+            "cur_step": self.step,
+            "micro_step": self.batches_seen,  # its name on disk
+            "samples_seen": self.samples_seen,
+            "fit": {"active": self.fitting and not self.finished, "start_epoch": origin[0], "start_step": origin[1]},
+            "history": self.history.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the next (or current) ``fit`` continues that run.
+
+        Raises:
+            TrainerError: a key is missing.
+        """
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise TrainerError(f"trainer state is missing {missing}: pass what Trainer.state_dict() returned")
+        self.epoch, self.epoch_iter = int(state["cur_epoch"]), int(state["epoch_iter"])
+        self.step, self.batches_seen = int(state["cur_step"]), int(state["micro_step"])
+        self.samples_seen = int(state["samples_seen"])
+        self.history.load_state_dict(state["history"])
+        fit = state.get("fit", {})
+        origin = (int(fit.get("start_epoch", 0)), int(fit.get("start_step", 0))) if fit.get("active") else None
+        self._continue_run(origin)
+
+    def continue_at(self, step: int) -> None:
+        """The run that started at update 0 stands at update ``step``: see :meth:`TrainerState.continue_at`."""
+        self.batches_seen = max(0, self.batches_seen + step - self.step)
+        self.step = step
+        self._continue_run((0, 0))
+
+    def _continue_run(self, origin: tuple[int, int] | None) -> None:
+        """The run in progress started at ``origin``: the running ``fit``'s, or the next one's."""
+        if self.fitting and self.plan is not None and origin is not None:
+            self.plan.start_epoch, self.plan.start_step = origin
+        else:
+            self.pending_origin = origin
+
+    def fit_origin(self) -> tuple[int, int]:
+        """Where the ``fit`` starting now counts from: a loaded run's start, else here."""
+        if self.pending_origin is not None:
+            origin, self.pending_origin = self.pending_origin, None
+            return origin
+        self.epoch_iter = 0  # an epoch cut short by an exception is not resumed by a new fit
+        return self.epoch, self.step
+
+    def apply_pending_samples(self, loader: Any, data_parallel_size: int, logger: Any) -> None:
+        """Resume the epoch after :attr:`pending_samples`, in ``loader``'s batches (no sample skipped)."""
+        samples, self.pending_samples = self.pending_samples, None
+        if samples is None:
+            return
+        batch_size = getattr(loader, "batch_size", None)
+        if not batch_size:
+            logger.warning("cannot tell this loader's batch size: the epoch resumes at the saved batch")
+            return
+        self.epoch_iter = samples // (batch_size * data_parallel_size)
 
 
 class TrainerState:
     """Counters, history and run bookkeeping of a :class:`~ember.trainer.Trainer` (its base class)."""
 
     state: State
-    fitting: bool
     history_reset: bool
-    history: History
     storage: StepStorage
     placeholder_values: dict[Placeholders, int]
     _agreement: Agreement
     _bus: HookBus
-    _plan: FitPlan | None
-    _resume: tuple[int, int] | None
-    _finished: bool
-    _closing_epoch: bool
     _testing: bool
     _test_metrics: dict[str, float]
     _pending_hook_states: dict[str, Mapping[str, Any]]
     _pending_strict: bool
-    _resume_samples: int | None = None
     train_dataloader: Any
     logger: Any
     engine: Engine
+
+    @property
+    def fitting(self) -> bool:
+        """Whether ``fit`` is running."""
+        return self.state.fitting
+
+    @property
+    def history(self) -> History:
+        """The per-epoch metrics (:class:`~ember.trainer.storage.History`), kept in :attr:`state`."""
+        return self.state.history
 
     # -- the counters, read from :attr:`state` --------------------------------------------------
     @property
@@ -126,6 +220,30 @@ class TrainerState:
     def samples_seen(self) -> int:
         """Training samples processed by all ranks together (padding included)."""
         return self.state.samples_seen
+
+    def continue_at(self, step: int) -> None:
+        """Make the next ``fit`` continue the run that started at update 0, standing at update ``step``.
+
+        For programs that number their own iterations across ``fit`` calls (detectron2's
+        ``train(start_iter, max_iter)``): ``cur_step`` becomes ``step``, ``batches_seen`` moves
+        by as much, and the next ``fit(max_steps=N)`` ends at update ``N``, not ``step + N``.
+        The epoch, the position in it and the history stay as they are.
+
+        Args:
+            step: the optimizer updates the run has made (a checkpoint loaded just before
+                usually put ``cur_step`` there already).
+
+        Raises:
+            TrainerError: ``step`` is not an int >= 0.
+
+        Example:
+            >>> trainer.continue_at(5000)
+            >>> trainer.fit(loader, max_steps=90000)   # updates 5000 .. 89999
+        """
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise TrainerError(f"continue_at(step) takes an int >= 0, got {step!r}")
+        self.state.continue_at(step)
+        self.storage.step = step
 
     def stop(self, reason: str = "") -> None:
         """End training cleanly at the next safe point (after the current optimizer update).
@@ -192,28 +310,29 @@ class TrainerState:
         number = to_floats([value])[0] if isinstance(value, torch.Tensor) else float(value)
         if self._testing:
             self._test_metrics[name] = number
-        if self.fitting:
+        if self.state.fitting:
             self.history.record(name, number, self.state.epoch, mode)
 
     @property
     def max_epochs(self) -> int | None:
         """The epoch count at which the current (or last) ``fit`` ends, if it has ``epochs``."""
-        run = self._plan
+        run = self.state.plan
         return None if run is None or run.epochs is None else run.start_epoch + run.epochs
 
     @property
     def max_steps(self) -> int | None:
         """The ``cur_step`` at which the current (or last) ``fit`` ends, if it has ``max_steps``."""
-        run = self._plan
+        run = self.state.plan
         return None if run is None or run.max_steps is None else run.start_step + run.max_steps
 
     @property
     def steps_left(self) -> int | None:
         """Optimizer updates left in the current ``fit`` when its length is known, else None."""
         total = self.placeholder_values.get(Placeholders.TOTAL_UPDATE_STEPS)
-        if total is None or self._plan is None:
+        plan = self.state.plan
+        if total is None or plan is None:
             return None
-        return max(0, self._plan.start_step + total - self.state.step)
+        return max(0, plan.start_step + total - self.state.step)
 
     @property
     def test_metrics(self) -> dict[str, float]:
@@ -247,48 +366,19 @@ class TrainerState:
         """
         return Checkpointables(engine=self.engine, counters=self, hooks=_HookStates(self), sampler=_DataPosition(self))
 
-    def _position(self) -> tuple[int, int]:
-        """``(epoch, batches into it)`` as saved: an epoch that is closing (``after_train_epoch``)
-        counts as done, so a resume does not repeat the epoch's end."""
-        if self._closing_epoch:
-            return self.state.epoch + 1, 0
-        return self.state.epoch, self.state.epoch_iter
-
     def state_dict(self) -> dict[str, Any]:
-        """Counters, the run in progress, and the history (not the Engine's or the hooks' state).
+        """Counters, the run in progress, and the history (not the Engine's or the hooks' state):
+        :meth:`State.state_dict`.
 
         Taken while an epoch is closing (``after_train_epoch``) it describes the next epoch's
         start, so a resume does not repeat the epoch's end.
         """
-        epoch, epoch_iter = self._position()
-        origin = (self._plan.start_epoch, self._plan.start_step) if self._plan is not None else (0, 0)
-        return {
-            "cur_epoch": epoch,
-            "epoch_iter": epoch_iter,
-            "cur_step": self.state.step,
-            "micro_step": self.state.batches_seen,  # its name on disk
-            "samples_seen": self.state.samples_seen,
-            "fit": {"active": self.fitting and not self._finished, "start_epoch": origin[0], "start_step": origin[1]},
-            "history": self.history.state_dict(),
-        }
+        return self.state.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; the next (or current) ``fit`` continues that run."""
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise TrainerError(f"trainer state is missing {missing}: pass what Trainer.state_dict() returned")
-        counters = self.state
-        counters.epoch, counters.epoch_iter = int(state["cur_epoch"]), int(state["epoch_iter"])
-        counters.step, counters.batches_seen = int(state["cur_step"]), int(state["micro_step"])
-        counters.samples_seen = int(state["samples_seen"])
-        self.storage.step = counters.step
-        self.history.load_state_dict(state["history"])
-        fit = state.get("fit", {})
-        origin = (int(fit.get("start_epoch", 0)), int(fit.get("start_step", 0))) if fit.get("active") else None
-        if self.fitting and self._plan is not None and origin is not None:
-            self._plan.start_epoch, self._plan.start_step = origin
-        else:
-            self._resume = origin
+        self.state.load_state_dict(state)
+        self.storage.step = self.state.step
 
     def resume_epoch_at_sample(self, samples: int) -> None:
         """Resume the current epoch after ``samples`` samples that all data-parallel ranks consumed together.
@@ -298,19 +388,9 @@ class TrainerState:
         during ``fit``, else when the next ``fit`` starts. Checkpoints use it, so that a state
         saved by another number of ranks, or with another batch size, resumes at the same sample.
         """
-        self._resume_samples = int(samples)
-        if self.fitting:
-            self._apply_resume_samples()
-
-    def _apply_resume_samples(self) -> None:
-        samples, self._resume_samples = self._resume_samples, None
-        if samples is None:
-            return
-        batch_size = getattr(self.train_dataloader, "batch_size", None)
-        if not batch_size:
-            self.logger.warning("cannot tell this loader's batch size: the epoch resumes at the saved batch")
-            return
-        self.state.epoch_iter = samples // (batch_size * self.engine.data_parallel_size)
+        self.state.pending_samples = int(samples)
+        if self.state.fitting:
+            self.state.apply_pending_samples(self.train_dataloader, self.engine.data_parallel_size, self.logger)
 
     def hook_states(self) -> dict[str, dict[str, Any]]:
         """``{hook name: state}`` for every registered hook that keeps state."""
@@ -344,19 +424,6 @@ class TrainerState:
             if name in known:
                 known[name].load_state_dict(state)
 
-    def _fit_origin(self) -> tuple[int, int]:
-        if self._resume is not None:
-            origin, self._resume = self._resume, None
-            return origin
-        self.state.epoch_iter = 0  # an epoch cut short by an exception is not resumed by a new fit
-        return self.state.epoch, self.state.step
-
-    def _reset_run(self) -> None:
-        self.history.reset()
-        self.storage.clear()
-        self.state.reset()
-        self.storage.step, self._resume, self._resume_samples = 0, None, None
-
 
 class _HookStates:
     """The registered hooks' states by name, as a checkpoint takes them (:class:`~ember.checkpoint.HookStates`)."""
@@ -384,7 +451,7 @@ class _DataPosition:
 
     def state_dict(self) -> dict[str, Any]:
         trainer = self._trainer
-        epoch, epoch_iter = trainer._position()
+        epoch, epoch_iter = trainer.state.position()
         loader = trainer.train_dataloader
         sampler = getattr(loader, "sampler", None)
         batch_size = getattr(loader, "batch_size", None)

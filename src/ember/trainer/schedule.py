@@ -8,14 +8,19 @@ micro-batches (pipeline parallelism) implements the same two methods its own way
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ember.trainer._setup import check_result
+from ember.errors import TrainerError
 
 if TYPE_CHECKING:
     from ember.trainer.trainer import Trainer
 
-__all__ = ["DefaultSchedule", "Schedule"]
+__all__ = ["REQUIRED_KEYS", "DefaultSchedule", "Schedule", "check_result"]
+
+REQUIRED_KEYS = ("loss", "output", "label", "batch_size")
+"""What a step's result dict must hold (``train_step``, ``eval_step``, a schedule's)."""
+_REQUIRED = frozenset(REQUIRED_KEYS)
 
 
 @runtime_checkable
@@ -47,16 +52,38 @@ class DefaultSchedule:
 
     def forward_backward(self, trainer: Trainer, batch: Any, boundary: bool) -> dict[str, Any]:
         """See :meth:`Schedule.forward_backward`."""
-        trainer.engine.zero_grad()
+        engine = trainer.engine
+        engine.zero_grad()
         if boundary:
-            trainer.engine.expect_boundary()  # so DDP all-reduces inside this backward
+            engine.expect_boundary()  # so DDP all-reduces inside this backward
         result = trainer.train_step(batch)
-        check_result(result, f"{type(trainer).__name__}.train_step")
-        trainer.engine.backward(result["loss"], boundary=True if boundary else None)
+        check_result(result, trainer, "train_step")
+        engine.backward(result["loss"], boundary=True if boundary else None)
         return result
 
     def forward(self, trainer: Trainer, batch: Any) -> dict[str, Any]:
         """See :meth:`Schedule.forward`."""
         result = trainer.eval_step(batch)
-        check_result(result, f"{type(trainer).__name__}.eval_step")
+        check_result(result, trainer, "eval_step")
         return result
+
+
+def check_result(result: Any, trainer: Any, method: str) -> None:
+    """A step's result must be a dict with loss, output, label and batch_size.
+
+    Args:
+        result: what ``trainer.<method>`` returned.
+        trainer: the trainer (its class names the step in the message; read only on failure).
+        method: ``"train_step"`` or ``"eval_step"``.
+
+    Raises:
+        TrainerError: naming the step and the keys it lacks.
+    """
+    if type(result) is dict and result.keys() >= _REQUIRED:  # per batch: one test, no message built
+        return
+    where = f"{type(trainer).__name__}.{method}"
+    if not isinstance(result, Mapping):
+        raise TrainerError(f"{where} must return a dict with {', '.join(REQUIRED_KEYS)}; got {type(result).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in result]
+    if missing:
+        raise TrainerError(f"{where} returned a dict without {missing}: it needs {', '.join(REQUIRED_KEYS)}")

@@ -128,9 +128,9 @@ class Trainer(TrainerState):
         self.schedule: Schedule = (
             schedule if schedule is not None else (_parallel_schedule(engine) or DefaultSchedule())
         )
-        self.history, self.storage = History(), StepStorage()
+        self.storage = StepStorage()
         self.state = State()
-        self.fitting, self.step_applied, self.history_reset = False, False, False
+        self.step_applied, self.history_reset = False, False
         self.step_result: dict[str, Any] = {}
         self.placeholder_values: dict[Placeholders, int] = {}
         self.train_dataloader: Any = None
@@ -144,9 +144,7 @@ class Trainer(TrainerState):
         self._bus = HookBus(self.logger, self._agreement)
         self._user_hooks: list[BaseHook] = []
         self._progress: BaseHook | None = None
-        self._plan: FitPlan | None = None
-        self._resume: tuple[int, int] | None = None
-        self._finished = self._closing_epoch = self._testing = False
+        self._testing = False
         self._test_metrics: dict[str, float] = {}
         self._pending_hook_states: dict[str, Mapping[str, Any]] = {}
         self._pending_strict = True
@@ -223,25 +221,29 @@ class Trainer(TrainerState):
             )
         self._register(hooks, display_progress)  # before anything changes: bad hooks leave the trainer as it was
         self.history_reset = bool(reset_run_history)
+        state = self.state
         if reset_run_history:
-            self._reset_run()
-        start_epoch, start_step = self._fit_origin()
+            state.reset()
+            self.storage.clear()
+            self.storage.step = 0
+        start_epoch, start_step = state.fit_origin()
         self.placeholder_values = placeholder_values(
             epochs, max_steps, batches, self.engine.gradient_accumulation, batches_per_epoch(test_dl)
         )
         self.train_dataloader, self.test_dataloader = train_dl, test_dl
-        self._apply_resume_samples()  # a position loaded before fit, in this loader's batches
-        self._plan = FitPlan(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
-                        return_output_label, resume, self.engine.data_parallel_size)  # fmt: skip
+        # a position loaded before fit, in this loader's batches
+        state.apply_pending_samples(train_dl, self.engine.data_parallel_size, self.logger)
+        state.plan = FitPlan(train_dl, test_dl, epochs, max_steps, test_interval, start_epoch, start_step,
+                             return_output_label, resume, self.engine.data_parallel_size)  # fmt: skip
         self.logger.info(self._bus.describe(), ranks=[0])
         self._agreement.reset()
         self._bus.reset()
-        self.fitting, self._finished = True, False
+        state.fitting, state.finished = True, False
         with preemption_signals(self._agreement, self.logger, enabled=bool(checkpointers(self))):
             try:
-                self._loop(self._plan)
+                self._loop(state.plan)
             finally:
-                self.fitting = False
+                state.fitting = False
         raise_if_preempted(self)
         return self.history
 
@@ -351,9 +353,9 @@ class Trainer(TrainerState):
             bus.call("before_train")
             if rng is not None:  # as late as possible: nothing may draw from it before the first batch
                 set_rng_state(rng)
-            while not agreement.preempted and not agreement.agree() and not run.done(self):
+            while not agreement.preempted and not agreement.agree() and not run.done(self.state):
                 self._train_epoch(run)
-            self._finished = not agreement.preempted
+            self.state.finished = not agreement.preempted
             bus.call("after_train_loop")  # a preemption's checkpoint, or save_last's, before after_train
             completed = True
         finally:
@@ -385,8 +387,9 @@ class Trainer(TrainerState):
             state.samples_seen += int(result["batch_size"]) * replicas
             state.step += applied
             self.storage.step, self.step_result = state.step, result
-            for name, value in engine.step_scalars.items():  # besides the loss: a MoE's aux loss, dropped tokens
-                self.storage.put_scalar(name, value)
+            if engine.step_scalars:  # besides the loss: a MoE's aux loss, dropped tokens
+                for name, value in engine.step_scalars.items():
+                    self.storage.put_scalar(name, value)
             if after or (applied and after_update):
                 if keep_outputs:
                     bus.call_batch_end(applied, result["output"], result["label"], result["loss"])
@@ -398,11 +401,11 @@ class Trainer(TrainerState):
                 break
         if agreement.preempted:  # the epoch stays open: the checkpoint resumes inside it
             return
-        if not agreement.stopping and run.test_due(self):
+        if not agreement.stopping and run.test_due(self.state):
             self._test_epoch(run.test_dataloader)
-        self._closing_epoch = True
+        state.closing_epoch = True
         bus.call("after_train_epoch")
-        state.epoch, state.epoch_iter, self._closing_epoch = state.epoch + 1, 0, False
+        state.epoch, state.epoch_iter, state.closing_epoch = state.epoch + 1, 0, False
 
     def _forward_backward(self) -> Callable[[Any, bool], dict[str, Any]]:
         """``schedule.forward_backward`` for this epoch, bound to this trainer."""
@@ -414,7 +417,7 @@ class Trainer(TrainerState):
         was_training, self._testing, self._test_metrics = engine.training, True, {}
         self.eval_dataloader = loader
         remaining = real_num_samples(loader)  # this rank's samples that are not padding repeats
-        keep_outputs = self._plan.return_output_label if self._plan is not None else True
+        keep_outputs = self.state.plan.return_output_label if self.state.plan is not None else True
         self._criterion_loss = engine.has_criterion and not _overridden(self, "compute_loss")
         try:
             bus.call("before_test")

@@ -48,7 +48,7 @@ def in_child(fn: Callable[[], Any]) -> dict[str, int]:
 
 def die_before_pointer(step: int) -> None:
     """SIGKILL this process after step ``step``'s checkpoint is in place, before the pointer names it."""
-    from ember.trainer.hooks import checkpoint as module
+    from ember.checkpoint import checkpointer as module
 
     real = module.write_pointer
 

@@ -21,28 +21,29 @@ from ember.trainer import Trainer as EmberTrainer
 from ember.trainer import hooks
 
 from .callbacks import DRIVER_PRIORITY, StopTrainingError
-from .tracking import InMemoryRunHistory
+from .tracking import InMemoryRunHistory, increment_epoch
 
 if TYPE_CHECKING:
     from .trainer import Trainer
 
 
 class LiveEvalLoader:
-    """The evaluation loader as ember's loop sees it: it iterates whatever ``trainer._eval_dataloader``
-    is when iteration starts, so a callback may swap it in ``on_eval_epoch_start`` as in
-    pytorch-accelerated (``LimitEvalStepsCallback``); other attributes are the loader's."""
+    """The evaluation loader as ember's loop sees it: it iterates whatever
+    ``trainer.prepared_eval_dataloader()`` is when iteration starts, so a callback may swap it in
+    ``on_eval_epoch_start`` as in pytorch-accelerated (``LimitEvalStepsCallback``); other
+    attributes are the loader's."""
 
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._trainer._eval_dataloader)
+        return iter(self._trainer.prepared_eval_dataloader())
 
     def __len__(self) -> int:
-        return len(self._trainer._eval_dataloader)
+        return len(self._trainer.prepared_eval_dataloader())
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._trainer._eval_dataloader, name)
+        return getattr(self._trainer.prepared_eval_dataloader(), name)
 
 
 class CallbackDriver(hooks.BaseHook):
@@ -132,11 +133,11 @@ class CallbackDriver(hooks.BaseHook):
         if loss is not None:
             trainer.run_history.update_metric("train_loss_epoch", loss)
         self._event("on_train_epoch_end")
-        if trainer.eval_dataset is not None and trainer._eval_dataloader is not None and not self._stopped:
+        if trainer.eval_dataset is not None and trainer.prepared_eval_dataloader() is not None and not self._stopped:
             EmberTrainer.evaluate(trainer, LiveEvalLoader(trainer))
         if self._stopping():
             return
-        trainer.run_history._increment_epoch()
+        increment_epoch(trainer.run_history)
         trainer.training_run_epoch_end()
         self._event("on_training_run_epoch_end")
 

@@ -20,6 +20,8 @@ from ember.checkpoint.sharded import is_checkpoint_dir, is_sharded
 from ember.compat._views import CHECKPOINT_SECTIONS, save_with_view
 from ember.errors import CheckpointError, TrainerError, describe
 
+from .tracking import set_epoch
+
 __all__ = ["PTA_VIEW", "CheckpointMethods"]
 
 PTA_VIEW = ("model_state_dict", "optimizer_state_dict", "scheduler_state_dict")
@@ -201,5 +203,5 @@ class CheckpointMethods:
         meta = checkpoint.load(input_dir, self._state())
         saved = dict(meta.get("extra", {}))
         if "current_epoch" in saved:
-            self.run_history._set_epoch(int(saved["current_epoch"]))
+            set_epoch(self.run_history, int(saved["current_epoch"]))
         return saved

@@ -67,6 +67,16 @@ class RunHistory(ABC):
         """Forget every metric and go back to epoch 1."""
 
 
+def increment_epoch(history: RunHistory) -> None:
+    """Move ``history`` to the next epoch: its ``_increment_epoch``, pytorch-accelerated's name for it."""
+    history._increment_epoch()
+
+
+def set_epoch(history: RunHistory, epoch: int) -> None:
+    """Make ``epoch`` ``history``'s current one (a resumed run): its ``_set_epoch``."""
+    history._set_epoch(epoch)
+
+
 class InMemoryRunHistory(RunHistory):
     """A :class:`RunHistory` kept in memory: a list of values per metric name.
 

@@ -406,6 +406,11 @@ class Trainer(CheckpointMethods, EmberTrainer):
         with self._driver.intermediate():
             EmberTrainer.evaluate(self, LiveEvalLoader(self))
 
+    def prepared_eval_dataloader(self) -> Any:
+        """The evaluation loader in use (pytorch-accelerated's ``_eval_dataloader``: prepared by
+        ``train``/``evaluate``, cut by :meth:`limit_eval_batches`), or None."""
+        return self._eval_dataloader
+
     def limit_eval_batches(self, num_batches: int | None, restore: Any = None) -> Any:
         """Cut the evaluation loader to ``num_batches`` batches (``LimitEvalStepsCallback``), or
         put ``restore`` back; returns the loader that was in use."""

@@ -1,25 +1,16 @@
-"""Checkpoints during ``fit``: periodic, best, last and on preemption, with retention."""
+"""Checkpoints during ``fit``: the hook decides *when* (periodic, best, last, on preemption);
+its :class:`~ember.checkpoint.Checkpointer` owns where, how and how many."""
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from torch.utils.hooks import RemovableHandle
-
-from ember import distributed
 from ember.batch import batches_per_epoch
-from ember.checkpoint import AsyncWriter, checkpoint_name, find_checkpoints, folder
-from ember.checkpoint.io import BEST_POINTER, remove_checkpoint, remove_stale_temporaries, save_file, write_pointer
-from ember.checkpoint.sharded import is_sharded, obstacles, save_sharded
-from ember.checkpoint.snapshot import capture
-from ember.checkpoint.state import DeferredCopy, StagingBuffers
+from ember.checkpoint import Checkpointer, checkpoint_name
 from ember.errors import CheckpointError, HookError
 from ember.trainer.hooks._util import epoch_value
 from ember.trainer.hooks.base import BaseHook, Priority
@@ -82,6 +73,8 @@ class CheckpointHook(BaseHook):
         name: the hook's name (its own state, the best value, is saved under it).
 
     Attributes:
+        checkpointer: the :class:`~ember.checkpoint.Checkpointer` that saves (its folder, lock,
+            format, writer, pointers and retention); ``dir``, ``keep_last``, ``async_save``... read it.
         last_path: the newest checkpoint this hook wrote (or is writing), or None.
         stall_s: seconds training waited for this hook's saves in the last ``fit``: the
             synchronous writes, or with ``async_save`` the copies to CPU memory and the waits
@@ -114,40 +107,69 @@ class CheckpointHook(BaseHook):
         name: str | None = None,
     ) -> None:
         super().__init__(priority, name)
-        if not isinstance(dir, str | os.PathLike) or not str(dir):
-            raise HookError(f"CheckpointHook(dir=...) must be a directory path, got {dir!r}")
-        for arg, value in (("every_n_steps", every_n_steps), ("every_n_epochs", every_n_epochs),
-                           ("keep_last", keep_last)):  # fmt: skip
+        for arg, value in (("every_n_steps", every_n_steps), ("every_n_epochs", every_n_epochs)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise HookError(f"CheckpointHook({arg}=...) must be a positive int or None, got {value!r}")
         if save_best is not None and (not isinstance(save_best, str) or "/" not in save_best):
             raise HookError(f"CheckpointHook(save_best=...) must be a history name like 'test/loss', got {save_best!r}")
         if mode not in (None, "max", "min"):
             raise HookError(f"CheckpointHook(mode=...) must be 'max' or 'min', got {mode!r}")
-        self.dir = Path(dir)
-        self.every_n_steps, self.every_n_epochs, self.keep_last = every_n_steps, every_n_epochs, keep_last
-        self.save_best, self.save_last, self.async_save = save_best, bool(save_last), bool(async_save)
+        try:
+            self.checkpointer = Checkpointer(dir, keep_last, async_save, background_copy, skip_zip_crc,
+                                             who="CheckpointHook")  # fmt: skip
+        except CheckpointError as exc:  # a bad argument of this hook's
+            raise HookError(str(exc)) from None
+        self.every_n_steps, self.every_n_epochs = every_n_steps, every_n_epochs
+        self.save_best, self.save_last = save_best, bool(save_last)
         self.mode: Literal["max", "min"] = mode or "max"
         self._mode_given = mode is not None
         self.best: float | None = None
         self.best_epoch: int | None = None
         self.best_path: Path | None = None
-        self.last_path: Path | None = None
-        self.resumed_from: Path | None = None
-        self.skip_zip_crc = bool(skip_zip_crc)
-        self._writer = AsyncWriter(skip_zip_crc=self.skip_zip_crc)
-        self._staging = StagingBuffers()  # async_save: CPU copies reused from save to save
         self._staging_prepared = False
         self._saved: _Key | None = None
-        self._warned_sync = False
-        self.background_copy = bool(background_copy)
-        if self.background_copy and not self.async_save:
-            raise HookError("CheckpointHook(background_copy=True) needs async_save=True")
-        self._copying: DeferredCopy | None = None  # async_save: the last save's background copies, until checked
         self._last_finite: Path | None = None  # the newest checkpoint saved before any non-finite loss
-        self._step_hook: RemovableHandle | None = None
-        self._folder: folder.FolderLock | None = None  # rank 0, during fit: the folder's lock
-        self.stall_s = 0.0
+
+    # -- what the checkpointer owns, read through the hook -------------------------------------
+    @property
+    def dir(self) -> Path:
+        """The checkpoint folder (:attr:`Checkpointer.dir <ember.checkpoint.Checkpointer.dir>`)."""
+        return self.checkpointer.dir
+
+    @property
+    def keep_last(self) -> int | None:
+        """How many of the newest checkpoints retention keeps (None: all)."""
+        return self.checkpointer.keep_last
+
+    @property
+    def async_save(self) -> bool:
+        """Whether checkpoints are written in the background."""
+        return self.checkpointer.async_save
+
+    @property
+    def background_copy(self) -> bool:
+        """Whether an async save copies the parameters in the background too."""
+        return self.checkpointer.background_copy
+
+    @property
+    def skip_zip_crc(self) -> bool:
+        """Whether the files' zip records are written without CRC-32s."""
+        return self.checkpointer.skip_zip_crc
+
+    @property
+    def last_path(self) -> Path | None:
+        """The newest checkpoint this hook wrote (or is writing), or None."""
+        return self.checkpointer.last_path
+
+    @property
+    def resumed_from(self) -> Path | None:
+        """The checkpoint ``fit(resume=...)`` continued from, or None."""
+        return self.checkpointer.resumed_from
+
+    @property
+    def stall_s(self) -> float:
+        """Seconds training waited for this hook's saves in the last ``fit``."""
+        return self.checkpointer.stall_s
 
     def metric_modes(self) -> dict[str, Literal["max", "min"]]:
         """``save_best`` with the mode it was given: ``{"test/accuracy": "max"}`` (``{}`` without
@@ -170,46 +192,18 @@ class CheckpointHook(BaseHook):
                 raise HookError(f"hooks {hook.name!r} and {self.name!r} both save to {str(self.dir)!r}: use one each")
 
     def before_train(self) -> None:
-        """Create the directory, lock it for this fit (one writing trainer per folder), remove
-        temporaries of writes a crash interrupted, and refuse anything named like a checkpoint
-        that a save could not replace (rank 0)."""
-        self.stall_s = 0.0
-        if distributed.rank() == 0:
-            try:
-                self.dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise CheckpointError(
-                    f"{self.name} cannot use the checkpoint directory {str(self.dir)!r}: {exc.strerror or exc}"
-                ) from None
-            self._release_folder()
-            self._folder = folder.lock(self.dir, f"CheckpointHook {self.name!r}")
-            try:
-                remove_stale_temporaries(self.dir)
-            except OSError as exc:
-                raise CheckpointError(
-                    f"{self.name} cannot use the checkpoint directory {str(self.dir)!r}: {exc.strerror or exc}"
-                ) from None
-            blocked = obstacles(self.dir)
-            if blocked:
-                raise CheckpointError(
-                    f"{str(blocked[0])!r} is named like a checkpoint but is neither a checkpoint file nor a sharded "
-                    f"checkpoint's directory, so a save under that name would fail after the training it keeps "
-                    f"({len(blocked)} such entr{'ies' if len(blocked) > 1 else 'y'} in {str(self.dir)!r}): move it "
-                    "out of the checkpoint directory"
-                )
-        if self._step_hook is not None:  # an earlier fit that ended without after_train
-            self._step_hook.remove()
-            self._step_hook = None
-        if self.async_save:
-            # The optimizer step changes its state (and the parameters) in place: a background
-            # copy of them must be complete before it runs.
-            self._step_hook = self.trainer.engine.optimizer.register_step_pre_hook(self._before_step)
+        """Open the checkpointer: rank 0 creates and locks the folder for this fit (one writing
+        trainer per folder), removes temporaries of interrupted writes, and refuses anything
+        named like a checkpoint that a save could not replace."""
+        self.checkpointer.who = f"CheckpointHook {self.name!r}"
+        self.checkpointer.open(self.trainer.engine)
 
     def after_update(self) -> None:
         """Save every ``every_n_steps`` optimizer updates."""
         t, n = self.trainer, self.every_n_steps
         if self.async_save and not self._staging_prepared:
-            self._prepare_staging()
+            self._staging_prepared = True  # the optimizer state exists now
+            self.checkpointer.prepare_staging(t.engine)
         if n is None or t.cur_step % n:
             return
         if self._epoch_save_due() and t.epoch_iter == batches_per_epoch(t.train_dataloader):
@@ -231,18 +225,7 @@ class CheckpointHook(BaseHook):
 
     def after_train(self) -> None:
         """Wait for a background write to finish (raising its error, if any); release the folder."""
-        if self._step_hook is not None:
-            self._step_hook.remove()
-            self._step_hook = None
-        try:
-            self.wait()
-        finally:
-            self._release_folder()
-
-    def _release_folder(self) -> None:
-        held, self._folder = self._folder, None
-        if held is not None:
-            held.release()
+        self.checkpointer.close()
 
     def events(self) -> list[str]:
         """The lifecycle methods called: ``after_update`` only when it has something to do."""
@@ -266,8 +249,7 @@ class CheckpointHook(BaseHook):
 
     def wait(self) -> None:
         """Block until the background write (if any) is done; raise CheckpointError if it failed."""
-        self._await_copy()
-        self._writer.wait()
+        self.checkpointer.wait()
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -284,17 +266,6 @@ class CheckpointHook(BaseHook):
         self.best_path = None if state["best_path"] is None else self.dir / state["best_path"]
 
     # -- helpers ------------------------------------------------------------------------------
-    def _prepare_staging(self) -> None:
-        """After the first update (the optimizer state exists now), let the staging buffers of
-        the first async save be allocated in the background rather than during that save."""
-        self._staging_prepared = True
-        engine = self.trainer.engine
-        if distributed.rank() != 0 or is_sharded(engine):
-            return
-        tensors = [t for t in engine.model.state_dict().values() if isinstance(t, torch.Tensor)]
-        tensors += [t for s in engine.optimizer.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
-        self._staging.prepare(tensors)
-
     def _epoch_save_due(self) -> bool:
         n = self.every_n_epochs
         return n is not None and (self.trainer.cur_epoch + 1) % n == 0
@@ -307,19 +278,21 @@ class CheckpointHook(BaseHook):
         return value > self.best if self.mode == "max" else value < self.best
 
     def _save(self, epoch: int, epoch_iter: int, reason: str, best: bool = False) -> Path:
-        """Capture the state (a collective) and write it on rank 0, unless this very state was just saved."""
+        """Have the checkpointer save the state (a collective), unless this very state was just saved."""
         t = self.trainer
-        path = self.dir / checkpoint_name(epoch, t.cur_step)
+        name = checkpoint_name(epoch, t.cur_step)
         key = (epoch, epoch_iter, t.cur_step, t.micro_step)
         if key == self._saved:
-            return path
-        self._await_copy()  # counts its own wait
-        started = time.perf_counter()
-        try:
-            self._writer.wait()  # one write at a time; its error surfaces here
-            self._write(path, key, reason, best, self._nonfinite_step(path))
-        finally:
-            self.stall_s += time.perf_counter() - started
+            return self.dir / name
+        self.checkpointer.await_copy()  # before the warning below: a copy's error comes first
+        nonfinite = self._nonfinite_step(self.dir / name)
+        protected = self._last_finite if nonfinite is not None else None
+        path = self.checkpointer.save(t, name, reason, keep=(self.best_path, protected), best=best)
+        self._saved = key
+        if nonfinite is None:
+            self._last_finite = path
+        if self.checkpointer.copying:
+            t.run_before_next_hook(self.checkpointer.await_copy)
         return path
 
     def _nonfinite_step(self, path: Path) -> int | None:
@@ -339,75 +312,3 @@ class CheckpointHook(BaseHook):
                 ranks=[0],
             )
         return first
-
-    def _write(self, path: Path, key: _Key, reason: str, best: bool, nonfinite: int | None = None) -> None:
-        t = self.trainer
-        protected = self._last_finite if nonfinite is not None else None
-        keep = frozenset(p.name for p in (self.best_path, self.resumed_from, path, protected) if p is not None)
-        if nonfinite is None:
-            self._last_finite = path
-        then = functools.partial(self._after_write, path.name, best, keep)
-        if is_sharded(t.engine):
-            if self.async_save and not self._warned_sync:
-                t.logger.warning(
-                    f"{self.name}: async_save applies to single-file checkpoints; the sharded checkpoints of "
-                    f"{t.engine.parallel.name} are written synchronously by every rank",
-                    ranks=[0],
-                )
-                self._warned_sync = True
-            # a collective; rank 0 calls then()
-            save_sharded(path, t, reason=reason, then=then, skip_zip_crc=self.skip_zip_crc)
-            self._saved, self.last_path = key, path
-            return
-        if not self.async_save:
-            state = capture(t, reason=reason)
-            self._saved, self.last_path = key, path
-            if state is not None:
-                save_file(state, path, skip_zip_crc=self.skip_zip_crc)
-                then()
-            return
-        defer = _changed_only_by_step(t.engine.optimizer, with_params=self.background_copy)
-        state = capture(t, reason=reason, copy=self._staging, defer=defer)
-        self._saved, self.last_path = key, path
-        if state is not None:
-            self._copying = self._staging.take_deferred()
-            self._writer.submit(state, path, then, prepare=None if self._copying is None else self._copying.run)
-            if self._copying is not None:
-                t.run_before_next_hook(self._await_copy)
-
-    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._await_copy()
-
-    def _await_copy(self) -> None:
-        """Wait until the background copy of the last save is made, then check it (training thread)."""
-        copying, self._copying = self._copying, None
-        if copying is None:
-            return
-        started = time.perf_counter()
-        copying.wait_copied()
-        copying.check()
-        self.stall_s += time.perf_counter() - started
-
-    def _after_write(self, name: str, best: bool, keep: frozenset[str]) -> None:
-        """Point at the new file and apply retention (rank 0; in the writer thread when async)."""
-        write_pointer(self.dir, name)
-        if best:
-            write_pointer(self.dir, name, BEST_POINTER)
-        if self.keep_last is None:
-            return
-        found = find_checkpoints(self.dir)
-        newest = {f.path.name for f in found[-self.keep_last :]}
-        for f in found:
-            if f.path.name not in newest and f.path.name not in keep:
-                remove_checkpoint(f.path)
-
-
-def _changed_only_by_step(optimizer: torch.optim.Optimizer, with_params: bool) -> Callable[[torch.Tensor], bool]:
-    """Whether a tensor shares memory with ``optimizer``'s state (or, ``with_params``, its
-    parameters): what only its step changes in place, so an async save may copy it in the
-    background until then. The parameters only on request: a model's forward may write them."""
-    tensors = [p for group in optimizer.param_groups for p in group["params"]] if with_params else []
-    tensors += [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
-    storages = {t.untyped_storage().data_ptr() for t in tensors}
-    storages.discard(0)  # empty tensors have no memory to share
-    return lambda t: t.untyped_storage().data_ptr() in storages

@@ -281,7 +281,7 @@ class TrackingHook(StepWriter):
         trainer = self.trainer
         total = batches_per_epoch(trainer.train_dataloader)
         if not total:
-            return float(trainer.cur_epoch + (1 if getattr(trainer, "_closing_epoch", False) else 0))
+            return float(trainer.cur_epoch + (1 if trainer.state.closing_epoch else 0))
         return trainer.cur_epoch + min(trainer.epoch_iter, total) / total
 
     def _log(self, type_: str, metrics: dict[str, Any]) -> None:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -88,13 +87,13 @@ class Advance(BaseHook):
 
     def before_train(self) -> None:
         """The first iteration's data time starts now."""
-        self._owner._step_end = time.perf_counter()
+        self._owner.mark_step_end()
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Move to the next iteration (and the storage's tag with it); its data time starts now."""
         owner, trainer = self._owner, self.trainer
         owner.iter = owner.storage.iter = trainer.storage.step = trainer.cur_step
-        owner._step_end = time.perf_counter()
+        owner.mark_step_end()
 
 
 class Step:
@@ -106,7 +105,7 @@ class Step:
     def forward_backward(self, trainer: Trainer, batch: Any, boundary: bool) -> dict[str, Any]:
         """One iteration's forward and backward (see ``SimpleTrainer.forward_backward``)."""
         owner = self._owner
-        return owner.forward_backward(batch, time.perf_counter() - owner._step_end, boundary)
+        return owner.forward_backward(batch, owner.since_step_end(), boundary)
 
     def forward(self, trainer: Trainer, batch: Any) -> dict[str, Any]:
         """The losses of one batch without backward (``ember_trainer.evaluate``)."""
@@ -130,11 +129,11 @@ def ember_hooks(owner: SimpleTrainer) -> list[BaseHook]:
     (and those that detectron2 hooks work through) in registration order, :class:`Advance`."""
     hooks: list[BaseHook] = [Tag(owner), Bridge(owner)]
     periodic: list[CheckpointHook] = []
-    for hook in owner._hooks:
+    for hook in owner.registered_hooks:
         if isinstance(hook, BaseHook):
             hooks.append(hook)
         else:
-            contributed = hook._ember_hooks()
+            contributed = hook.ember_hooks()
             hooks.extend(contributed)
             periodic += [h for h in contributed if isinstance(h, CheckpointHook)]
     hooks += _on_every_rank(periodic)
@@ -163,17 +162,3 @@ def _on_every_rank(periodic: list[CheckpointHook]) -> list[CheckpointHook]:
         return []
     name = "PeriodicCheckpointer"
     return [CheckpointHook(d, every_n_steps=n, every_n_epochs=None, keep_last=k, name=name) for d, n, k in first]
-
-
-def continue_at(trainer: Trainer, start_iter: int) -> None:
-    """Make ``trainer``'s next ``fit(max_steps=max_iter)`` run from step ``start_iter`` to ``max_iter``.
-
-    detectron2 counts iterations from 0 across ``train`` calls and resumes: the run is the one
-    that started at step 0, standing at ``start_iter`` (a checkpoint loaded just before already
-    put it there, with the data loader's position).
-    """
-    state = trainer.state_dict()
-    state["micro_step"] = max(0, state["micro_step"] + start_iter - state["cur_step"])
-    state["cur_step"] = start_iter
-    state["fit"] = {"active": True, "start_epoch": 0, "start_step": 0}
-    trainer.load_state_dict(state)

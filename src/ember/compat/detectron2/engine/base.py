@@ -87,7 +87,7 @@ class HookBase:
         if state:
             raise HookError(f"{type(self).__name__} keeps no state but a checkpoint holds {sorted(state)} for it")
 
-    def _ember_hooks(self) -> list[BaseHook]:
+    def ember_hooks(self) -> list[BaseHook]:
         """ember hooks that do this hook's work on ember's Trainer (none: its methods do it)."""
         return []
 
@@ -128,6 +128,11 @@ class TrainerBase:
         self.max_iter: int = 0
         self.storage: EventStorage = EventStorage(0)
 
+    @property
+    def registered_hooks(self) -> tuple[HookBase | BaseHook, ...]:
+        """The hooks :meth:`register_hooks` registered, in registration order (detectron2's ``_hooks``)."""
+        return tuple(self._hooks)
+
     def register_hooks(self, hooks: Sequence[HookBase | BaseHook | None]) -> None:
         """Add hooks after those registered before; None entries are skipped.
 
@@ -145,7 +150,7 @@ class TrainerBase:
         for hook in kept:
             if isinstance(hook, HookBase):
                 _check_methods(hook)
-                needs_ember = bool(hook._ember_hooks())
+                needs_ember = bool(hook.ember_hooks())
             elif isinstance(hook, BaseHook):
                 needs_ember = True
             else:

@@ -284,7 +284,7 @@ class PeriodicCheckpointer(HookBase):
         """Save now, under ``name`` (see ``Checkpointer.save``)."""
         self.checkpointer.save(name, **kwargs)
 
-    def _ember_hooks(self) -> list[BaseHook]:
+    def ember_hooks(self) -> list[BaseHook]:
         return [self.hook]
 
 

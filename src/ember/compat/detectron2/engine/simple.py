@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, IterableDataset
 import ember
 from ember import distributed
 from ember.checkpoint.state import rng_state, set_rng_state
-from ember.compat.detectron2.engine._ember import Step, batch_size, continue_at, ember_hooks
+from ember.compat.detectron2.engine._ember import Step, batch_size, ember_hooks
 from ember.compat.detectron2.engine.base import TrainerBase, check_range
 from ember.compat.detectron2.utils.events import EventStorage, get_event_storage
 from ember.context import is_launched
@@ -127,6 +127,14 @@ class SimpleTrainer(TrainerBase):
         self._data_iter: Iterator[Any] | None = None
         self._step_end = time.perf_counter()  # when the last iteration ended: the next one's data time starts
 
+    def mark_step_end(self) -> None:
+        """An iteration ended now: the next one's data time starts (ember's hooks call it)."""
+        self._step_end = time.perf_counter()
+
+    def since_step_end(self) -> float:
+        """Seconds since the last iteration ended: the data time of the one starting."""
+        return time.perf_counter() - self._step_end
+
     def train(self, start_iter: int, max_iter: int) -> None:
         """Run iterations ``start_iter`` to ``max_iter - 1`` on ember's Trainer.
 
@@ -140,7 +148,7 @@ class SimpleTrainer(TrainerBase):
             return
         check_range(start_iter, max_iter)
         get_dist_logger().info(f"Starting training from iteration {start_iter}", ranks=[0])
-        continue_at(self.ember_trainer, start_iter)
+        self.ember_trainer.continue_at(start_iter)
         self.iter = self.start_iter = start_iter
         self.max_iter = max_iter
         with EventStorage(start_iter) as self.storage:
