@@ -55,7 +55,7 @@ class TensorParallelEnv:
     output_x_weight_group_3d: Any
 
     def __init__(self, **kwargs: Any) -> None:
-        object.__setattr__(self, "_given", {})
+        self._given: dict[str, Any] = {}
         self.load(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -65,7 +65,10 @@ class TensorParallelEnv:
         return given[name] if name in given else _launched().get(name, _DEFAULTS.get(name))
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self.load(**{name: value})
+        if name == "_given":
+            object.__setattr__(self, name, value)
+        else:
+            self.load(**{name: value})
 
     def load(self, **kwargs: Any) -> None:
         """Set the settings given (Colossal-AI's names); they override the launched config's.
