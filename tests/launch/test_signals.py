@@ -199,7 +199,12 @@ os.environ["EMBER_RUN_LAUNCHER_PID"] = str(os.getpid())
 worker = '''
 import os, signal, sys, time
 from ember._worker import follow_launcher
-signal.signal(signal.SIGTERM, lambda *a: (open(sys.argv[1], "w").write("SIGTERM"), sys.exit(75)))
+def report(*_):
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write("SIGTERM")
+    os.replace(sys.argv[1] + ".tmp", sys.argv[1])  # whole when it appears: the test reads it at once
+    sys.exit(75)
+signal.signal(signal.SIGTERM, report)
 follow_launcher()
 open(sys.argv[1] + ".ready", "w").close()
 time.sleep(60)
