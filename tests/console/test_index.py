@@ -27,11 +27,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from ember import track
-from ember.server import admin
 from ember.server.app import create_app
-from ember.server.console import index as index_module
-from ember.server.console.local import build_app
-from ember.server.settings import Settings
+from ember.server.local import index as index_module
+from ember.server.local.ui import build_app
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
 from ember.track.client import Client, Credentials, upload_artifact, upload_run
 from tests.console._data import make_store, write_runs
 

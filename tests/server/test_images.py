@@ -116,8 +116,8 @@ def test_ember_ui_in_process_upload_stores_the_images_an_http_upload_stores(serv
     """console/direct.py answers POST /runs/{id}/images with the route's own code (a later index pass)."""
     from sqlalchemy import select
 
-    from ember.server.console.direct import DirectClient
-    from ember.server.models import User
+    from ember.server.local.direct import DirectClient
+    from ember.server.storage.models import User
 
     run = _run_with_images(tmp_path / "store", count=2)
     app = server.client.app
@@ -163,8 +163,8 @@ def test_a_run_past_the_servers_image_limit_is_refused_whole_and_the_rest_of_it_
 
 
 def test_run_images_count_in_the_owners_storage_quota(tmp_path: Path, db_url: str) -> None:
-    from ember.server.blobs import usage
-    from ember.server.models import User
+    from ember.server.services.blobs import usage
+    from ember.server.storage.models import User
 
     first = _run_with_images(tmp_path / "store", count=1)
     sizes = [len((first.path / line["file"]).read_bytes()) for line in first.images()]

@@ -40,7 +40,9 @@ log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
 BATCH_LINES = 20_000
 BATCH_BYTES = 4 << 20
-LOG_BATCH_BYTES = 512 << 10  # a request's escapes stay under the server's bound (ember.server.codec.MAX_BACKSLASHES)
+LOG_BATCH_BYTES = (
+    512 << 10
+)  # a request's escapes stay under the server's bound (ember.server.services.codec.MAX_BACKSLASHES)
 BATCH_VALUES = 20_000  # the server's default limit of values per metrics request
 CONFLICTS = ("new", "skip", "error", "replace")
 DEFAULT_RETRY = Retry()

@@ -9,8 +9,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import func, select
 
-from ember.server import folders, listing, naming
-from ember.server.auth import DbSession
+from ember.server.api.auth import DbSession
 from ember.server.console.session import (
     PREFIX,
     check_csrf,
@@ -21,9 +20,10 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
-from ember.server.domain_errors import Invalid
-from ember.server.models import Folder, Run
-from ember.server.perms import get_folder
+from ember.server.services import folders, listing, naming
+from ember.server.services.perms import get_folder
+from ember.server.storage.domain_errors import Invalid
+from ember.server.storage.models import Folder, Run
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted", "Preempted", "Damaged")

@@ -1,0 +1,149 @@
+"""``/api/v1/runs``: upload a run (metadata, metrics, stdout, lineage) and read it back."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from ember.server.api.auth import CurrentUser, DbSession
+from ember.server.api.responses import metrics_download
+from ember.server.api.wire import CheckedRoute, SafeJSONResponse
+from ember.server.services import edges, ingest, listing, logs, naming, runs
+from ember.server.services.lookup import get_run
+from ember.server.services.perms import Level
+from ember.server.services.series import MAX_BUCKETS
+from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn, RunPageOut
+
+router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
+# not GET /runs: '/runs/' must stay a bad run id
+search = APIRouter(prefix="/search", tags=["runs"], route_class=CheckedRoute)
+MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+@router.put("/{run_id}", summary="Create or update a run from its run.json and platform.json")
+def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
+    """Idempotent: the same run (by id) is updated in place; ``cursors`` says what the server has."""
+    return runs.put_run(session, user, run_id, body)
+
+
+@search.get(
+    "/runs",
+    summary="The runs you may view: filtered, sorted, one page at a time",
+    response_model=RunPageOut,
+    response_class=SafeJSONResponse,
+)
+def search_runs(
+    user: CurrentUser,
+    session: DbSession,
+    folder: Annotated[str | None, Query(max_length=1024, description="only under this folder")] = None,
+    q: Annotated[str, Query(max_length=200, description="part of the name")] = "",
+    label: Annotated[str, Query(max_length=200)] = "",
+    status: Annotated[str, Query(max_length=16)] = "",
+    text: Annotated[str, Query(alias="filter", max_length=2000, description="m:val/acc.best>0.9 and hp:lr<0.1")] = "",
+    where: Annotated[list[str] | None, Query(max_length=20, description="more filters, all must hold")] = None,
+    sort: Annotated[str, Query(max_length=300, description="name|status|start|duration|folder|hp:K|m:T/N")] = "-start",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
+):
+    """Paginated on the server; only runs the caller has view rights on are ever considered."""
+    path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
+    found = listing.list_runs(
+        session,
+        user,
+        folder=path,
+        q=q,
+        label=label,
+        status=status,
+        filters=[text, *(where or [])],
+        sort=sort,
+        page=page,
+        per_page=per_page,
+    )
+    return RunPageOut(**found.__dict__)
+
+
+@router.get("/{run_id}/series", summary="Every metric of a type, downsampled (min and max per bucket) for charts")
+def read_series(
+    run_id: str,
+    type: MetricType,
+    request: Request,
+    user: CurrentUser,
+    session: DbSession,
+    buckets: Annotated[int, Query(ge=10, le=MAX_BUCKETS)] = 1000,
+    start: Annotated[int | None, Query(ge=0, description="first step of a range (a zoomed chart)")] = None,
+    end: Annotated[int | None, Query(ge=0, description="last step of a range, included")] = None,
+):
+    run = get_run(session, user, run_id)
+    found = request.app.state.series.series(session, run.pk, run.id, type, buckets, start, end)
+    return SafeJSONResponse({"id": run.id, "status": run.status, **found})
+
+
+@router.get("/{run_id}/metrics.csv", summary="Every point of one metric type as CSV (step, epoch, time, name, value)")
+def read_metrics_csv(
+    run_id: str, type: MetricType, request: Request, user: CurrentUser, session: DbSession
+) -> StreamingResponse:
+    run = get_run(session, user, run_id)
+    return metrics_download(request, run, type, "csv", f"{run.id}-{type}.csv")
+
+
+@router.get("/{run_id}", summary="A run: metadata, hparams, platform, metric summary, lineage")
+def read_run(run_id: str, user: CurrentUser, session: DbSession):
+    return runs.run_view(session, user, get_run(session, user, run_id))
+
+
+@router.get("/{run_id}/metrics", summary="Every point of one metric type, as the local store writes them")
+def read_metrics(
+    run_id: str, type: MetricType, request: Request, user: CurrentUser, session: DbSession
+) -> StreamingResponse:
+    run = get_run(session, user, run_id)
+    return metrics_download(request, run, type, "json", f"{run.id}-{type}.json")
+
+
+@router.post("/{run_id}/metrics", summary="Append complete lines of metrics/<type>.jsonl (idempotent)")
+def post_metrics(
+    run_id: str,
+    batch: MetricBatch,
+    request: Request,
+    user: CurrentUser,
+    session: DbSession,
+):
+    run = get_run(session, user, run_id, Level.EDIT)
+    limit = request.app.state.settings.max_batch_points
+    return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, limit)}
+
+
+@router.post("/{run_id}/log", summary="Append text of stdout.log from a byte offset (idempotent)")
+def post_log(run_id: str, chunk: LogChunkIn, request: Request, user: CurrentUser, session: DbSession):
+    """413 past the server's output limit per run (``--max-log-mb``) or the owner's quota; nothing is kept."""
+    run = get_run(session, user, run_id, Level.EDIT)
+    settings = request.app.state.settings
+    cursor = logs.store_log(
+        session, run, chunk.start, chunk.end, chunk.text, settings.max_log_bytes, settings.quota_bytes
+    )
+    return {"cursor": cursor}
+
+
+@router.get("/{run_id}/log", summary="The stdout.log text stored, a few MiB at a time from offset")
+def read_log(
+    run_id: str,
+    user: CurrentUser,
+    session: DbSession,
+    offset: Annotated[int, Query(ge=0, description="a byte of the stored text (next_offset of the answer before)")] = 0,
+):
+    """``{"text", "offset", "next_offset"}``: whole pieces from the one holding ``offset``, about 4 MiB at
+    most; ``next_offset`` continues (null at the end)."""
+    run = get_run(session, user, run_id)
+    return logs.text_from(session, run.pk, offset)
+
+
+@router.post("/{run_id}/lineage", summary="Append complete lines of the run's lineage.jsonl (idempotent)")
+def post_lineage(run_id: str, batch: LineageBatch, user: CurrentUser, session: DbSession):
+    run = get_run(session, user, run_id, Level.EDIT)
+    return {"cursor": edges.store_edges(session, "run", run.id, batch.edges, batch.start, batch.end)}
+
+
+@router.delete("/{run_id}", summary="Delete a run and its points")
+def delete_run(run_id: str, user: CurrentUser, session: DbSession):
+    return runs.delete_run(session, user, run_id)
