@@ -6,7 +6,7 @@ is the intersection of ``a`` and ``b``, ``a or b`` their union, ``not a`` the co
 The store is written by hand (30 runs, every status, hparams of every JSON kind, nested and dotted
 keys, labels, start times in several zones and without one, metrics with NaN and infinities, a
 step logged twice, recorded metric modes) and indexed as ``ember ui`` indexes it (the requests of
-``ember upload``, written together: :mod:`ember.server.local.bulk`).
+``ember upload``, written together: :class:`ember.server.services.upload.NewRuns`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ember.server.local import bulk
 from ember.server.services import listing
+from ember.server.services.upload import NewRuns
 from ember.server.storage.models import Folder, Run, User
 from ember.track import local_query, query
 from ember.track.client import upload_run
@@ -134,16 +134,14 @@ def indexed(tmp_path: Path, db_url: str, store: Path) -> Iterator[tuple[Server, 
     """The store in a server's database on ``db_url``, as ``ember ui`` indexes it."""
     srv = make_server(tmp_path, db_url)
     app = srv.client.app
-    recorded = []
+    new = NewRuns()
     for path in sorted((store / "runs").iterdir()):
-        recorded.append(bulk.Recorded(path.name))
-        upload_run(path, "sweep", True, "new", bulk.Recorder(recorded[-1]), artifacts=False)  # type: ignore[arg-type]
+        new.open(path.name)
+        upload_run(path, "sweep", True, "new", new, artifacts=False)
     with app.state.sessions() as session, session.begin():
         alice = session.scalar(select(User).where(User.name == "alice"))
         assert alice is not None
-        assert bulk.write(session, alice, recorded, app.state.settings.max_batch_points) == {
-            r.name: None for r in recorded
-        }
+        assert new.write(session, alice, app.state.settings) == {r.name: None for r in new.runs}
     yield srv, store
     app.state.engine.dispose()
 

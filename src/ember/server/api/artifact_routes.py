@@ -5,14 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ember.server.api.auth import BriefUser, CurrentUser, DbSession
+from ember.server.api.auth import BriefUser, CurrentUser, DbSession, Receiving
 from ember.server.api.responses import file_response
 from ember.server.api.wire import CheckedRoute
-from ember.server.services import artifacts, edges, naming
+from ember.server.services import artifacts, naming
 from ember.server.services import blobs as blob_rules
 from ember.server.services.blobs import BlobStore
 from ember.server.services.lookup import get_artifact, get_artifact_file
-from ember.server.services.perms import Level
 from ember.server.storage.domain_errors import TooLarge
 from ember.server.storage.schemas import ArtifactIn, BlobQuery, LineageBatch
 from ember.server.storage.settings import Settings
@@ -26,12 +25,9 @@ def _store(request: Request) -> BlobStore:
 
 
 @blobs.post("/missing", summary="Which of these blobs you have not uploaded yet (send only those)")
-def missing_blobs(query: BlobQuery, request: Request, user: CurrentUser, session: DbSession):
+def missing_blobs(query: BlobQuery, uploads: Receiving):
     """Answers from the caller's own uploads: whether anyone else holds the bytes is not told."""
-    wanted = sorted({naming.sha256(s) for s in query.sha256})
-    have = blob_rules.own(session, user, wanted)
-    store = _store(request)
-    return {"missing": [s for s in wanted if s not in have or not store.has(s)]}
+    return {"missing": sorted(uploads.missing_blobs(query.sha256))}
 
 
 @blobs.put("/{sha256}", summary="Upload one file's bytes; stored only when they hash to the URL's sha256")
@@ -43,14 +39,10 @@ async def put_blob(sha256: str, request: Request, user: BriefUser):
     """
     sha = naming.sha256(sha256)
     settings: Settings = request.app.state.settings
-    limit = settings.max_blob_bytes
-    limit_text = f"the file passes the server's limit of {limit} bytes"
+    used = None
     if settings.quota_bytes is not None:
-        left = settings.quota_bytes - await run_in_threadpool(
-            blob_rules.usage_now, request.app.state.read_sessions, user
-        )
-        if left < limit:
-            limit, limit_text = max(0, left), blob_rules.quota_text(user, settings.quota_bytes)
+        used = await run_in_threadpool(blob_rules.usage_now, request.app.state.read_sessions, user)
+    limit, limit_text = blob_rules.upload_limit(settings, user, used)
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise TooLarge(limit_text)
@@ -64,13 +56,13 @@ async def put_blob(sha256: str, request: Request, user: BriefUser):
 
 
 @router.put("/{artifact_id}", summary="Create or update an artifact; every file's blob must be uploaded first")
-def put_artifact(artifact_id: str, body: ArtifactIn, request: Request, user: CurrentUser, session: DbSession):
+def put_artifact(artifact_id: str, body: ArtifactIn, uploads: Receiving):
     """The file list is sent whole: the artifact then holds exactly these files.
 
     A blob may be listed only by a user who uploaded it or who can view an artifact holding it;
     any other digest is answered like one never uploaded (409), so digests reveal nothing.
     """
-    return artifacts.put_artifact(session, user, artifact_id, body, _store(request), request.app.state.settings)
+    return uploads.put_artifact(artifact_id, body)
 
 
 @router.get("/{artifact_id}", summary="An artifact: metadata, files with sha256 and size, references, lineage")
@@ -90,11 +82,10 @@ def download(
 
 
 @router.post("/{artifact_id}/lineage", summary="Append complete lines of the artifact's lineage.jsonl")
-def post_lineage(artifact_id: str, batch: LineageBatch, user: CurrentUser, session: DbSession):
-    artifact = get_artifact(session, user, artifact_id, Level.EDIT)
-    return {"cursor": edges.store_edges(session, "artifact", artifact.id, batch.edges, batch.start, batch.end)}
+def post_lineage(artifact_id: str, batch: LineageBatch, uploads: Receiving):
+    return {"cursor": uploads.put_lineage("artifact", artifact_id, batch)}
 
 
 @router.delete("/{artifact_id}", summary="Delete an artifact, and the blobs no other artifact lists")
-def delete_artifact(artifact_id: str, request: Request, user: CurrentUser, session: DbSession):
-    return artifacts.delete_artifact(session, user, artifact_id, _store(request))
+def delete_artifact(artifact_id: str, uploads: Receiving):
+    return uploads.delete_artifact(artifact_id)

@@ -13,6 +13,7 @@ from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from ember.server.services.keys import verify_key
+from ember.server.services.upload import Uploads
 from ember.server.storage.models import ApiKey, User
 
 READS = ("GET", "HEAD")
@@ -80,3 +81,12 @@ CallerKey = Annotated[ApiKey, Depends(caller_key)]
 """An endpoint parameter: the caller's key (what a key made by this request may not outlive)."""
 DbSession = Annotated[Session, _SESSION]
 """An endpoint parameter: the request's session (commits on success)."""
+
+
+def uploads(request: Request, user: CurrentUser, session: DbSession) -> Uploads:
+    """The server's receiver of the upload protocol for this request (its caller, its session, the limits)."""
+    return Uploads(session, user, request.app.state.settings, request.app.state.blobs)
+
+
+Receiving = Annotated[Uploads, Depends(uploads)]
+"""An endpoint parameter: :class:`~ember.server.services.upload.Uploads` for the caller, in the request's session."""

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ember.server.api.wire import FieldError, SafeJSONResponse
-from ember.server.storage.domain_errors import Conflict, DomainError, Forbidden, Gone, Invalid, NotFound, TooLarge
+from ember.server.storage.domain_errors import DomainError
 
 log = logging.getLogger("ember.server")
 
@@ -58,19 +58,9 @@ async def _http(_request: Request, exc: Exception) -> JSONResponse:
     return SafeJSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
-_STATUS: dict[type[DomainError], int] = {
-    NotFound: 404,
-    Forbidden: 403,
-    Invalid: 422,
-    TooLarge: 413,
-    Conflict: 409,
-    Gone: 410,
-}
-
-
 def status_of(error: DomainError) -> int:
-    """The HTTP status code that answers a domain error (400 for one of no known kind)."""
-    return next((code for kind, code in _STATUS.items() if isinstance(error, kind)), 400)
+    """The HTTP status code that answers a domain error (its ``status``: 400 for one of no known kind)."""
+    return error.status
 
 
 async def _refused(_request: Request, exc: Exception) -> JSONResponse:

@@ -7,24 +7,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
-from ember.server.api.auth import CurrentUser, DbSession
+from ember.server.api.auth import CurrentUser, DbSession, Receiving
 from ember.server.api.responses import png_response
 from ember.server.api.wire import CheckedRoute
 from ember.server.services import run_images
 from ember.server.services.lookup import get_run
-from ember.server.services.perms import Level
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
 
 
 @router.post("/{run_id}/images", summary="Append complete lines of the run's images.jsonl with their PNGs (idempotent)")
-def post_images(run_id: str, batch: run_images.ImagesBatch, request: Request, user: CurrentUser, session: DbSession):
-    run = get_run(session, user, run_id, Level.EDIT)
-    settings = request.app.state.settings
-    return {"cursor": run_images.store_images(session, run, batch, settings.max_run_images, settings.quota_bytes)}
+def post_images(run_id: str, batch: run_images.ImagesBatch, uploads: Receiving):
+    return {"cursor": uploads.put_images(run_id, batch)}
 
 
 @router.get("/{run_id}/images", summary="The images a run logged (name, step, time, width, height, size)")

@@ -7,12 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from ember.server.api.auth import CurrentUser, DbSession
+from ember.server.api.auth import CurrentUser, DbSession, Receiving
 from ember.server.api.responses import metrics_download
 from ember.server.api.wire import CheckedRoute, SafeJSONResponse
-from ember.server.services import edges, ingest, listing, logs, naming, runs
+from ember.server.services import listing, logs, naming, runs
 from ember.server.services.lookup import get_run
-from ember.server.services.perms import Level
 from ember.server.services.series import MAX_BUCKETS
 from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn, RunPageOut
 
@@ -23,9 +22,9 @@ MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
 @router.put("/{run_id}", summary="Create or update a run from its run.json and platform.json")
-def put_run(run_id: str, body: RunIn, user: CurrentUser, session: DbSession):
+def put_run(run_id: str, body: RunIn, uploads: Receiving):
     """Idempotent: the same run (by id) is updated in place; ``cursors`` says what the server has."""
-    return runs.put_run(session, user, run_id, body)
+    return uploads.put_run(run_id, body)
 
 
 @search.get(
@@ -102,27 +101,14 @@ def read_metrics(
 
 
 @router.post("/{run_id}/metrics", summary="Append complete lines of metrics/<type>.jsonl (idempotent)")
-def post_metrics(
-    run_id: str,
-    batch: MetricBatch,
-    request: Request,
-    user: CurrentUser,
-    session: DbSession,
-):
-    run = get_run(session, user, run_id, Level.EDIT)
-    limit = request.app.state.settings.max_batch_points
-    return {"cursor": ingest.store_metrics(session, run.pk, run.id, batch, limit)}
+def post_metrics(run_id: str, batch: MetricBatch, uploads: Receiving):
+    return {"cursor": uploads.put_metrics(run_id, batch)}
 
 
 @router.post("/{run_id}/log", summary="Append text of stdout.log from a byte offset (idempotent)")
-def post_log(run_id: str, chunk: LogChunkIn, request: Request, user: CurrentUser, session: DbSession):
+def post_log(run_id: str, chunk: LogChunkIn, uploads: Receiving):
     """413 past the server's output limit per run (``--max-log-mb``) or the owner's quota; nothing is kept."""
-    run = get_run(session, user, run_id, Level.EDIT)
-    settings = request.app.state.settings
-    cursor = logs.store_log(
-        session, run, chunk.start, chunk.end, chunk.text, settings.max_log_bytes, settings.quota_bytes
-    )
-    return {"cursor": cursor}
+    return {"cursor": uploads.put_log(run_id, chunk)}
 
 
 @router.get("/{run_id}/log", summary="The stdout.log text stored, a few MiB at a time from offset")
@@ -139,11 +125,10 @@ def read_log(
 
 
 @router.post("/{run_id}/lineage", summary="Append complete lines of the run's lineage.jsonl (idempotent)")
-def post_lineage(run_id: str, batch: LineageBatch, user: CurrentUser, session: DbSession):
-    run = get_run(session, user, run_id, Level.EDIT)
-    return {"cursor": edges.store_edges(session, "run", run.id, batch.edges, batch.start, batch.end)}
+def post_lineage(run_id: str, batch: LineageBatch, uploads: Receiving):
+    return {"cursor": uploads.put_lineage("run", run_id, batch)}
 
 
 @router.delete("/{run_id}", summary="Delete a run and its points")
-def delete_run(run_id: str, user: CurrentUser, session: DbSession):
-    return runs.delete_run(session, user, run_id)
+def delete_run(run_id: str, uploads: Receiving):
+    return uploads.delete_run(run_id)

@@ -6,11 +6,12 @@ whatever the store's size. One thread (:class:`StoreIndex`) brings the database 
 - **At start** the run folders are listed (names only) and indexed newest first (by the time
   in a folder's name), a batch per transaction: the first page answers at once, shows the newest
   runs within a second, and says how far indexing has got until it is done. New runs are read as
-  the upload would send them and written together (:mod:`ember.server.local.bulk`).
+  the upload sends them, to the batched receiver that writes them together
+  (:class:`ember.server.services.upload.NewRuns`).
 - **Then, every second,** what may have changed, at a cost that does not grow with the store
   (:mod:`ember.server.local.scan`): a folder is read again only when its files changed, and
-  then only what follows the stored cursors is sent, request by request, in process
-  (:class:`ember.server.local.direct.DirectClient`).
+  then only what follows the stored cursors is sent, request by request, to the server's own
+  receiver in process (:class:`ember.server.services.upload.Uploads`).
 
 Artifacts go through the upload protocol over HTTP to this same server, which streams their
 files into its blob store. A run folder ember could not have written
@@ -33,10 +34,10 @@ from sqlalchemy import select
 
 from ember.errors import TrackingError
 from ember.server.console import Progress
-from ember.server.local import bulk, salvage
-from ember.server.local.bulk import Recorded, Recorder
-from ember.server.local.direct import DirectClient, damaged_id, forget_artifact, forget_run, mark_damaged
+from ember.server.local import salvage
+from ember.server.local.damaged import damaged_id, forget_artifact, forget_run, mark_damaged
 from ember.server.local.scan import HOT_S, Entry, Folders, signature
+from ember.server.services.upload import NewRuns, Recorded, Uploads
 from ember.server.storage.models import Run, User
 from ember.track.client import Client, Credentials, UploadError, upload_artifact, upload_run
 from ember.track.layout import ARTIFACTS_DIR, RUNS_DIR
@@ -180,20 +181,21 @@ class StoreIndex:
                 with self.app.state.sessions() as session, session.begin():
                     user = session.scalar(select(User).where(User.name == self.user))
                     assert user is not None, f"ember ui's user {self.user!r} is missing from its database"
-                    client = DirectClient(session, user, self.app.state.settings.max_batch_points)
+                    uploads = self._uploads(session, user)
                     for entry in gone:
                         if entry.node_id is not None and self._ids.get(entry.node_id) == entry.path.name:
-                            forget_run(client, entry.node_id)
+                            forget_run(uploads, entry.node_id)
                     ends = time.monotonic() + BATCH_S
                     claimed: dict[str, str] = {}
                     while todo and time.monotonic() < ends:  # changed runs: request by request
-                        outcomes.append(self._update(session, user, client, self._check(todo.pop(), claimed)))
+                        outcomes.append(self._update(session, user, uploads, self._check(todo.pop(), claimed)))
                     fresh = []
+                    new = NewRuns()
                     # New runs: read, then written together; at least one per transaction.
                     while kind.pending and (not taken or time.monotonic() < min(ends, deadline)):
                         taken.append(kind.pending.pop())
-                        fresh.append(self._read(self._check(taken[-1], claimed)))
-                    outcomes += self._write_new(session, user, client, fresh)
+                        fresh.append(self._read(self._check(taken[-1], claimed), new))
+                    outcomes += self._write_new(session, user, uploads, new, fresh)
             except BaseException:
                 kind.pending.extend(reversed(taken))
                 raise
@@ -209,11 +211,15 @@ class StoreIndex:
         with self.app.state.sessions() as session, session.begin():
             user = session.scalar(select(User).where(User.name == self.user))
             assert user is not None, f"ember ui's user {self.user!r} is missing from its database"
-            client = DirectClient(session, user, self.app.state.settings.max_batch_points)
+            uploads = self._uploads(session, user)
             for run_id in list(session.scalars(select(Run.id).where(Run.owner_id == user.id))):
                 if run_id not in self._ids:
-                    forget_run(client, run_id)
+                    forget_run(uploads, run_id)
         self._pruned = True
+
+    def _uploads(self, session: Session, user: User) -> Uploads:
+        """The server's receiver in process, on the pass's transaction: the user's own store, unbounded."""
+        return Uploads(session, user, self.app.state.settings, self.app.state.blobs, in_process=True, own_store=True)
 
     def _check(self, name: str, claimed: dict[str, str]) -> _Found:
         """A run folder's signature (taken before reading it: a change while reading shows next pass), its
@@ -238,27 +244,27 @@ class StoreIndex:
         claimed[node] = name
         return _Found(name, entry, sig, info.meta, node, reason, info.status == "Running")
 
-    def _update(self, session: Session, user: User, client: DirectClient, found: _Found) -> _Outcome:
+    def _update(self, session: Session, user: User, uploads: Uploads, found: _Found) -> _Outcome:
         """Bring a run the database may hold up to date, request by request (each a savepoint)."""
         reason = found.reason
         if reason is None and found.signature is not None:
             if found.entry.error is not None and self._ids.get(found.node) == found.name:
-                forget_run(client, found.node)  # mended: read again whole, into the folder its run.json names
+                forget_run(uploads, found.node)  # mended: read again whole, into the folder its run.json names
             try:
-                salvage.upload(found.entry.path, found.node, client)
+                salvage.upload(found.entry.path, found.node, uploads)
             except TrackingError as e:  # UploadError too: the server's code refused part of it
                 reason = str(e)
             except Exception as e:  # a bug must cost this run only: it is listed with the error
                 log.exception("ember ui: indexing %s failed", found.entry.path)
                 reason = f"ember ui could not index it ({type(e).__name__}: {e})"
-        return self._settle(session, user, client, found, reason)
+        return self._settle(session, user, uploads, found, reason)
 
-    def _read(self, found: _Found) -> tuple[_Found, Recorded]:
-        """Read a new run as the upload would send it (nothing is written yet)."""
-        recorded = Recorded(found.name)
+    def _read(self, found: _Found, new: NewRuns) -> tuple[_Found, Recorded]:
+        """Read a new run as the upload sends it, to the batched receiver (nothing is written yet)."""
+        recorded = new.open(found.name)
         if found.reason is None and found.signature is not None:
             try:
-                upload_run(found.entry.path, None, True, "new", Recorder(recorded), artifacts=False)  # type: ignore[arg-type]
+                upload_run(found.entry.path, None, True, "new", new, artifacts=False)
             except TrackingError as e:  # a damaged line, a body the server would refuse
                 recorded.error = str(e)
             except Exception as e:  # a bug must cost this run only: it is listed with the error
@@ -267,9 +273,9 @@ class StoreIndex:
         return found, recorded
 
     def _write_new(
-        self, session: Session, user: User, client: DirectClient, fresh: list[tuple[_Found, Recorded]]
+        self, session: Session, user: User, uploads: Uploads, new: NewRuns, fresh: list[tuple[_Found, Recorded]]
     ) -> list[_Outcome]:
-        """Write runs read by :meth:`_read`: those new to the database together (:func:`bulk.write`)."""
+        """Write runs read by :meth:`_read`: those new to the database together (:meth:`NewRuns.write`)."""
         if not fresh:
             return []
         ids = [found.node for found, _ in fresh]
@@ -281,22 +287,20 @@ class StoreIndex:
         ]
         try:
             with session.begin_nested():
-                written = bulk.write(session, user, together, self.app.state.settings.max_batch_points)
+                written = new.write(session, user, self.app.state.settings, together)
         except Exception:  # a bug in the batch path must not stop indexing: these runs go request by request
             log.exception("ember ui: writing %d runs together failed; writing them one by one", len(together))
             written, held = {}, held | {rec.run_id for rec in together}
         outcomes = []
         for found, rec in fresh:
             if found.reason is None and found.node in held:
-                outcomes.append(self._update(session, user, client, found))
+                outcomes.append(self._update(session, user, uploads, found))
                 continue
             reason = found.reason or (written.get(found.name) if rec.run is not None else rec.error)
-            outcomes.append(self._settle(session, user, client, found, reason))
+            outcomes.append(self._settle(session, user, uploads, found, reason))
         return outcomes
 
-    def _settle(
-        self, session: Session, user: User, client: DirectClient, found: _Found, reason: str | None
-    ) -> _Outcome:
+    def _settle(self, session: Session, user: User, uploads: Uploads, found: _Found, reason: str | None) -> _Outcome:
         """List a run ``Damaged`` when it is; drop the row of an id it no longer has; what to remember of it."""
         entry = found.entry
         if found.signature is None:  # gone: the next listing drops it
@@ -306,7 +310,7 @@ class StoreIndex:
             with session.begin_nested():
                 mark_damaged(session, user, found.node, found.name, found.meta, reason)
         if entry.node_id not in (None, found.node) and self._ids.get(entry.node_id or "") == found.name:
-            forget_run(client, entry.node_id or "")
+            forget_run(uploads, entry.node_id or "")
         live = reason is None and found.running
         return _Outcome(found.name, found.signature, found.node, reason, live, entry.signature is None)
 

@@ -18,58 +18,59 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ember.server.local.direct import DirectClient
 from ember.server.services import ingest
 from ember.server.services.runs import SKIPPED
+from ember.server.services.upload import Uploads
 from ember.server.storage.models import Run
 from ember.track.client import BATCH_VALUES, UploadError, upload_run
+from ember.track.receiver import MetricColumns
 
 MAX_NOTES = 20
 """Skipped lines named per run (the count of the others is kept)."""
 
 
-def upload(path: Path, run_id: str, client: DirectClient) -> None:
+def upload(path: Path, run_id: str, uploads: Uploads) -> None:
     """Upload a run folder in process, skipping damaged metrics lines (noted on the run) instead of stopping.
 
     Raises:
         TrackingError: what the upload raises when the damage is not a metrics line (a bad
             run.json, lineage line, a body the server refuses whole...): the run is listed Damaged.
     """
-    notes = _notes(client, run_id)
+    notes = _notes(uploads, run_id)
     try:
-        upload_run(path, None, True, "new", client, artifacts=False)  # type: ignore[arg-type]
+        upload_run(path, None, True, "new", uploads, artifacts=False)
     except UploadError:
-        found = _salvage(path, run_id, client)
+        found = _salvage(path, run_id, uploads)
         if not found:
             raise
         notes += found
-        upload_run(path, None, True, "new", client, artifacts=False)  # type: ignore[arg-type]
+        upload_run(path, None, True, "new", uploads, artifacts=False)
     finally:
-        _keep(client, run_id, notes)
+        _keep(uploads, run_id, notes)
 
 
-def _notes(client: DirectClient, run_id: str) -> list[str]:
+def _notes(uploads: Uploads, run_id: str) -> list[str]:
     """What the run's row says was skipped before (a re-upload replaces its meta with run.json)."""
-    meta = client.session.scalar(select(Run.meta).where(Run.id == run_id))
+    meta = uploads.session.scalar(select(Run.meta).where(Run.id == run_id))
     notes = meta.get(SKIPPED) if isinstance(meta, dict) else None
     return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
-def _keep(client: DirectClient, run_id: str, notes: list[str]) -> None:
-    run = client.session.scalar(select(Run).where(Run.id == run_id))
+def _keep(uploads: Uploads, run_id: str, notes: list[str]) -> None:
+    run = uploads.session.scalar(select(Run).where(Run.id == run_id))
     if run is None or not notes or (run.meta or {}).get(SKIPPED) == notes:
         return
     if len(notes) > MAX_NOTES:
         notes = [*notes[: MAX_NOTES - 1], f"... and {len(notes) - MAX_NOTES + 1} more lines skipped"]
     run.meta = {**(run.meta or {}), SKIPPED: notes}
-    client.session.flush()
+    uploads.session.flush()
 
 
-def _salvage(path: Path, run_id: str, client: DirectClient) -> list[str]:
+def _salvage(path: Path, run_id: str, uploads: Uploads) -> list[str]:
     """Send every metrics file's unsent complete lines, damaged ones left out; what was skipped."""
-    if client.session.scalar(select(Run.pk).where(Run.id == run_id)) is None:
+    if uploads.session.scalar(select(Run.pk).where(Run.id == run_id)) is None:
         return []  # refused at its PUT: nothing to continue
-    cursors = ingest.cursors(client.session, "run", run_id)
+    cursors = ingest.cursors(uploads.session, "run", run_id)
     skipped: list[str] = []
     folder = path / "metrics"
     for file in sorted(folder.glob("*.jsonl")) if folder.is_dir() and not folder.is_symlink() else []:
@@ -77,13 +78,13 @@ def _salvage(path: Path, run_id: str, client: DirectClient) -> list[str]:
             continue
         stream = f"metrics/{file.name}"
         try:
-            skipped += _send_file(client, run_id, file, stream, cursors.get(stream, 0))
+            skipped += _send_file(uploads, run_id, file, stream, cursors.get(stream, 0))
         except UploadError:
             return []  # the server refuses something else about it: listed Damaged, as before
     return skipped
 
 
-def _send_file(client: DirectClient, run_id: str, file: Path, stream: str, cursor: int) -> list[str]:
+def _send_file(uploads: Uploads, run_id: str, file: Path, stream: str, cursor: int) -> list[str]:
     """Send ``file`` from ``cursor`` to its last complete line, in batches; the damaged lines, named."""
     with open(file, "rb") as f:
         f.seek(cursor)
@@ -103,10 +104,10 @@ def _send_file(client: DirectClient, run_id: str, file: Path, stream: str, curso
             names.update(record["metrics"])
         offset = end
         if len(batch) * max(1, len(names)) >= BATCH_VALUES // 2:
-            skipped += _send(client, run_id, file.stem, stream, start, offset, batch)
+            skipped += _send(uploads, run_id, file.stem, stream, start, offset, batch)
             batch, names, start = [], set(), offset
     if offset > start:
-        skipped += _send(client, run_id, file.stem, stream, start, offset, batch)
+        skipped += _send(uploads, run_id, file.stem, stream, start, offset, batch)
     return skipped
 
 
@@ -129,25 +130,25 @@ def _point(line: bytes) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _send(
-    client: DirectClient, run_id: str, type_: str, stream: str, start: int, end: int, batch: list[dict[str, Any]]
+    uploads: Uploads, run_id: str, type_: str, stream: str, start: int, end: int, batch: list[dict[str, Any]]
 ) -> list[str]:
     """Send one batch covering bytes ``start``-``end``; line by line when the server refuses it whole."""
     try:
-        client.call("POST", f"/runs/{run_id}/metrics", json=_body(type_, start, end, batch))
+        uploads.put_metrics(run_id, _body(type_, start, end, batch))
         return []
     except UploadError:
         pass
     skipped = []
     for record in batch:  # each its own request; a refused one is sent as an empty range at the end
         try:
-            client.call("POST", f"/runs/{run_id}/metrics", json=_body(type_, start, start, [record]))
+            uploads.put_metrics(run_id, _body(type_, start, start, [record]))
         except UploadError as e:
             skipped.append(f"{stream}: the point at step {record['step']} was refused ({e}); skipped")
-    client.call("POST", f"/runs/{run_id}/metrics", json=_body(type_, start, end, []))
+    uploads.put_metrics(run_id, _body(type_, start, end, []))
     return skipped
 
 
-def _body(type_: str, start: int, end: int, records: list[dict[str, Any]]) -> dict[str, Any]:
+def _body(type_: str, start: int, end: int, records: list[dict[str, Any]]) -> MetricColumns:
     """A metrics request in columns, as ``ember.track.client`` sends it."""
     names = dict.fromkeys(name for r in records for name in r["metrics"])
     return {

@@ -23,6 +23,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import IO
 
 import anyio.to_thread
 from sqlalchemy import delete, exists, func, select, text, union, update
@@ -78,33 +79,32 @@ class BlobStore:
             TooLarge: 413 (``limit_text``) when it passes ``max_bytes``.
             Invalid: 422 when its digest differs.
         """
-        tmp = self.tmp / f"{secrets.token_hex(16)}.part"
-        hasher = hashlib.sha256()
-        size = 0
+        incoming = await anyio.to_thread.run_sync(_Incoming, self, sha, max_bytes, limit_text)
         buffer = bytearray()
-        out = await anyio.to_thread.run_sync(open, tmp, "wb")
         try:
-
-            def flush(data: bytes) -> None:
-                hasher.update(data)
-                out.write(data)
-
             async for chunk in chunks:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise TooLarge(limit_text)
+                incoming.count(len(chunk))
                 buffer += chunk
                 if len(buffer) >= _FLUSH_BYTES:
-                    await anyio.to_thread.run_sync(flush, bytes(buffer))
+                    await anyio.to_thread.run_sync(incoming.write, bytes(buffer))
                     buffer.clear()
-            await anyio.to_thread.run_sync(flush, bytes(buffer))
-            await anyio.to_thread.run_sync(out.close)
-            if hasher.hexdigest() != sha:
-                raise Invalid(f"the bytes sent hash to {hasher.hexdigest()}, not to {sha}: the upload was damaged")
+            await anyio.to_thread.run_sync(incoming.write, bytes(buffer))
+            return await anyio.to_thread.run_sync(incoming.finish)
         except BaseException:
-            await anyio.to_thread.run_sync(_discard, out, tmp)
+            await anyio.to_thread.run_sync(incoming.discard)
             raise
-        return tmp
+
+    def take(self, sha: str, file: IO[bytes], max_bytes: int, limit_text: str) -> Path:
+        """:meth:`receive` from a file read in this thread (an upload in process)."""
+        incoming = _Incoming(self, sha, max_bytes, limit_text)
+        try:
+            while chunk := file.read(_FLUSH_BYTES):
+                incoming.count(len(chunk))
+                incoming.write(chunk)
+            return incoming.finish()
+        except BaseException:
+            incoming.discard()
+            raise
 
     def place(self, tmp: Path, sha: str) -> None:
         """Move a received file into place durably (the same bytes may already be there).
@@ -126,11 +126,38 @@ class BlobStore:
         self.path(sha).unlink(missing_ok=True)
 
 
-def _discard(out: object, tmp: Path) -> None:
-    close = getattr(out, "close", None)
-    if close is not None:
-        close()
-    tmp.unlink(missing_ok=True)
+class _Incoming:
+    """A blob arriving: its bytes hashed and written to a temporary file, their count bounded."""
+
+    def __init__(self, store: BlobStore, sha: str, max_bytes: int, limit_text: str) -> None:
+        self.sha, self.max_bytes, self.limit_text = sha, max_bytes, limit_text
+        self.tmp = store.tmp / f"{secrets.token_hex(16)}.part"
+        self.hasher = hashlib.sha256()
+        self.size = 0
+        self.out = open(self.tmp, "wb")  # noqa: SIM115 - closed by finish or discard
+
+    def count(self, size: int) -> None:
+        """Add ``size`` bytes to what arrived: :class:`TooLarge` past the limit."""
+        self.size += size
+        if self.size > self.max_bytes:
+            raise TooLarge(self.limit_text)
+
+    def write(self, data: bytes) -> None:
+        self.hasher.update(data)
+        self.out.write(data)
+
+    def finish(self) -> Path:
+        """The complete file, once its digest is the one announced (:class:`Invalid` otherwise)."""
+        self.out.close()
+        if self.hasher.hexdigest() != self.sha:
+            raise Invalid(
+                f"the bytes sent hash to {self.hasher.hexdigest()}, not to {self.sha}: the upload was damaged"
+            )
+        return self.tmp
+
+    def discard(self) -> None:
+        self.out.close()
+        self.tmp.unlink(missing_ok=True)
 
 
 def lock(session: Session) -> None:
@@ -195,18 +222,35 @@ def record_upload(session: Session, user: User, sha: str, size: int, grace_s: fl
 def record(
     sessions: sessionmaker[Session], store: BlobStore, settings: Settings, user: User, sha: str, tmp: Path
 ) -> int:
-    """Record a received blob as the user's upload and move its file into place, in one transaction; its size.
+    """:func:`record_in` in a transaction of its own (a streamed upload holds none while its bytes arrive)."""
+    with sessions() as session, session.begin():
+        return record_in(session, store, settings, user, sha, tmp)
+
+
+def record_in(session: Session, store: BlobStore, settings: Settings, user: User, sha: str, tmp: Path) -> int:
+    """Record a received blob as the user's upload and move its file into place, in the session's
+    transaction; its size.
 
     Raises:
         TooLarge: 413 when the upload takes the user past the quota (nothing is recorded).
     """
     size = tmp.stat().st_size
-    with sessions() as session, session.begin():
-        lock(session)
-        record_upload(session, user, sha, size, settings.blob_grace_s)
-        check_quota(session, user.id, user.name, settings.quota_bytes)
-        store.place(tmp, sha)
+    lock(session)
+    record_upload(session, user, sha, size, settings.blob_grace_s)
+    check_quota(session, user.id, user.name, settings.quota_bytes)
+    store.place(tmp, sha)
     return size
+
+
+def upload_limit(settings: Settings, user: User, used: int | None) -> tuple[int, str]:
+    """The most bytes the user's next blob may hold, and the sentence refusing more: the server's
+    limit per blob, or what is left of the quota (``used``: the user's usage; None without a quota)."""
+    limit, text = settings.max_blob_bytes, f"the file passes the server's limit of {settings.max_blob_bytes} bytes"
+    if settings.quota_bytes is not None and used is not None:
+        left = settings.quota_bytes - used
+        if left < limit:
+            limit, text = max(0, left), quota_text(user, settings.quota_bytes)
+    return limit, text
 
 
 def claim(session: Session, user: User, shas: Iterable[str]) -> None:

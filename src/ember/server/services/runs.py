@@ -1,7 +1,7 @@
 """Runs: create or update one from its run.json, place a new node in its folder, read one back, delete.
 
-The service behind ``/api/v1/runs`` (:mod:`ember.server.api.run_routes`) and ``ember ui``'s
-in-process uploads (:mod:`ember.server.local.direct`, :mod:`ember.server.local.bulk`):
+The service behind the upload protocol's runs (:class:`ember.server.services.upload.Uploads`,
+which ``/api/v1/runs`` and ``ember ui`` call, and its batched :class:`~ember.server.services.upload.NewRuns`):
 plain functions over a session that raise :mod:`ember.server.storage.domain_errors`. Every change
 checks the caller's level as the route always did: edit on an existing run, edit on the folder
 a new one goes into, edit on each node a ``replace`` removes.
