@@ -9,8 +9,9 @@ from fastapi.responses import StreamingResponse
 
 from ember.server.api.auth import CurrentUser, DbSession, Receiving
 from ember.server.api.responses import metrics_download
+from ember.server.api.run_search import RunSearchQuery
 from ember.server.api.wire import CheckedRoute, SafeJSONResponse
-from ember.server.services import listing, logs, naming, runs
+from ember.server.services import logs, runs
 from ember.server.services.lookup import get_run
 from ember.server.services.series import MAX_BUCKETS
 from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn, RunPageOut
@@ -36,31 +37,12 @@ def put_run(run_id: str, body: RunIn, uploads: Receiving):
 def search_runs(
     user: CurrentUser,
     session: DbSession,
-    folder: Annotated[str | None, Query(max_length=1024, description="only under this folder")] = None,
-    q: Annotated[str, Query(max_length=200, description="part of the name")] = "",
-    label: Annotated[str, Query(max_length=200)] = "",
-    status: Annotated[str, Query(max_length=16)] = "",
+    query: RunSearchQuery,
     text: Annotated[str, Query(alias="filter", max_length=2000, description="m:val/acc.best>0.9 and hp:lr<0.1")] = "",
     where: Annotated[list[str] | None, Query(max_length=20, description="more filters, all must hold")] = None,
-    sort: Annotated[str, Query(max_length=300, description="name|status|start|duration|folder|hp:K|m:T/N")] = "-start",
-    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
 ):
     """Paginated on the server; only runs the caller has view rights on are ever considered."""
-    path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
-    found = listing.list_runs(
-        session,
-        user,
-        folder=path,
-        q=q,
-        label=label,
-        status=status,
-        filters=[text, *(where or [])],
-        sort=sort,
-        page=page,
-        per_page=per_page,
-    )
-    return RunPageOut(**found.__dict__)
+    return RunPageOut(**query.runs(session, user, [text, *(where or [])]).__dict__)
 
 
 @router.get("/{run_id}/series", summary="Every metric of a type, downsampled (min and max per bucket) for charts")
