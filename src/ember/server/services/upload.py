@@ -41,17 +41,8 @@ from ember.server.storage.domain_errors import DomainError, Invalid
 from ember.server.storage.models import Cursor, Edge, Folder, LogPiece, Run, RunImage, User
 from ember.server.storage.schemas import ArtifactIn, LineageBatch, LogChunkIn, MetricBatch, RunIn
 from ember.server.storage.settings import Settings
+from ember.track import receiver as protocol
 from ember.track.client import UploadError
-from ember.track.receiver import (
-    Answer,
-    ArtifactBody,
-    ImageLines,
-    LineageLines,
-    LogText,
-    MetricColumns,
-    NodeKind,
-    RunBody,
-)
 
 Body = TypeVar("Body", bound=BaseModel)
 Batch = MetricBatch | LogChunkIn | LineageBatch | ImagesBatch
@@ -134,19 +125,19 @@ class Uploads:
         assert self.blobs is not None, "Uploads(blobs=...) is needed for an artifact's requests"
         return self.blobs
 
-    def put_run(self, run_id: str, body: RunBody | RunIn) -> Answer:
+    def put_run(self, run_id: str, body: protocol.RunBody | RunIn) -> protocol.Answer:
         """Create or update a run from its run.json and platform.json (:func:`runs.put_run`)."""
         with self._request(f"PUT /runs/{run_id}"):
-            return cast(Answer, runs.put_run(self.session, self.user, run_id, decoded(RunIn, body)))
+            return cast(protocol.Answer, runs.put_run(self.session, self.user, run_id, decoded(RunIn, body)))
 
-    def put_metrics(self, run_id: str, batch: MetricColumns | MetricBatch) -> int:
+    def put_metrics(self, run_id: str, batch: protocol.MetricColumns | MetricBatch) -> int:
         """Store complete lines of ``metrics/<type>.jsonl`` (:func:`ingest.store_metrics`); the new cursor."""
         with self._request(f"POST /runs/{run_id}/metrics"):
             lines = decoded(MetricBatch, batch)
             run = get_run(self.session, self.user, run_id, Level.EDIT)
             return ingest.store_metrics(self.session, run.pk, run.id, lines, self.settings.max_batch_points)
 
-    def put_log(self, run_id: str, chunk: LogText | LogChunkIn) -> int:
+    def put_log(self, run_id: str, chunk: protocol.LogText | LogChunkIn) -> int:
         """Store text of ``stdout.log`` (:func:`logs.store_log`, 413 past the output limit or the quota)."""
         with self._request(f"POST /runs/{run_id}/log"):
             text = decoded(LogChunkIn, chunk)
@@ -155,7 +146,7 @@ class Uploads:
                 self.session, run, text.start, text.end, text.text, self.max_log_bytes, self.quota_bytes
             )
 
-    def put_lineage(self, kind: NodeKind, node_id: str, lines: LineageLines | LineageBatch) -> int:
+    def put_lineage(self, kind: protocol.NodeKind, node_id: str, lines: protocol.LineageLines | LineageBatch) -> int:
         """Store complete lines of a run's or artifact's ``lineage.jsonl`` (:func:`edges.store_edges`)."""
         with self._request(f"POST /{kind}s/{node_id}/lineage"):
             batch = decoded(LineageBatch, lines)
@@ -163,7 +154,7 @@ class Uploads:
             node = find(self.session, self.user, node_id, Level.EDIT)
             return edges.store_edges(self.session, kind, node.id, batch.edges, batch.start, batch.end)
 
-    def put_images(self, run_id: str, batch: ImageLines | ImagesBatch) -> int:
+    def put_images(self, run_id: str, batch: protocol.ImageLines | ImagesBatch) -> int:
         """Store lines of ``images.jsonl`` with their PNGs (:func:`run_images.store_images`)."""
         with self._request(f"POST /runs/{run_id}/images"):
             pictures = decoded(ImagesBatch, batch)
@@ -191,12 +182,12 @@ class Uploads:
             finally:
                 tmp.unlink(missing_ok=True)
 
-    def put_artifact(self, artifact_id: str, body: ArtifactBody | ArtifactIn) -> Answer:
+    def put_artifact(self, artifact_id: str, body: protocol.ArtifactBody | ArtifactIn) -> protocol.Answer:
         """Create or update an artifact; every file's blob must be put first (:func:`artifacts.put_artifact`)."""
         with self._request(f"PUT /artifacts/{artifact_id}"):
             meta = decoded(ArtifactIn, body)
             answer = artifacts.put_artifact(self.session, self.user, artifact_id, meta, self._store(), self.settings)
-            return cast(Answer, answer)
+            return cast(protocol.Answer, answer)
 
     def delete_run(self, run_id: str) -> dict[str, Any]:
         """Delete a run and everything stored of it (:func:`runs.delete_run`)."""
@@ -265,7 +256,7 @@ class NewRuns:
             raise UploadError(f"{request}: not a request of the new run being kept (open it and put it first)")
         return rec
 
-    def put_run(self, run_id: str, body: RunBody | RunIn) -> Answer:
+    def put_run(self, run_id: str, body: protocol.RunBody | RunIn) -> protocol.Answer:
         """Keep a new run's metadata, checked as :meth:`Uploads.put_run` checks it; answer as for a new run."""
         assert self.runs, "NewRuns.open(name) before its put_run"
         rec = self.runs[-1]
@@ -295,21 +286,21 @@ class NewRuns:
         self._ends[stream] = batch.end
         return batch.end
 
-    def put_metrics(self, run_id: str, batch: MetricColumns | MetricBatch) -> int:
+    def put_metrics(self, run_id: str, batch: protocol.MetricColumns | MetricBatch) -> int:
         """Keep a batch of ``metrics/<type>.jsonl`` (its rows are built at :meth:`write`)."""
         return self._keep(run_id, "metrics", MetricBatch, batch)
 
-    def put_log(self, run_id: str, chunk: LogText | LogChunkIn) -> int:
+    def put_log(self, run_id: str, chunk: protocol.LogText | LogChunkIn) -> int:
         """Keep text of ``stdout.log``."""
         return self._keep(run_id, "log", LogChunkIn, chunk)
 
-    def put_lineage(self, kind: NodeKind, node_id: str, lines: LineageLines | LineageBatch) -> int:
+    def put_lineage(self, kind: protocol.NodeKind, node_id: str, lines: protocol.LineageLines | LineageBatch) -> int:
         """Keep lines of the run's ``lineage.jsonl`` (an artifact's go to :class:`Uploads`)."""
         if kind != "run":
             raise UploadError(f"POST /{kind}s/{node_id}/lineage: NewRuns keeps runs only; send artifacts to Uploads")
         return self._keep(node_id, "lineage", LineageBatch, lines)
 
-    def put_images(self, run_id: str, batch: ImageLines | ImagesBatch) -> int:
+    def put_images(self, run_id: str, batch: protocol.ImageLines | ImagesBatch) -> int:
         """Keep lines of ``images.jsonl`` with their PNGs."""
         return self._keep(run_id, "images", ImagesBatch, batch)
 
