@@ -59,7 +59,18 @@ def test_compat_uses_only_embers_public_names(path: Path) -> None:
 # The layers of docs/architecture.md, lowest first: a module imports its own package and the
 # layers below it, never one above. "" is the package root, ``ember/__init__.py``.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "_version", "_exit", "_atomic", "_lock", "_format", "_subcommands", "_same_config", "_rendezvous"),
+    (
+        "errors",
+        "_version",
+        "_exit",
+        "_atomic",
+        "_lock",
+        "_format",
+        "_lazy",
+        "_subcommands",
+        "_same_config",
+        "_rendezvous",
+    ),
     ("config",),
     ("distributed", "logging", "layout", "context"),
     ("data", "amp", "loss_check", "launcher", "batch", "track"),

@@ -15,8 +15,9 @@ Names load on first use, so ``import ember`` (and the ``ember`` command) stays q
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ember._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ember import checkpoint, config, context, distributed, errors, track, trainer
@@ -72,11 +73,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f"ember.{name}")
-    if name in _ATTRS:
-        value = getattr(importlib.import_module(_ATTRS[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'ember' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _ATTRS, _MODULES)

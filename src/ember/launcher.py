@@ -173,18 +173,9 @@ def launch_from_torch(
         >>> ember.launch_from_torch(config="config.py")   # under: torchrun --nproc_per_node 2 train.py
     """
     return _launch_from_env(
-        config,
-        ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-        "run the script with `torchrun --nproc_per_node N script.py` or `ember run --nproc N script.py`",
-        None,
-        None,
-        local_optional=True,
-        backend=backend,
-        seed=seed,
-        verbose=verbose,
-        overrides=overrides,
+        config, "torch", None, None, backend=backend, seed=seed, verbose=verbose, overrides=overrides,
         timeout_s=timeout_s,
-    )
+    )  # fmt: skip
 
 
 def launch_from_slurm(
@@ -213,9 +204,8 @@ def launch_from_slurm(
         >>> ember.launch_from_slurm("config.py", host=os.environ["MASTER_ADDR"], port=29500)  # under srun
     """
     return _launch_from_env(
-        config, ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"), "start the script with `srun` inside a Slurm job",
-        host, port, backend=backend, seed=seed, verbose=verbose, timeout_s=timeout_s,
-    )  # fmt: skip
+        config, "slurm", host, port, backend=backend, seed=seed, verbose=verbose, timeout_s=timeout_s
+    )
 
 
 def launch_from_openmpi(
@@ -244,30 +234,48 @@ def launch_from_openmpi(
         >>> ember.launch_from_openmpi("config.py", host="node0", port=29500)  # under: mpirun -np 8 -H node0:4,node1:4
     """
     return _launch_from_env(
-        config, ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-        "start the script with Open MPI's `mpirun`", host, port, backend=backend, seed=seed, verbose=verbose,
-        timeout_s=timeout_s,
-    )  # fmt: skip
+        config, "openmpi", host, port, backend=backend, seed=seed, verbose=verbose, timeout_s=timeout_s
+    )
+
+
+LAUNCHER_VARIABLES: dict[str, tuple[str, str, str]] = {
+    "torch": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    "slurm": ("SLURM_PROCID", "SLURM_NPROCS", "SLURM_LOCALID"),
+    "openmpi": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+}
+"""Per launcher (``launch_from_<name>``): the variables of the rank, the world size and the local rank it sets."""
+
+_HINTS = {
+    "torch": "run the script with `torchrun --nproc_per_node N script.py` or `ember run --nproc N script.py`",
+    "slurm": "start the script with `srun` inside a Slurm job",
+    "openmpi": "start the script with Open MPI's `mpirun`",
+}
+
+
+def launcher_rank(launcher: str) -> str:
+    """The global rank the variables of ``launcher`` (a key of :data:`LAUNCHER_VARIABLES`) give
+    this process before the launch, as set ("0" when unset).
+
+    Example:
+        >>> launcher_rank("slurm")   # $SLURM_PROCID
+        '3'
+    """
+    return os.environ.get(LAUNCHER_VARIABLES[launcher][0], "0")
 
 
 def _launch_from_env(
-    config: ConfigSource,
-    names: tuple[str, str, str],
-    hint: str,
-    host: str | None,
-    port: int | str | None,
-    local_optional: bool = False,
-    **kwargs: Any,
+    config: ConfigSource, launcher: str, host: str | None, port: int | str | None, **kwargs: Any
 ) -> _context.Context:
-    """Launch with rank, world size and local rank read from the variables ``names`` (in that order).
+    """Launch with rank, world size and local rank read from the variables ``launcher`` sets.
 
-    Without ``host``/``port`` they come from ``MASTER_ADDR``/``MASTER_PORT`` (torchrun's).
-    With ``local_optional`` a missing local-rank variable means one process per machine.
+    Without ``host``/``port`` they come from ``MASTER_ADDR``/``MASTER_PORT`` (torchrun's). Under
+    torchrun's variables a missing local rank means one process per machine.
     """
-    rank, world, local = names
+    rank, world, local = LAUNCHER_VARIABLES[launcher]
     address = ("MASTER_ADDR", "MASTER_PORT") if host is None else ()
+    local_optional = launcher == "torch"
     required = (rank, world, *address) if local_optional and local not in os.environ else (rank, local, world, *address)
-    env = _read_env(required, hint)
+    env = _read_env(required, _HINTS[launcher])
     if local not in env:
         _check_one_process_per_machine(local)
     return launch(
@@ -370,4 +378,12 @@ def _read_env(names: tuple[str, ...], hint: str) -> dict[str, str]:
     return values
 
 
-__all__ = ["launch", "launch_from_openmpi", "launch_from_slurm", "launch_from_torch", "seed_everything"]
+__all__ = [
+    "LAUNCHER_VARIABLES",
+    "launch",
+    "launch_from_openmpi",
+    "launch_from_slurm",
+    "launch_from_torch",
+    "launcher_rank",
+    "seed_everything",
+]

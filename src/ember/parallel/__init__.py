@@ -15,8 +15,9 @@ Names load on first use, so the launch (which needs only :mod:`ember.context`) s
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ember._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ember.parallel import plans, tensor1d, tensor2d, tensor2p5d, tensor3d
@@ -69,9 +70,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _MODULES:
-        return importlib.import_module(f"ember.parallel.{name}")
-    if name in _ATTRS:
-        return getattr(importlib.import_module(_ATTRS[name]), name)
-    raise AttributeError(f"module 'ember.parallel' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _ATTRS, _MODULES)

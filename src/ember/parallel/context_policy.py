@@ -15,7 +15,7 @@ from torch import nn
 from ember import context as _context
 from ember.errors import ConfigError, EngineError
 from ember.parallel.context_parallel import ContextParallel, SequenceSharding
-from ember.parallel.policy import ShardedPolicy, all_reduce_mean
+from ember.parallel.policy import ShardedPolicy, all_reduce_mean, local_part
 from ember.parallel.ring import SequenceSplit
 
 __all__ = ["UNSUPPORTED", "ContextPolicy", "check_context", "context_parallelized"]
@@ -48,13 +48,7 @@ class ContextPolicy(ShardedPolicy):
     def gradient_sync(self, enabled: bool) -> Iterator[None]:
         yield
         if enabled:
-            all_reduce_mean([_local(p.grad) for p in self.params if p.grad is not None], self.group)
-
-
-def _local(grad: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
-    return grad.to_local() if isinstance(grad, DTensor) else grad
+            all_reduce_mean([local_part(p.grad) for p in self.params if p.grad is not None], self.group)
 
 
 # -- building ---------------------------------------------------------------------------------------

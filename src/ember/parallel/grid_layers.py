@@ -221,10 +221,24 @@ def build_linear(
 ) -> None:  # fmt: skip
     """``layer.weight [out, in]`` and ``layer.bias [out]`` (or None), torch's initialisation by default."""
     layer.in_features, layer.out_features = in_features, out_features
-    fill = initializer(weight_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
-    layer.shard_parameter("weight", (out_features, in_features), weight, fill, dtype)
+    _weight_and_bias(layer, in_features, out_features, None, bias, dtype, (weight_initializer, bias_initializer),
+                     weight, bias_split)  # fmt: skip
+
+
+def _weight_and_bias(
+    layer: GridLayer, in_features: int, out_features: int, shared: nn.Parameter | None, bias: bool,
+    dtype: torch.dtype | None, initializers: tuple[Initializer | None, Initializer | None], weight_split: Split,
+    bias_split: Split,
+) -> None:  # fmt: skip
+    """``layer.weight [out, in]`` (``shared`` when given) and ``layer.bias [out]`` (or None)."""
+    weight_init, bias_init = initializers
+    if shared is not None:
+        share(layer, "weight", shared, (out_features, in_features), weight_split)
+    else:
+        fill = initializer(weight_init, in_features, out_features, lambda t: default_linear_init(t, in_features))
+        layer.shard_parameter("weight", (out_features, in_features), weight_split, fill, dtype)
     if bias:
-        fill = initializer(bias_initializer, in_features, out_features, lambda t: default_linear_init(t, in_features))
+        fill = initializer(bias_init, in_features, out_features, lambda t: default_linear_init(t, in_features))
         layer.shard_parameter("bias", (out_features,), bias_split, fill, dtype)
     else:
         layer.register_parameter("bias", None)
@@ -309,17 +323,7 @@ def build_classifier(
 ) -> None:  # fmt: skip
     """A classifier's ``weight [classes, in]`` (or ``weight``, shared) and ``bias [classes]`` (or None)."""
     layer.in_features, layer.num_classes = in_features, num_classes
-    weight_init, bias_init = initializers
-    if weight is not None:
-        share(layer, "weight", weight, (num_classes, in_features), weight_split)
-    else:
-        fill = initializer(weight_init, in_features, num_classes, lambda t: default_linear_init(t, in_features))
-        layer.shard_parameter("weight", (num_classes, in_features), weight_split, fill, dtype)
-    if bias:
-        fill = initializer(bias_init, in_features, num_classes, lambda t: default_linear_init(t, in_features))
-        layer.shard_parameter("bias", (num_classes,), bias_split, fill, dtype)
-    else:
-        layer.register_parameter("bias", None)
+    _weight_and_bias(layer, in_features, num_classes, weight, bias, dtype, initializers, weight_split, bias_split)
 
 
 def correct_count(logits: torch.Tensor, targets: torch.Tensor, group: Any) -> torch.Tensor:
@@ -328,3 +332,24 @@ def correct_count(logits: torch.Tensor, targets: torch.Tensor, group: Any) -> to
     on every rank, as ``AccuracyHook`` expects."""
     correct = (logits.argmax(dim=-1) == targets).sum()
     return grid_comm.all_reduce(correct, group)
+
+
+class VocabClassifier:
+    """A classification head split by class: the mode's Linear to the classes (this class first
+    in the bases, the Linear after it). ``weight`` is refused: sharing a weight is the mode's
+    plain classifier's (:attr:`shares_with`)."""
+
+    shares_with = "the plain classifier"
+
+    def __init__(
+        self, in_features: int, num_classes: int, weight: nn.Parameter | None = None, bias: bool = True,
+        dtype: torch.dtype | None = None, weight_initializer: Initializer | None = None,
+        bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
+    ) -> None:  # fmt: skip
+        if weight is not None:
+            raise ConfigError(
+                f"{type(self).__name__}(weight=...) is not supported: share a weight with {self.shares_with}"
+            )
+        linear_init: Any = super().__init__  # the mode's Linear: (in, out, bias, dtype, skip_bias_add, inits, grid)
+        linear_init(in_features, num_classes, bias, dtype, False, weight_initializer, bias_initializer, grid)
+        self.num_classes = num_classes

@@ -26,7 +26,7 @@ gradient sync              after the boundary micro-step's backward, each gradie
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -35,7 +35,7 @@ from torch import nn
 
 from ember import distributed
 from ember.parallel.grid import ShardSpec, local_shards, param_specs, shard_specs
-from ember.parallel.policy import ShardedPolicy, _containers, all_reduce_mean
+from ember.parallel.policy import ShardedPolicy, _containers, all_reduce_mean, local_part, map_tensors
 
 __all__ = ["GridPolicy", "agree_on_overflow", "grid_norm_squared"]
 
@@ -84,7 +84,7 @@ class GridPolicy(ShardedPolicy):
         optimizer_state = whole_optimizer_state(optimizer.state_dict(), optimizer, param_specs(model))
         if distributed.rank() != 0:
             return {}, {}
-        return model_state, _on_cpu(optimizer_state)
+        return model_state, map_tensors(optimizer_state, lambda t: t.detach().cpu())
 
     def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
@@ -104,7 +104,7 @@ class GridPolicy(ShardedPolicy):
 
         with local_shards():
             model.load_state_dict(state["model"], strict=strict)
-        set_optimizer_state_dict(model, optimizer, _local(state["optimizer"]))
+        set_optimizer_state_dict(model, optimizer, map_tensors(state["optimizer"], local_part))
         return state
 
     def sharded_state_dicts(
@@ -186,23 +186,28 @@ def whole_optimizer_state(
 ) -> dict[str, Any]:
     """``optimizer.state_dict()`` with each parameter-shaped state tensor gathered whole like its
     parameter (a collective over the grid, every rank in the same order)."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    out = _containers(state)
-    for index, entry in out["state"].items():
-        param = params[int(index)]
-        spec = specs.get(id(param))
-        if spec is None or spec.is_whole:
-            continue
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == param.shape:
-                entry[key] = spec.gather(value)
-    return out
+    return _map_param_state(state, optimizer, specs, lambda param, spec: param.shape, lambda spec, t: spec.gather(t))
 
 
 def shard_optimizer_state(
     state: dict[str, Any], optimizer: torch.optim.Optimizer, specs: dict[int, ShardSpec]
 ) -> dict[str, Any]:
     """The reverse of :func:`whole_optimizer_state`: each whole state tensor cut to this rank's block."""
+    return _map_param_state(
+        state, optimizer, specs, lambda param, spec: spec.shape, lambda spec, t: spec.shard(t).clone()
+    )
+
+
+def _map_param_state(
+    state: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+    specs: dict[int, ShardSpec],
+    shape: Callable[[torch.Tensor, ShardSpec], Any],
+    convert: Callable[[ShardSpec, torch.Tensor], torch.Tensor],
+) -> dict[str, Any]:
+    """A copy of an optimizer state dict where each state tensor of a sharded parameter that has
+    the parameter's ``shape(param, spec)`` is replaced by ``convert(spec, tensor)``, in the order
+    of the parameters (the same on every rank: ``convert`` may be a collective)."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     out = _containers(state)
     for index, entry in out.get("state", {}).items():
@@ -210,30 +215,8 @@ def shard_optimizer_state(
         spec = specs.get(id(param))
         if spec is None or spec.is_whole:
             continue
+        expected = shape(param, spec)
         for key, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == spec.shape:
-                entry[key] = spec.shard(value).clone()
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape == expected:
+                entry[key] = convert(spec, value)
     return out
-
-
-def _local(value: Any) -> Any:
-    """``value`` with every DTensor replaced by its local tensor."""
-    from torch.distributed.tensor import DTensor
-
-    if isinstance(value, DTensor):
-        return value.to_local()
-    if isinstance(value, dict):
-        return {k: _local(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_local(v) for v in value]
-    return value
-
-
-def _on_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_on_cpu(v) for v in value]
-    return value

@@ -22,7 +22,7 @@ from ember import distributed
 from ember.amp import MasterWeights, source_parameter
 from ember.errors import EngineError
 from ember.parallel.moe_policy import squared_norm
-from ember.parallel.policy import DataParallelPolicy
+from ember.parallel.policy import DataParallelPolicy, with_full_optimizer_state
 
 
 class MasterShardPolicy(DataParallelPolicy):
@@ -75,8 +75,7 @@ class MasterShardPolicy(DataParallelPolicy):
     def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
-        if distributed.any_true(not state["optimizer"]):
-            state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
+        state = with_full_optimizer_state(state)
         model.load_state_dict(state["model"], strict=strict)
         names = _model_names(model, self.precision)
         order = self._full_order(names)

@@ -32,7 +32,7 @@ from ember import distributed
 from ember.errors import EngineError
 from ember.parallel.grid import local_shards, param_specs, shard_specs
 from ember.parallel.grid_policy import agree_on_overflow, grid_norm_squared, whole_optimizer_state
-from ember.parallel.policy import ParallelPolicy, _containers, global_grad_norm
+from ember.parallel.policy import ParallelPolicy, _containers, global_grad_norm, local_part, map_tensors
 
 __all__ = ["PipelinePolicy"]
 
@@ -87,7 +87,7 @@ class PipelinePolicy(ParallelPolicy):
             for p in self.module.parameters():
                 if p.grad is not None:
                     # A DTensor gradient's local shard: its data replicas hold the same shard.
-                    local = _local(p.grad)
+                    local = local_part(p.grad)
                     dist.all_reduce(local, group=self.data_group)
                     local.div_(size)
         if enabled and self.agree_overflow and self.module is not None:
@@ -105,7 +105,7 @@ class PipelinePolicy(ParallelPolicy):
         total = squared.sqrt()[0].to(stage_norm.device)
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         for grad in grads:  # each rank scales its local shard by the same factor
-            local = _local(grad)
+            local = local_part(grad)
             local.mul_(coef.to(local.device, local.dtype))
         return total
 
@@ -182,26 +182,11 @@ def _cut(entry: dict[str, Any], spec: Any) -> dict[str, Any]:
     }
 
 
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's part of a tensor: a DTensor's local shard, a plain tensor itself."""
-    from torch.distributed.tensor import DTensor
-
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
 def _whole(value: Any) -> Any:
     """``value`` with every tensor whole (a DTensor's ``full_tensor()``, a collective), detached, on CPU."""
     from torch.distributed.tensor import DTensor
 
-    if isinstance(value, DTensor):
-        return value.full_tensor().detach().cpu()
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _whole(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_whole(v) for v in value]
-    return value
+    return map_tensors(value, lambda t: (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu())
 
 
 def _like(value: Any, reference: torch.Tensor) -> Any:

@@ -26,7 +26,7 @@ ShardedPolicy        FSDP2 and/or tensor parallel  full model and optimizer / ``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -181,8 +181,7 @@ class ZeroPolicy(DataParallelPolicy):
     def load_full(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], strict: bool = True
     ) -> dict[str, Any]:
-        if distributed.any_true(not state["optimizer"]):
-            state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
+        state = with_full_optimizer_state(state)
         # ZeroRedundancyOptimizer.load_state_dict sets other ranks' entries to None in the dict
         # it is given: hand it copies of the containers, so the caller's state stays whole.
         model.load_state_dict(state["model"], strict=strict)
@@ -256,13 +255,36 @@ class ShardedPolicy(ParallelPolicy):
         return state
 
 
+def with_full_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with rank 0's full optimizer state when any rank passed ``{}`` for it (only rank
+    0 reads a consolidated checkpoint); a collective: every rank calls it."""
+    if distributed.any_true(not state["optimizer"]):
+        state = {**state, "optimizer": distributed.broadcast_object(state["optimizer"], src=0)}
+    return state
+
+
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` with its nested dicts and lists copied and ``fn`` applied to every tensor in them
+    (a DTensor too); other leaves are shared."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_tensors(v, fn) for v in value]
+    return value
+
+
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: a DTensor's local shard, a plain tensor itself."""
+    from torch.distributed.tensor import DTensor  # only sharded modes pay for the import
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def _containers(value: Any) -> Any:
     """A copy of the nested dicts and lists in ``value``; tensors and other leaves are shared."""
-    if isinstance(value, dict):
-        return {k: _containers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_containers(v) for v in value]
-    return value
+    return map_tensors(value, lambda t: t)
 
 
 def _indexed(state: dict[str, Any]) -> dict[str, Any]:

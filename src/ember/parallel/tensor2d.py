@@ -51,10 +51,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember.errors import ConfigError
 from ember.parallel.grid import TensorGrid
 from ember.parallel.grid_layers import (
     Initializer,
+    VocabClassifier,
     build_classifier,
     build_embedding,
     build_linear,
@@ -295,7 +295,7 @@ class Classifier2D(SummaLayer):
         return logits if self.bias is None else logits + grad_sum(self.bias, self.rows)
 
 
-class VocabParallelClassifier2D(Linear2D):
+class VocabParallelClassifier2D(VocabClassifier, Linear2D):
     """A classification head split by class: ``[batch/q, ..., hidden/q]`` in, ``[batch/q, ..., classes/q]``
     out (a :class:`Linear2D` to the classes; pair it with :class:`VocabParallelCrossEntropyLoss2D`).
 
@@ -310,15 +310,7 @@ class VocabParallelClassifier2D(Linear2D):
         grid: the grid (default: the launched layout's).
     """
 
-    def __init__(
-        self, in_features: int, num_classes: int, weight: nn.Parameter | None = None, bias: bool = True,
-        dtype: torch.dtype | None = None, weight_initializer: Initializer | None = None,
-        bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
-    ) -> None:  # fmt: skip
-        if weight is not None:
-            raise ConfigError(f"{type(self).__name__}(weight=...) is not supported: share a weight with Classifier2D")
-        super().__init__(in_features, num_classes, bias, dtype, False, weight_initializer, bias_initializer, grid)
-        self.num_classes = num_classes
+    shares_with = "Classifier2D"
 
 
 class CrossEntropyLoss2D(nn.Module):

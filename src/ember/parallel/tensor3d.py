@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember.errors import ConfigError
 from ember.parallel.grid import GridLayer, TensorGrid
 from ember.parallel.grid_layers import (
     Initializer,
+    VocabClassifier,
     build_classifier,
     build_embedding,
     build_linear,
@@ -304,21 +304,13 @@ class Classifier3D(_Cube):
         return logits if self.bias is None else logits + grad_sum(self.bias, g)
 
 
-class VocabParallelClassifier3D(Linear3D):
+class VocabParallelClassifier3D(VocabClassifier, Linear3D):
     """A classification head split by class: a :class:`Linear3D` to the classes (it flips the roles).
 
     Args: as :class:`Linear3D`, with ``num_classes`` for ``out_features``; ``weight`` must be None.
     """
 
-    def __init__(
-        self, in_features: int, num_classes: int, weight: nn.Parameter | None = None, bias: bool = True,
-        dtype: torch.dtype | None = None, weight_initializer: Initializer | None = None,
-        bias_initializer: Initializer | None = None, grid: TensorGrid | None = None,
-    ) -> None:  # fmt: skip
-        if weight is not None:
-            raise ConfigError(f"{type(self).__name__}(weight=...) is not supported: share a weight with Classifier3D")
-        super().__init__(in_features, num_classes, bias, dtype, False, weight_initializer, bias_initializer, grid)
-        self.num_classes = num_classes
+    shares_with = "Classifier3D"
 
 
 class CrossEntropyLoss3D(nn.Module):

@@ -289,6 +289,18 @@ def read_json(path: Path, *, follow_links: bool = True) -> Any:
         raise TrackingError(f"{path} is not valid JSON ({reason}); it was not written by ember") from None
 
 
+def complete_lines(path: Path) -> list[tuple[int, bytes]]:
+    """The numbered (from 1) non-blank complete lines of the append-only file ``path``, opened
+    with :func:`open_regular`; a torn last line is left out, a missing file has none."""
+    try:
+        with open_regular(path) as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    lines = data[: data.rfind(b"\n") + 1].splitlines()
+    return [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+
+
 def write_all(fd: int, data: bytes) -> None:
     """``os.write`` until every byte of ``data`` is written."""
     view = memoryview(data)

@@ -10,7 +10,7 @@ from typing import Protocol
 
 
 class _Closable(Protocol):
-    def finish(self, status: str = "Complete", reason: str | None = None) -> None: ...
+    def _end(self, exc: BaseException | None) -> None: ...
 
     def _forget_after_fork(self) -> None: ...
 
@@ -52,15 +52,13 @@ def exit_exception() -> BaseException | None:
 
 def finish_all_at_exit() -> None:
     """Finish every open run; errors are raised after all runs had their turn."""
-    from ember.track.run import ending_status
-
-    status, reason = ending_status(exit_exception())
+    exc = exit_exception()
     with _lock:
         runs = list(_live.values())
     errors: list[Exception] = []
     for run in runs:
         try:
-            run.finish(status, reason)
+            run._end(exc)  # the run maps the exception to its status
         except Exception as e:  # noqa: BLE001 - every run must be finished; re-raised below
             errors.append(e)
     if errors:

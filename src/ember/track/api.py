@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import os
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 from ember.errors import ConfigError, TrackingError, describe, short_repr
-from ember.track import _live, lineage
 from ember.track._fs import (
     RUNS_DIR,
     check_description,
     check_folder,
     check_labels,
     check_name,
-    drop_torn_tail,
     get_rank,
-    hostname,
-    lock_folder,
-    make_unique_dir,
-    now_iso,
-    read_json,
     resolve_home,
-    unlock_folder,
-    write_json_atomic,
 )
-from ember.track.environment import collect_all
 from ember.track.hparams import HParams
-from ember.track.run import NoOpRun, Run
-from ember.track.store import (
-    PLATFORM_FILE,
-    RUN_FILE,
-    effective_status,
-    metric_types,
-    read_metrics,
-    resolve,
-    run_info,
-)
+from ember.track.run import NoOpRun, Run, new_meta
+from ember.track.store import resolve
 
 CONFIG_KEYS = ("name", "hparams", "labels", "description", "folder")
 
@@ -68,26 +48,6 @@ def _read_config(config_path: str | os.PathLike[str]) -> dict[str, Any]:
             f"config_path {path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(CONFIG_KEYS)}"
         )
     return data
-
-
-def _new_meta(name: str, folder: str, labels: list[str], description: str, hparams: dict[str, Any]) -> dict[str, Any]:
-    now = now_iso()
-    return {
-        "format": "ember.run/1",
-        "id": "",
-        "name": name,
-        "folder": folder,
-        "labels": labels,
-        "description": description,
-        "status": "Running",
-        "start_time": now,
-        "end_time": None,
-        "heartbeat": now,
-        "pid": os.getpid(),
-        "hostname": hostname(),
-        "hparams": hparams,
-        "resumes": [],
-    }
 
 
 def create_run(
@@ -147,7 +107,7 @@ def create_run(
         merged_hparams.update(extra)
     checked = HParams({}, lambda: None)
     checked.update(merged_hparams)
-    meta = _new_meta(
+    meta = new_meta(
         check_name(name),
         check_folder(folder),
         check_labels(labels),
@@ -163,21 +123,11 @@ def create_run(
             raise TrackingError(f"{flag} must be True or False, got {describe(value)}")
     if get_rank() != 0:
         return NoOpRun(meta)
+    upload = None
     if auto_upload:
         credentials()  # not logged in: say so now, not from the background thread
-    path = make_unique_dir(resolve_home(home) / RUNS_DIR, name)
-    folder_lock = lock_folder(path, f"run {path.name}", lambda: "")  # a new folder: nobody else holds it
-    (path / "metrics").mkdir()
-    (path / "stdout.log").touch()
-    meta["id"] = uuid.uuid4().hex
-    run = Run(path, meta, writable=True)
-    run._folder_lock = folder_lock
-    write_json_atomic(path / PLATFORM_FILE, collect_all())
-    run._save()
-    run._open()
-    if auto_upload:
-        run._start_auto_upload(make_folder, conflict_strategy)
-    return run
+        upload = {"folder": meta["folder"], "make_folder": make_folder, "conflict_strategy": conflict_strategy}
+    return Run.create(resolve_home(home) / RUNS_DIR, meta, upload)
 
 
 def load_run(
@@ -209,65 +159,6 @@ def load_run(
         >>> start = (run.last_step("train") or -1) + 1
     """
     if resume and get_rank() != 0:
-        return NoOpRun(_new_meta("default", "default", [], "", {}))
+        return NoOpRun(new_meta("default", "default", [], "", {}))
     folder = resolve(path, resolve_home(home))
-    folder_lock = None
-    if resume:
-        if _live.is_open(folder):
-            raise TrackingError(f"run {folder} is already open in this process; use that Run")
-        folder_lock = lock_folder(folder, f"run {folder.name} ({folder})", lambda: _writer_of(folder))
-    try:  # under the lock: what is read now no other process changes until finish()
-        info = run_info(folder)
-        if info.error is not None:
-            raise TrackingError(f"run {folder} is damaged: {info.error}; move the folder out of the store or repair it")
-        meta = info.meta
-        if not resume:
-            return Run(folder, meta, writable=False)
-        if effective_status(meta) == "Running":
-            raise TrackingError(
-                f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
-                "finish it there first (a dead process shows as Crashed and can be resumed)"
-            )
-        last_steps = _repair_for_appending(folder)
-    except BaseException:
-        unlock_folder(folder_lock)
-        raise
-    meta.update(
-        status="Running",
-        reason=None,
-        end_time=None,
-        heartbeat=now_iso(),
-        pid=os.getpid(),
-        hostname=hostname(),
-    )
-    meta.setdefault("resumes", []).append(
-        {"time": meta["heartbeat"], "pid": os.getpid(), "hostname": hostname(), "argv": sys.argv}
-    )
-    run = Run(folder, meta, writable=True)
-    run._folder_lock = folder_lock
-    run._edges = {(e["source"]["id"], e["target"]["id"]) for e in lineage.read_edges(folder)}
-    run._save()
-    run._open(last_steps)
-    return run
-
-
-def _writer_of(folder: Path) -> str:
-    """Who run.json says writes the run: 'pid N on HOST'."""
-    try:
-        meta = read_json(folder / RUN_FILE, follow_links=False)
-    except TrackingError:
-        return "run.json unreadable"
-    return f"pid {meta.get('pid')} on {meta.get('hostname')}"
-
-
-def _repair_for_appending(folder: Path) -> dict[str, int]:
-    """Cut the lines a crash tore off the run's append-only files; return each metric type's last step."""
-    (folder / "metrics").mkdir(exist_ok=True)
-    last_steps: dict[str, int] = {}
-    for type_ in metric_types(folder):
-        drop_torn_tail(folder / "metrics" / f"{type_}.jsonl")
-        steps = [int(p["step"]) for p in read_metrics(folder, type_)]
-        if steps:
-            last_steps[type_] = max(steps)
-    drop_torn_tail(folder / lineage.LINEAGE_FILE)
-    return last_steps
+    return Run.reopen(folder) if resume else Run.load(folder)

@@ -34,6 +34,7 @@ from ember.track._fs import (
     write_json_atomic,
 )
 from ember.track._record import Record
+from ember.track.store import resolve
 
 ARTIFACT_FILE = "artifact.json"
 FORMAT = "ember.artifact/1"
@@ -77,6 +78,24 @@ class Artifact(Record):
 
     def __repr__(self) -> str:
         return f"Artifact(name={self.name!r}, path={str(self._path)!r})"
+
+    @classmethod
+    def create(cls, artifacts_dir: Path, meta: dict[str, Any]) -> Artifact:
+        """Make a new, empty artifact in a folder of its own under ``artifacts_dir``.
+
+        Args:
+            artifacts_dir: the store's ``artifacts/`` folder.
+            meta: the new ``artifact.json`` from checked arguments; its id is given here.
+
+        Returns:
+            The artifact (:func:`create_artifact` checks the arguments and calls this on rank 0).
+        """
+        path = make_unique_dir(artifacts_dir, meta["name"])
+        meta["id"] = uuid.uuid4().hex
+        (path / "files").mkdir()
+        artifact = cls(path, meta)
+        artifact._save()
+        return artifact
 
     @property
     def labels(self) -> list[str]:
@@ -321,12 +340,7 @@ def create_artifact(
     }
     if get_rank() != 0:
         return NoOpArtifact(None, meta)
-    path = make_unique_dir(resolve_home(home) / ARTIFACTS_DIR, name)
-    meta["id"] = uuid.uuid4().hex
-    (path / "files").mkdir()
-    artifact = Artifact(path, meta)
-    artifact._save()
-    return artifact
+    return Artifact.create(resolve_home(home) / ARTIFACTS_DIR, meta)
 
 
 def load_artifact(path: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> Artifact:
@@ -335,8 +349,6 @@ def load_artifact(path: str | os.PathLike[str], home: str | os.PathLike[str] | N
     Returns:
         The :class:`Artifact`; files added to it are saved as for a new one.
     """
-    from ember.track.store import resolve
-
     folder = resolve(path, resolve_home(home), ARTIFACTS_DIR, ARTIFACT_FILE)
     meta = read_json(folder / ARTIFACT_FILE, follow_links=False)
     return Artifact(folder, meta)

@@ -35,7 +35,7 @@ from typing import Any
 
 from ember._atomic import atomic_write, why_write_failed
 from ember.errors import TrackingError
-from ember.track._fs import append_line, file_kind, open_regular
+from ember.track._fs import append_line, complete_lines, file_kind
 from ember.track.receiver import ImageLine, ImageLines, RunReceiver
 
 IMAGES_FILE = "images.jsonl"
@@ -257,15 +257,8 @@ def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
     if run_dir is None:
         return []
     path = run_dir / IMAGES_FILE
-    try:
-        with open_regular(path) as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
     lines = []
-    for number, line in enumerate(data[: data.rfind(b"\n") + 1].splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in complete_lines(path):
         try:
             record = json.loads(line)
         except (ValueError, RecursionError) as e:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ember.errors import TrackingError, short_repr
-from ember.track._fs import append_line, open_regular
+from ember.track._fs import append_line, complete_lines
 
 LINEAGE_FILE = "lineage.jsonl"
 
@@ -70,16 +70,9 @@ def record_edge(source: Node, target: Node) -> dict[str, Any]:
 def read_edges(folder: Path) -> list[dict[str, Any]]:
     """The distinct edges recorded in ``folder/lineage.jsonl`` (a torn last line is ignored)."""
     path = folder / LINEAGE_FILE
-    try:
-        with open_regular(path) as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
     edges: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
-    for number, line in enumerate(data[: data.rfind(b"\n") + 1].splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in complete_lines(path):
         try:
             edge = json.loads(line)
             ends = (edge["source"], edge["target"])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from time import time as _time
 from types import TracebackType
@@ -12,24 +14,59 @@ from typing import Any
 
 from ember.errors import TrackingError, describe, short_repr
 from ember.track import _live, lineage
-from ember.track._fs import check_description, check_labels, now_iso, read_json, unlock_folder, write_json_atomic
+from ember.track._fs import (
+    check_description,
+    check_labels,
+    drop_torn_tail,
+    hostname,
+    lock_folder,
+    make_unique_dir,
+    now_iso,
+    read_json,
+    unlock_folder,
+    write_json_atomic,
+)
 from ember.track._record import Record
 from ember.track._values import Point, check_epoch, check_step, coerce_metrics, normalize_type
 from ember.track._writer import FLUSH_INTERVAL_S, WAKE_AT, ConsoleTee, Writer
 from ember.track.artifact import Artifact
 from ember.track.best import MODES_KEY, Mode, check_mode, metric_key
+from ember.track.environment import collect_all
 from ember.track.hparams import HParams
 from ember.track.store import (
     HEARTBEAT_INTERVAL_S,
     PLATFORM_FILE,
     RUN_FILE,
+    effective_status,
     metric_types,
     read_metrics,
+    run_info,
 )
 
 FINAL_STATUSES = ("Complete", "Failed", "Interrupted", "Preempted")
 """How a run can end: Preempted is "stopped by a signal after saving: run again to resume"."""
 _REASON_CHARS = 2000
+
+
+def new_meta(name: str, folder: str, labels: list[str], description: str, hparams: dict[str, Any]) -> dict[str, Any]:
+    """The ``run.json`` of a run that starts now in this process, from checked arguments (no id yet)."""
+    now = now_iso()
+    return {
+        "format": "ember.run/1",
+        "id": "",
+        "name": name,
+        "folder": folder,
+        "labels": labels,
+        "description": description,
+        "status": "Running",
+        "start_time": now,
+        "end_time": None,
+        "heartbeat": now,
+        "pid": os.getpid(),
+        "hostname": hostname(),
+        "hparams": hparams,
+        "resumes": [],
+    }
 
 
 def _check_finish(status: object, reason: object) -> None:
@@ -69,6 +106,106 @@ class Run(Record):
 
     def __repr__(self) -> str:
         return f"Run(name={self.name!r}, status={self.status!r}, path={str(self._path)!r})"
+
+    # -- where a run comes from --------------------------------------------------------------
+    @classmethod
+    def create(cls, runs_dir: Path, meta: dict[str, Any], upload: dict[str, Any] | None = None) -> Run:
+        """Start a new run in a folder of its own under ``runs_dir``, open for writing.
+
+        Holds the folder's lock until :meth:`finish`, records the platform, writes ``run.json``
+        and starts the writer thread and the console tee (:func:`ember.track.create_run` checks
+        the arguments and calls this on rank 0).
+
+        Args:
+            runs_dir: the store's ``runs/`` folder.
+            meta: the new ``run.json`` (:func:`new_meta`); its id is given here.
+            upload: with auto-upload, the placement on the server: ``folder``, ``make_folder``,
+                ``conflict_strategy`` (see :class:`ember.track.client.AutoUploader`).
+
+        Returns:
+            The open run.
+
+        Example:
+            >>> run = Run.create(home / "runs", new_meta("mnist", "default", [], "", {}))
+        """
+        path = make_unique_dir(runs_dir, meta["name"])
+        run = cls(path, meta, writable=True)
+        run._folder_lock = lock_folder(path, f"run {path.name}", lambda: "")  # a new folder: nobody else holds it
+        (path / "metrics").mkdir()
+        (path / "stdout.log").touch()
+        meta["id"] = uuid.uuid4().hex
+        write_json_atomic(path / PLATFORM_FILE, collect_all())
+        run._start({}, upload)
+        return run
+
+    @classmethod
+    def load(cls, folder: Path) -> Run:
+        """The run in ``folder``, read-only (:func:`ember.track.load_run` resolves the folder).
+
+        Raises:
+            TrackingError: ``run.json`` is missing or damaged.
+        """
+        return cls(folder, _read_meta(folder), writable=False)
+
+    @classmethod
+    def reopen(cls, folder: Path) -> Run:
+        """Continue the run in ``folder``: take its lock, cut what a crash tore off, open it.
+
+        The status goes back to Running, the resume is noted in ``run.json``, the metric files
+        are appended to and the lineage already recorded is not written twice.
+
+        Raises:
+            TrackingError: the run is open in this process, another process holds its lock or
+                runs it (Running in a live process), or ``run.json`` is damaged.
+
+        Example:
+            >>> run = Run.reopen(Path(".ember/runs/mnist_240520_101500_a1b2c3"))
+        """
+        if _live.is_open(folder):
+            raise TrackingError(f"run {folder} is already open in this process; use that Run")
+        folder_lock = lock_folder(folder, f"run {folder.name} ({folder})", lambda: _writer_of(folder))
+        try:  # under the lock: what is read now no other process changes until finish()
+            meta = _read_meta(folder)
+            if effective_status(meta) == "Running":
+                raise TrackingError(
+                    f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
+                    "finish it there first (a dead process shows as Crashed and can be resumed)"
+                )
+            last_steps = _repair_for_appending(folder)
+        except BaseException:
+            unlock_folder(folder_lock)
+            raise
+        now = now_iso()
+        meta.update(status="Running", reason=None, end_time=None, heartbeat=now, pid=os.getpid(), hostname=hostname())
+        meta.setdefault("resumes", []).append(
+            {"time": now, "pid": os.getpid(), "hostname": hostname(), "argv": sys.argv}
+        )
+        run = cls(folder, meta, writable=True)
+        run._folder_lock = folder_lock
+        run._edges = {(e["source"]["id"], e["target"]["id"]) for e in lineage.read_edges(folder)}
+        run._start(last_steps, None)
+        return run
+
+    def _start(self, last_steps: dict[str, int], upload: dict[str, Any] | None) -> None:
+        """Write ``run.json``, start the writer thread and the console tee (and the auto-upload).
+
+        ``last_steps`` are the steps already on disk. A ``run.json`` that cannot be written
+        releases the folder's lock: the run was never opened.
+        """
+        assert self._path is not None
+        try:
+            self._save()
+        except BaseException:
+            unlock_folder(self._folder_lock)
+            self._folder_lock = None
+            raise
+        self._writer = Writer(self._path, self._heartbeat, FLUSH_INTERVAL_S, last_steps)
+        self._tee = ConsoleTee(self._writer.sink)
+        _live.register(self)
+        if upload is not None:
+            from ember.track.client import AutoUploader
+
+            self._uploader = AutoUploader(self._path, upload)
 
     # -- identity and metadata (id, name, path, active: Record's) ----------------------------
     @property
@@ -115,8 +252,7 @@ class Run(Record):
     @property
     def reason(self) -> str | None:
         """Why the run ended with its status (the error, the signal), or None."""
-        reason = self._meta.get("reason")
-        return None if reason is None else str(reason)
+        return self._text_or_none("reason")
 
     @property
     def start_time(self) -> str:
@@ -126,8 +262,11 @@ class Run(Record):
     @property
     def end_time(self) -> str | None:
         """When it was finished, ISO 8601 UTC; None while running."""
-        end = self._meta.get("end_time")
-        return None if end is None else str(end)
+        return self._text_or_none("end_time")
+
+    def _text_or_none(self, key: str) -> str | None:
+        value = self._meta.get(key)
+        return None if value is None else str(value)
 
     @property
     def platform(self) -> dict[str, Any]:
@@ -165,13 +304,6 @@ class Run(Record):
             except OSError as e:
                 if self._writer is not None:
                     self._writer.error = f"updating {self._path}/{RUN_FILE} failed: {e}"
-
-    def _open(self, last_steps: dict[str, int] | None = None) -> None:
-        """Start the writer thread and the console tee; ``last_steps`` are those already on disk."""
-        assert self._path is not None
-        self._writer = Writer(self._path, self._heartbeat, FLUSH_INTERVAL_S, last_steps)
-        self._tee = ConsoleTee(self._writer.sink)
-        _live.register(self)
 
     def _raise_writer_error(self) -> None:
         writer = self._writer
@@ -426,13 +558,6 @@ class Run(Record):
         assert self._path is not None
         return upload_run(self._path, folder, make_folder, conflict_strategy)
 
-    def _start_auto_upload(self, make_folder: bool, conflict_strategy: str) -> None:
-        from ember.track.client import AutoUploader
-
-        assert self._path is not None
-        placement = {"folder": self.folder, "make_folder": make_folder, "conflict_strategy": conflict_strategy}
-        self._uploader = AutoUploader(self._path, placement)
-
     def _forget_after_fork(self) -> None:
         self._lock = threading.RLock()
         self._hparams._lock = self._lock
@@ -452,12 +577,12 @@ class Run(Record):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._state != "open":
-            return
-        if exc_type is None:
-            self.finish("Complete")
-        else:
-            self.finish(*ending_status(exc))
+        if self._state == "open":
+            self._end(exc)
+
+    def _end(self, exc: BaseException | None) -> None:
+        """Finish with the status that ``exc`` (the exception ending the program or block, or None) means."""
+        self.finish(*ending_status(exc))
 
 
 class NoOpRun(Run):
@@ -506,6 +631,36 @@ class NoOpRun(Run):
         if self._state == "open":
             self._state = "finished"
             self._meta.update(status=status, reason=reason, end_time=now_iso())
+
+
+def _read_meta(folder: Path) -> dict[str, Any]:
+    """The run.json of the run in ``folder``; a damaged run is a TrackingError."""
+    info = run_info(folder)
+    if info.error is not None:
+        raise TrackingError(f"run {folder} is damaged: {info.error}; move the folder out of the store or repair it")
+    return info.meta
+
+
+def _writer_of(folder: Path) -> str:
+    """Who run.json says writes the run: 'pid N on HOST'."""
+    try:
+        meta = read_json(folder / RUN_FILE, follow_links=False)
+    except TrackingError:
+        return "run.json unreadable"
+    return f"pid {meta.get('pid')} on {meta.get('hostname')}"
+
+
+def _repair_for_appending(folder: Path) -> dict[str, int]:
+    """Cut the lines a crash tore off the run's append-only files; return each metric type's last step."""
+    (folder / "metrics").mkdir(exist_ok=True)
+    last_steps: dict[str, int] = {}
+    for type_ in metric_types(folder):
+        drop_torn_tail(folder / "metrics" / f"{type_}.jsonl")
+        steps = [int(p["step"]) for p in read_metrics(folder, type_)]
+        if steps:
+            last_steps[type_] = max(steps)
+    drop_torn_tail(folder / lineage.LINEAGE_FILE)
+    return last_steps
 
 
 def ending_status(exc: BaseException | None) -> tuple[str, str | None]:

@@ -7,7 +7,6 @@ CUDA ember falls back to gloo and says so once (rank 0), where NCCL could not st
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,15 +19,7 @@ from ember.config import ConfigSource
 from ember.context import Context
 from ember.engine import Engine
 from ember.errors import EngineError
-
-__all__ = [
-    "get_default_parser",
-    "initialize",
-    "launch",
-    "launch_from_openmpi",
-    "launch_from_slurm",
-    "launch_from_torch",
-]
+from ember.launcher import launcher_rank
 
 
 def _backend(backend: str, rank: Any) -> str:
@@ -82,24 +73,24 @@ def launch_from_torch(config: ConfigSource, backend: str = "nccl", seed: int = 1
     Example:
         >>> colossalai.launch_from_torch(config="./config.py")   # torchrun --nproc_per_node 2 train.py
     """
-    rank = os.environ.get("RANK", "0")
-    return ember.launch_from_torch(config, backend=_backend(backend, rank), seed=seed, verbose=verbose)
+    backend = _backend(backend, launcher_rank("torch"))
+    return ember.launch_from_torch(config, backend=backend, seed=seed, verbose=verbose)
 
 
 def launch_from_slurm(
     config: ConfigSource, host: str, port: int, backend: str = "nccl", seed: int = 1024, verbose: bool = True
 ) -> Context:
     """Launch from the variables ``srun`` sets (see :func:`ember.launch_from_slurm`)."""
-    rank = os.environ.get("SLURM_PROCID", "0")
-    return ember.launch_from_slurm(config, host, port, backend=_backend(backend, rank), seed=seed, verbose=verbose)
+    backend = _backend(backend, launcher_rank("slurm"))
+    return ember.launch_from_slurm(config, host, port, backend=backend, seed=seed, verbose=verbose)
 
 
 def launch_from_openmpi(
     config: ConfigSource, host: str, port: int, backend: str = "nccl", seed: int = 1024, verbose: bool = True
 ) -> Context:
     """Launch from the variables ``mpirun`` sets (see :func:`ember.launch_from_openmpi`)."""
-    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
-    return ember.launch_from_openmpi(config, host, port, backend=_backend(backend, rank), seed=seed, verbose=verbose)
+    backend = _backend(backend, launcher_rank("openmpi"))
+    return ember.launch_from_openmpi(config, host, port, backend=backend, seed=seed, verbose=verbose)
 
 
 def initialize(

@@ -5,13 +5,11 @@ from __future__ import annotations
 import os
 import resource
 import sys
-from collections.abc import Iterable
-from typing import Any
 
 import torch
 
 from ember._format import format_bytes
-from ember.trainer.hooks.base import BaseHook, Priority
+from ember.trainer.hooks._epoch_log import EpochLogHook
 
 __all__ = ["LogMemoryByEpochHook", "memory_usage"]
 
@@ -47,7 +45,7 @@ def memory_usage(device: torch.device | None = None) -> dict[str, float]:
     return out
 
 
-class LogMemoryByEpochHook(BaseHook):
+class LogMemoryByEpochHook(EpochLogHook):
     """Logs process memory (RSS) and, on CUDA, allocated and peak device memory each epoch.
 
     The CUDA peak is reset at each epoch's start, so it is the epoch's own peak.
@@ -66,14 +64,6 @@ class LogMemoryByEpochHook(BaseHook):
         # epoch 1 memory | rss 512.0 MiB (peak 540.0 MiB)
     """
 
-    def __init__(
-        self, logger: Any = None, ranks: Iterable[int] | None = (0,), priority: int | str = Priority.BELOW_NORMAL,
-        name: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(priority, name)
-        self._logger, self.ranks = logger, None if ranks is None else list(ranks)
-        self.last: dict[str, float] = {}
-
     def before_train_epoch(self) -> None:
         """Reset the CUDA peak."""
         device = self.trainer.engine.device
@@ -88,8 +78,7 @@ class LogMemoryByEpochHook(BaseHook):
         parts.append(f"{rss}(peak {_size(usage['rss_peak'])})")
         if "cuda" in usage:
             parts.append(f"cuda {_size(usage['cuda'])} (epoch peak {_size(usage['cuda_peak'])})")
-        logger = self._logger if self._logger is not None else self.trainer.logger
-        logger.info(" | ".join(parts), ranks=self.ranks)
+        self._log_line(parts)
 
 
 def _size(mib: float) -> str:

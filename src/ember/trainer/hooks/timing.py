@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember._format import format_duration
 from ember.errors import HookError
+from ember.trainer.hooks._epoch_log import EpochLogHook
 from ember.trainer.hooks.base import BaseHook, Priority
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["LogTimingByEpochHook", "ThroughputHook", "ThroughputMeter"]
 
 
-class LogTimingByEpochHook(BaseHook):
+class LogTimingByEpochHook(EpochLogHook):
     """Logs how long each epoch's training and test pass took (host wall-clock time).
 
     Args:
@@ -33,17 +34,11 @@ class LogTimingByEpochHook(BaseHook):
         # epoch 2 timing | train 12.3s | test 1.4s
     """
 
-    def __init__(
-        self, logger: Any = None, ranks: Iterable[int] | None = (0,), priority: int | str = Priority.BELOW_NORMAL,
-        name: str | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(priority, name)
-        self._logger, self.ranks = logger, None if ranks is None else list(ranks)
-        self._start: float | None = None
-        self._train_s: float | None = None
-        self._test_start: float | None = None
-        self._test_s: float | None = None
-        self.last: dict[str, float] = {}
+    # the clocks of the epoch under way (None: not started); set by the lifecycle methods below
+    _start: float | None = None
+    _train_s: float | None = None
+    _test_start: float | None = None
+    _test_s: float | None = None
 
     def before_train(self) -> None:
         """Start the clock (a resumed epoch has no ``before_train_epoch``)."""
@@ -74,8 +69,7 @@ class LogTimingByEpochHook(BaseHook):
         if self._test_s is not None:
             self.last["test_s"] = self._test_s
             parts.append(f"test {format_duration(self._test_s)}")
-        logger = self._logger if self._logger is not None else self.trainer.logger
-        logger.info(" | ".join(parts), ranks=self.ranks)
+        self._log_line(parts)
 
 
 class ThroughputMeter:

@@ -87,12 +87,27 @@ def _warmup_split(owner: str, total_steps: Any, warmup_steps: Any) -> tuple[int,
     return total, warmup
 
 
+def _check_steps(
+    scheduler: Any, total_steps: Any, warmup_steps: Any = None, extra: Mapping[str, Any] | None = None, hint: str = ""
+) -> None:
+    """Set ``scheduler.total_steps`` (and ``warmup_steps`` when given) once checked, and refuse
+    the keyword arguments Colossal-AI swallowed (``extra``); errors name the scheduler's class."""
+    owner = type(scheduler).__name__
+    _no_extra(owner, extra or {}, hint)
+    if warmup_steps is None:
+        scheduler.total_steps = _steps(owner, "total_steps", total_steps, 1)
+    else:
+        scheduler.total_steps, scheduler.warmup_steps = _warmup_split(owner, total_steps, warmup_steps)
+
+
 def _cosine(base: float, eta_min: float, t: int, span: int) -> float:
     return eta_min + (base - eta_min) * (1 + math.cos(math.pi * t / span)) / 2
 
 
 class _ClosedForm(LRScheduler):
     """A scheduler whose rate is ``self.lr_at(base, last_epoch)``: no state but numbers."""
+
+    total_steps: int
 
     def get_lr(self) -> list[float | torch.Tensor]:
         """Each group's rate at the current ``last_epoch``."""
@@ -146,7 +161,7 @@ class CosineAnnealingLR(_ClosedForm):
                 f"CosineAnnealingLR has no warmup (Colossal-AI ignored warmup_steps={warmup_steps!r}): use "
                 f"CosineAnnealingWarmupLR(optimizer, total_steps, warmup_steps={warmup_steps!r})"
             )
-        self.total_steps = _steps("CosineAnnealingLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps)
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
 
@@ -173,7 +188,7 @@ class CosineAnnealingWarmupLR(_Warmup):
         self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, eta_min: float = 0.0,
         last_epoch: int = -1,
     ) -> None:  # fmt: skip
-        self.total_steps, self.warmup_steps = _warmup_split("CosineAnnealingWarmupLR", total_steps, warmup_steps)
+        _check_steps(self, total_steps, warmup_steps)
         self.eta_min = eta_min
         super().__init__(optimizer, last_epoch)
 
@@ -208,8 +223,7 @@ class FlatAnnealingLR(_ClosedForm):
         self, optimizer: torch.optim.Optimizer, total_steps: int, pct_start: float = 0.72, last_epoch: int = -1,
         **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("FlatAnnealingLR", kwargs, "FlatAnnealingWarmupLR takes warmup_steps and eta_min")
-        self.total_steps = _steps("FlatAnnealingLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps, extra=kwargs, hint="FlatAnnealingWarmupLR takes warmup_steps and eta_min")
         self.flat_steps, self.anneal_steps = _flat_split("FlatAnnealingLR", self.total_steps, pct_start)
         super().__init__(optimizer, last_epoch)
 
@@ -237,8 +251,7 @@ class FlatAnnealingWarmupLR(_Warmup):
         self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, pct_start: float = 0.72,
         eta_min: float = 0, last_epoch: int = -1, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("FlatAnnealingWarmupLR", kwargs)
-        self.total_steps, self.warmup_steps = _warmup_split("FlatAnnealingWarmupLR", total_steps, warmup_steps)
+        _check_steps(self, total_steps, warmup_steps, kwargs)
         rest = self.total_steps - self.warmup_steps
         self.flat_steps, self.anneal_steps = _flat_split("FlatAnnealingWarmupLR", rest, pct_start)
         self.eta_min = eta_min
@@ -268,12 +281,13 @@ class LinearWarmupLR(_ClosedForm):
         >>> LinearWarmupLR(optimizer, total_steps=1000, warmup_steps=100)
     """
 
+    warmup_steps: int
+
     def __init__(
         self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, last_epoch: int = -1,
         **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("LinearWarmupLR", kwargs)
-        self.total_steps, self.warmup_steps = _warmup_split("LinearWarmupLR", total_steps, warmup_steps)
+        _check_steps(self, total_steps, warmup_steps, kwargs)
         super().__init__(optimizer, last_epoch)
 
     def lr_at(self, base: Any, t: int) -> Any:
@@ -310,8 +324,7 @@ class MultiStepLR(_ClosedForm):
         self, optimizer: torch.optim.Optimizer, total_steps: int, milestones: list[int] | None = None,
         gamma: float = 0.1, last_epoch: int = -1, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("MultiStepLR", kwargs, "MultiStepWarmupLR takes warmup_steps")
-        self.total_steps = _steps("MultiStepLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps, extra=kwargs, hint="MultiStepWarmupLR takes warmup_steps")
         self.milestones, self.gamma = _milestones("MultiStepLR", milestones), gamma
         super().__init__(optimizer, last_epoch)
 
@@ -341,8 +354,7 @@ class MultiStepWarmupLR(_Warmup):
         self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0,
         milestones: list[int] | None = None, gamma: float = 0.1, last_epoch: int = -1, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("MultiStepWarmupLR", kwargs)
-        self.total_steps, self.warmup_steps = _warmup_split("MultiStepWarmupLR", total_steps, warmup_steps)
+        _check_steps(self, total_steps, warmup_steps, kwargs)
         given = _milestones("MultiStepWarmupLR", milestones)
         self.milestones, self.gamma = [m - self.warmup_steps for m in given if m >= self.warmup_steps], gamma
         super().__init__(optimizer, last_epoch)
@@ -370,8 +382,7 @@ class PolynomialLR(_ClosedForm):
         self, optimizer: torch.optim.Optimizer, total_steps: int, end_lr: float = 0.0001, power: float = 1.0,
         last_epoch: int = -1, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("PolynomialLR", kwargs, "PolynomialWarmupLR takes warmup_steps")
-        self.total_steps = _steps("PolynomialLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps, extra=kwargs, hint="PolynomialWarmupLR takes warmup_steps")
         self.end_lr, self.power = _end_lr("PolynomialLR", end_lr), power
         super().__init__(optimizer, last_epoch)
 
@@ -399,8 +410,7 @@ class PolynomialWarmupLR(_Warmup):
         self, optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int = 0, end_lr: float = 0.0001,
         power: float = 1.0, last_epoch: int = -1, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("PolynomialWarmupLR", kwargs)
-        self.total_steps, self.warmup_steps = _warmup_split("PolynomialWarmupLR", total_steps, warmup_steps)
+        _check_steps(self, total_steps, warmup_steps, kwargs)
         self.end_lr, self.power = _end_lr("PolynomialWarmupLR", end_lr), power
         super().__init__(optimizer, last_epoch)
 
@@ -437,7 +447,7 @@ class StepLR(_ClosedForm):
         self, optimizer: torch.optim.Optimizer, total_steps: int, step_size: int = 1, gamma: float = 0.1,
         last_epoch: int = -1,
     ) -> None:  # fmt: skip
-        self.total_steps = _steps("StepLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps)
         self.step_size, self.gamma = _steps("StepLR", "step_size", step_size, 1), gamma
         super().__init__(optimizer, last_epoch)
 
@@ -462,7 +472,7 @@ class ExponentialLR(_ClosedForm):
     def __init__(
         self, optimizer: torch.optim.Optimizer, total_steps: int, gamma: float = 1.0, last_epoch: int = -1
     ) -> None:
-        self.total_steps = _steps("ExponentialLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps)
         self.gamma = gamma
         super().__init__(optimizer, last_epoch)
 
@@ -497,8 +507,7 @@ class OneCycleLR(_TorchOneCycleLR):
         div_factor: float = 25.0, final_div_factor: float = 10000.0, last_epoch: int = -1,
         three_phase: bool = False, **kwargs: Any,
     ) -> None:  # fmt: skip
-        _no_extra("OneCycleLR", kwargs, "give the cycle's length as total_steps")
-        self.total_steps = _steps("OneCycleLR", "total_steps", total_steps, 1)
+        _check_steps(self, total_steps, extra=kwargs, hint="give the cycle's length as total_steps")
         max_lrs = [group.get("max_lr", group["lr"]) for group in optimizer.param_groups]  # max_lr: resumed
         super().__init__(
             optimizer, max_lrs, total_steps=total_steps, pct_start=pct_start, anneal_strategy=anneal_strategy,  # type: ignore[arg-type]
@@ -507,13 +516,26 @@ class OneCycleLR(_TorchOneCycleLR):
         )  # fmt: skip
 
 
-def _check_lambda(owner: str, lr_lambda: Any) -> Any:
-    if lr_lambda is None:
-        raise EngineError(f"{owner} needs lr_lambda=f (a function of the step, or one per param group)")
-    return lr_lambda
+class _StepFunction(LRScheduler):
+    """What ``LambdaLR`` and ``MultiplicativeLR`` add to torch's: ``total_steps`` (checked, not
+    used) and a clear error without ``lr_lambda``; put before the torch class in the bases."""
+
+    total_steps: int
+
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, total_steps: int,
+        lr_lambda: Callable[[int], float] | list[Callable[[int], float]] | None = None, last_epoch: int = -1,
+    ) -> None:  # fmt: skip
+        _check_steps(self, total_steps)
+        if lr_lambda is None:
+            raise EngineError(
+                f"{type(self).__name__} needs lr_lambda=f (a function of the step, or one per param group)"
+            )
+        torch_init: Any = super().__init__  # the torch class after this one: (optimizer, lr_lambda, last_epoch)
+        torch_init(optimizer, lr_lambda, last_epoch=last_epoch)
 
 
-class LambdaLR(_TorchLambdaLR):
+class LambdaLR(_StepFunction, _TorchLambdaLR):
     """torch's ``LambdaLR``: each group's initial rate times ``lr_lambda(step)``.
 
     Args:
@@ -526,30 +548,12 @@ class LambdaLR(_TorchLambdaLR):
         >>> LambdaLR(optimizer, total_steps=100, lr_lambda=lambda step: 0.95**step)
     """
 
-    def __init__(
-        self, optimizer: torch.optim.Optimizer, total_steps: int,
-        lr_lambda: Callable[[int], float] | list[Callable[[int], float]] | None = None, last_epoch: int = -1,
-    ) -> None:  # fmt: skip
-        self.total_steps = _steps("LambdaLR", "total_steps", total_steps, 1)
-        super().__init__(optimizer, _check_lambda("LambdaLR", lr_lambda), last_epoch=last_epoch)
 
-
-class MultiplicativeLR(_TorchMultiplicativeLR):
+class MultiplicativeLR(_StepFunction, _TorchMultiplicativeLR):
     """torch's ``MultiplicativeLR``: at each step the rate is multiplied by ``lr_lambda(step)``.
 
-    Args:
-        optimizer: the optimizer whose rates it sets.
-        total_steps: the run's length (Colossal-AI's signature; not used).
-        lr_lambda: a function of the step, or a list of them (one per param group).
-        last_epoch: the last step taken (-1: start).
+    Args: as :class:`LambdaLR`.
 
     Example:
         >>> MultiplicativeLR(optimizer, total_steps=100, lr_lambda=lambda step: 0.95)
     """
-
-    def __init__(
-        self, optimizer: torch.optim.Optimizer, total_steps: int,
-        lr_lambda: Callable[[int], float] | list[Callable[[int], float]] | None = None, last_epoch: int = -1,
-    ) -> None:  # fmt: skip
-        self.total_steps = _steps("MultiplicativeLR", "total_steps", total_steps, 1)
-        super().__init__(optimizer, _check_lambda("MultiplicativeLR", lr_lambda), last_epoch=last_epoch)
