@@ -35,11 +35,11 @@ from sqlalchemy import select
 from tests.server.conftest import ServerProcess
 
 from benchmarks.page_timing import ARGS, CHROMIUM, NAMES, arguments, value
-from ember.server import admin, ingest
-from ember.server.db import make_engine, session_factory
-from ember.server.models import Run
-from ember.server.schemas import MetricBatch
-from ember.server.settings import Settings
+from ember.server.services import admin, ingest
+from ember.server.storage.db import make_engine, session_factory
+from ember.server.storage.models import Run
+from ember.server.storage.schemas import MetricBatch
+from ember.server.storage.settings import Settings
 
 # Drawn: every chart div of the page has a chart in it (any console version).
 DRAWN = """() => {

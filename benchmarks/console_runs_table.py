@@ -29,10 +29,10 @@ from typing import Any
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, text
 
-from ember.server import admin
 from ember.server.app import create_app
-from ember.server.models import Folder, MetricPoint, Run, User
-from ember.server.settings import Settings
+from ember.server.services import admin
+from ember.server.storage.models import Folder, MetricPoint, Run, User
+from ember.server.storage.settings import Settings
 
 QUERIES: dict[str, dict[str, Any]] = {
     "newest first": {},

@@ -159,9 +159,9 @@ def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
             warnings.filterwarnings("ignore")
             from pathlib import Path
             from fastapi.testclient import TestClient
-            from ember.server import admin
+            from ember.server.services import admin
             from ember.server.app import create_app
-            from ember.server.settings import Settings
+            from ember.server.storage.settings import Settings
             from benchmarks.console_runs_table import fill
             data = Path({str(tmp)!r}) / "folders-{size}"
             settings = Settings.make(data_dir=data, db_url=f"sqlite:///{{data / 'bench.db'}}")

@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 
 from ember import track
-from ember.server import admin
-from ember.server.settings import Settings
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
 from ember.track.client import Client, Credentials, upload_run
 
 

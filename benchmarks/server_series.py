@@ -26,11 +26,11 @@ from typing import Any
 import httpx
 from sqlalchemy import select
 
-from ember.server import admin, ingest
-from ember.server.db import make_engine, session_factory
-from ember.server.models import Run
-from ember.server.schemas import MetricBatch
-from ember.server.settings import Settings
+from ember.server.services import admin, ingest
+from ember.server.storage.db import make_engine, session_factory
+from ember.server.storage.models import Run
+from ember.server.storage.schemas import MetricBatch
+from ember.server.storage.settings import Settings
 
 RUN = "e" * 32
 NAMES = ("loss", "acc", "lr")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
 
 from ember import track
 from ember.track.client import Client, Credentials, upload_run
@@ -60,3 +64,29 @@ def write_runs(store: Path, count: int, folder: str = "default", points: int = 3
         (path / "metrics" / "train.jsonl").write_text("".join(line + "\n" for line in lines))
         paths.append(path)
     return paths
+
+
+def stored_rows(app: Any) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row a run or artifact upload writes, keyed by ids instead of primary keys."""
+    queries = {
+        "runs": "SELECT r.id, r.name, r.status, r.start_time, r.end_time, r.labels, r.description, r.hparams, r.meta, "
+        "r.platform, f.path, u.name FROM runs r JOIN folders f ON f.id = r.folder_id JOIN users u ON u.id = r.owner_id",
+        "points": "SELECT r.id, p.type, p.name, p.step, p.epoch, p.time, p.value FROM metric_points p "
+        "JOIN runs r ON r.pk = p.run_pk",
+        "blocks": "SELECT r.id, b.type, b.name, b.block, b.first_step, b.last_step, b.min_epoch, b.max_epoch, "
+        "b.min_value, b.max_value, b.count FROM metric_blocks b JOIN runs r ON r.pk = b.run_pk",
+        "cursors": 'SELECT node_kind, node_id, stream, "offset" FROM cursors',
+        "log": 'SELECT r.id, r.log_bytes, c.start, c."end", c.line, c.newlines, c.text FROM log_pieces c '
+        "JOIN runs r ON r.pk = c.run_pk",
+        "lineage": "SELECT source_kind, source_id, source_name, target_kind, target_id, target_name, time FROM lineage",
+        "artifacts": 'SELECT a.id, a.name, f.path, a.labels, a.created, a."references", x.path, x.size, x.sha256 '
+        "FROM artifacts a JOIN folders f ON f.id = a.folder_id JOIN artifact_files x ON x.artifact_pk = a.pk",
+        "folders": "SELECT path FROM folders",
+        "images": "SELECT r.id, i.name, i.step, i.time, i.width, i.height, i.size, i.png FROM run_images i "
+        "JOIN runs r ON r.pk = i.run_pk",
+    }
+    with app.state.engine.connect() as conn:
+        tables = {name: [list(row) for row in conn.execute(text(sql))] for name, sql in queries.items()}
+    for row in tables["runs"]:  # the live run's heartbeat moves on between the two reads
+        row[8] = {k: v for k, v in json.loads(row[8]).items() if k != "heartbeat"}
+    return {name: sorted(tuple(map(repr, row)) for row in rows) for name, rows in tables.items()}

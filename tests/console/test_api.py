@@ -61,7 +61,7 @@ def test_three_metrics_of_a_million_points_answer_fast_and_keep_spikes(server: S
     with app.state.sessions() as session:
         from sqlalchemy import select
 
-        from ember.server.models import Run
+        from ember.server.storage.models import Run
 
         pk = session.scalar(select(Run.pk).where(Run.id == RUN))
     n, chunk = 1_000_000, 100_000

@@ -325,7 +325,7 @@ GATED = """
 import sys
 from pathlib import Path
 from ember.server.cli import main
-from ember.server.console import index
+from ember.server.local import index
 gate, after = Path(sys.argv[1]), int(sys.argv[2])
 index.PASS_S = index.BATCH_S = 0.0
 step = index.StoreIndex.step

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ember.server import admin
-from ember.server.settings import Settings
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
 from tests.console.conftest import Checked, new_page
 from tests.server.conftest import ServerProcess
 

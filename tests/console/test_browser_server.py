@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from ember.server import admin
-from ember.server.settings import Settings
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
 from tests.console._data import make_store, upload
 from tests.console.conftest import RESULTS, Checked, new_page
 from tests.server.conftest import ServerProcess

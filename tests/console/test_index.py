@@ -24,16 +24,18 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import select
 
 from ember import track
-from ember.server import admin
 from ember.server.app import create_app
-from ember.server.console import index as index_module
-from ember.server.console.local import build_app
-from ember.server.settings import Settings
+from ember.server.local import index as index_module
+from ember.server.local.ui import build_app
+from ember.server.services import admin
+from ember.server.services.upload import Uploads
+from ember.server.storage.models import User
+from ember.server.storage.settings import Settings
 from ember.track.client import Client, Credentials, upload_artifact, upload_run
-from tests.console._data import make_store, write_runs
+from tests.console._data import make_store, stored_rows, write_runs
 
 BASE = "http://127.0.0.1:8766"
 
@@ -141,34 +143,10 @@ def test_pages_read_nothing_of_the_store_and_a_pass_rereads_only_the_runs_that_c
         assert names(client.get("/ui/runs?q=r0000").text) == [f"r0000{i}" for i in (8, 7, 6, 5, 4, 3, 2, 1, 0)]
 
 
-def _tables(app: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row a run or artifact upload writes, keyed by ids instead of primary keys."""
-    queries = {
-        "runs": "SELECT r.id, r.name, r.status, r.start_time, r.end_time, r.labels, r.description, r.hparams, r.meta, "
-        "r.platform, f.path, u.name FROM runs r JOIN folders f ON f.id = r.folder_id JOIN users u ON u.id = r.owner_id",
-        "points": "SELECT r.id, p.type, p.name, p.step, p.epoch, p.time, p.value FROM metric_points p "
-        "JOIN runs r ON r.pk = p.run_pk",
-        "blocks": "SELECT r.id, b.type, b.name, b.block, b.first_step, b.last_step, b.min_epoch, b.max_epoch, "
-        "b.min_value, b.max_value, b.count FROM metric_blocks b JOIN runs r ON r.pk = b.run_pk",
-        "cursors": 'SELECT node_kind, node_id, stream, "offset" FROM cursors',
-        "log": 'SELECT r.id, r.log_bytes, c.start, c."end", c.line, c.newlines, c.text FROM log_pieces c '
-        "JOIN runs r ON r.pk = c.run_pk",
-        "lineage": "SELECT source_kind, source_id, source_name, target_kind, target_id, target_name, time FROM lineage",
-        "artifacts": 'SELECT a.id, a.name, f.path, a.labels, a.created, a."references", x.path, x.size, x.sha256 '
-        "FROM artifacts a JOIN folders f ON f.id = a.folder_id JOIN artifact_files x ON x.artifact_pk = a.pk",
-        "folders": "SELECT path FROM folders",
-        "images": "SELECT r.id, i.name, i.step, i.time, i.width, i.height, i.size, i.png FROM run_images i "
-        "JOIN runs r ON r.pk = i.run_pk",
-    }
-    with app.state.engine.connect() as conn:
-        tables = {name: [list(row) for row in conn.execute(text(sql))] for name, sql in queries.items()}
-    for row in tables["runs"]:  # the live run's heartbeat moves on between the two reads
-        row[8] = {k: v for k, v in json.loads(row[8]).items() if k != "heartbeat"}
-    return {name: sorted(tuple(map(repr, row)) for row in rows) for name, rows in tables.items()}
-
-
 def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
-    """New runs are written together (console/bulk.py): exactly what `ember upload` would store."""
+    """One upload through each receiver of the protocol (ember.track.receiver) stores the same rows: ember ui's
+    index (new runs batched: services/upload.NewRuns), the HTTP client (`ember upload`, through the API's
+    routes) and the server's own receiver in process (services/upload.Uploads), artifacts and blobs too."""
     store = tmp_path / "store"
     make_store(store)  # trained runs: NaN and infinities, two metric types, lineage to an artifact
     live = track.create_run(name="live", home=store, hparams={"nest": {"a": [1, 2.5]}}, labels=["x"], description="d")
@@ -187,7 +165,7 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
         app.state.console_index.http = ui  # its artifacts go over "HTTP", through the test client
         while app.state.console_index.step():
             pass
-        indexed = _tables(app)
+        indexed = stored_rows(app)
     settings = Settings.make(data_dir=tmp_path / "server", db_url=f"sqlite:///{tmp_path / 'server.db'}")
     key = admin.init(settings, "local")
     server = create_app(settings)
@@ -197,11 +175,26 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
             upload_artifact(art, "default", True, "new", client)
         for run in sorted((store / "runs").iterdir()):
             upload_run(run, None, True, "new", client, artifacts=False)
-        uploaded = _tables(server)
+        uploaded = stored_rows(server)
+    settings = Settings.make(data_dir=tmp_path / "direct", db_url=f"sqlite:///{tmp_path / 'direct.db'}")
+    admin.init(settings, "local")
+    direct = create_app(settings)
+    with TestClient(direct), direct.state.sessions() as session, session.begin():
+        user = session.scalar(select(User).where(User.name == "local"))
+        assert user is not None
+        uploads = Uploads(session, user, direct.state.settings, direct.state.blobs, in_process=True)
+        for art in sorted((store / "artifacts").iterdir()):
+            upload_artifact(art, "default", True, "new", uploads)
+        for run in sorted((store / "runs").iterdir()):
+            upload_run(run, None, True, "new", uploads, artifacts=False)
+    in_process = stored_rows(direct)
+    blobs = [eval(row[-1]) for row in in_process["artifacts"]]
     live.finish()
     assert len(indexed["runs"]) == 4 and len(indexed["points"]) == 793 and indexed["lineage"]
     assert len(indexed["images"]) == 2
     assert indexed == uploaded
+    assert in_process == uploaded
+    assert blobs and all(direct.state.blobs.has(sha) for sha in blobs)
 
 
 def _damage(store: Path) -> dict[str, str]:

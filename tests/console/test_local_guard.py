@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from ember import track
 from ember.server.app import create_app
 from ember.server.cli import _settings, add_commands
-from ember.server.console.local import build_app
-from ember.server.settings import Settings
+from ember.server.local.ui import build_app
+from ember.server.storage.settings import Settings
 
 
 def test_ember_ui_answers_only_loopback_names_and_the_launch_token(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 
-from ember.server.console.local import build_app
+from ember.server.local.ui import build_app
 from tests.console._data import write_runs
 from tests.console.test_index import BASE, enter, names
 from tests.server.conftest import free_port

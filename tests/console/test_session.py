@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ember.server import admin
 from ember.server.console.session import CSRF_COOKIE, SESSION_COOKIE
+from ember.server.services import admin
 from tests.server.conftest import Server, make_server
 
 

@@ -56,8 +56,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.mark.multiprocess
 def test_the_ddp_program_tracks_one_run_with_metrics_artifact_and_output_then_uploads_it(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
-    from ember.server import admin
-    from ember.server.settings import Settings
+    from ember.server.services import admin
+    from ember.server.storage.settings import Settings
     from tests.server.conftest import ServerProcess
 
     db_url = f"sqlite:///{tmp_path / 'server.db'}"

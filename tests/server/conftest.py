@@ -26,9 +26,9 @@ warnings.filterwarnings("ignore", message=".*httpx2.*")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from ember.server import admin  # noqa: E402
 from ember.server.app import create_app  # noqa: E402
-from ember.server.settings import Settings  # noqa: E402
+from ember.server.services import admin  # noqa: E402
+from ember.server.storage.settings import Settings  # noqa: E402
 
 PG_ENV = "EMBER_TEST_POSTGRES_URL"
 
@@ -90,7 +90,7 @@ def alembic_to(url: str, revision: str, down: bool = False) -> None:
     from alembic import command
     from alembic.config import Config
 
-    from ember.server.db import MIGRATIONS, make_engine
+    from ember.server.storage.db import MIGRATIONS, make_engine
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))

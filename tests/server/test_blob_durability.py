@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ember.server.blobs import BlobStore
+from ember.server.services.blobs import BlobStore
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="tells a folder's fd from a file's through /proc")

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import text
 
 from ember.server.app import collect_blobs
-from ember.server.blobs import collect
-from ember.server.models import now
+from ember.server.services.blobs import collect
+from ember.server.storage.models import now
 from tests.server.conftest import Server, make_server
 
 

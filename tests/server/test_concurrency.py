@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ember.server import admin
-from ember.server.settings import Settings
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
 from tests.server.conftest import ServerProcess, free_port
 
 RUN = "c" * 32
@@ -132,7 +132,7 @@ def _read_response(conn: socket.socket) -> tuple[int, bytes]:
 
 
 def test_sqlite_writers_take_turns_in_arrival_order_and_a_timed_out_one_leaves_the_queue() -> None:
-    from ember.server.db import WriterQueue
+    from ember.server.storage.db import WriterQueue
 
     queue = WriterQueue(timeout_s=0.3)
     first, late, third = object(), object(), object()

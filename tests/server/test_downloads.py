@@ -16,7 +16,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from ember.server import downloads
+from ember.server.services import downloads
 from tests.server.conftest import make_server
 
 RUN = "9" * 32

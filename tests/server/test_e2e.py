@@ -142,8 +142,8 @@ def test_auto_upload_catches_up_after_the_server_was_down(
 def test_two_server_processes_on_postgresql_store_concurrent_uploads_once(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ember.server import admin
-    from ember.server.settings import Settings
+    from ember.server.services import admin
+    from ember.server.storage.settings import Settings
     from ember.track.client import Client, Credentials
 
     settings = Settings.make(data_dir=tmp_path / "data", db_url=db_url)

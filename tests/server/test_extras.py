@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ember.server.cli import main as server_main
-from ember.server.db import make_engine
-from ember.server.settings import ServerError
+from ember.server.storage.db import make_engine
+from ember.server.storage.settings import ServerError
 from tests.server.conftest import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
 """One filter language, two evaluators (issue 33, item 1): the same filters over the same runs give the
 same runs in Python (``ember runs ls``, :mod:`ember.track.local_query`) and in SQL (the server and
-``ember ui``, :mod:`ember.server.filtering`), on SQLite and on PostgreSQL; and, in both, ``a and b``
+``ember ui``, :mod:`ember.server.services.filtering`), on SQLite and on PostgreSQL; and, in both, ``a and b``
 is the intersection of ``a`` and ``b``, ``a or b`` their union, ``not a`` the complement.
 
 The store is written by hand (30 runs, every status, hparams of every JSON kind, nested and dotted
 keys, labels, start times in several zones and without one, metrics with NaN and infinities, a
 step logged twice, recorded metric modes) and indexed as ``ember ui`` indexes it (the requests of
-``ember upload``, written together: :mod:`ember.server.console.bulk`).
+``ember upload``, written together: :class:`ember.server.services.upload.NewRuns`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from ember.server import listing
-from ember.server.console import bulk
-from ember.server.models import Folder, Run, User
+from ember.server.services import listing
+from ember.server.services.upload import NewRuns
+from ember.server.storage.models import Folder, Run, User
 from ember.track import local_query, query
 from ember.track.client import upload_run
 from ember.track.store import list_runs
@@ -134,16 +134,14 @@ def indexed(tmp_path: Path, db_url: str, store: Path) -> Iterator[tuple[Server, 
     """The store in a server's database on ``db_url``, as ``ember ui`` indexes it."""
     srv = make_server(tmp_path, db_url)
     app = srv.client.app
-    recorded = []
+    new = NewRuns()
     for path in sorted((store / "runs").iterdir()):
-        recorded.append(bulk.Recorded(path.name))
-        upload_run(path, "sweep", True, "new", bulk.Recorder(recorded[-1]), artifacts=False)  # type: ignore[arg-type]
+        new.open(path.name)
+        upload_run(path, "sweep", True, "new", new, artifacts=False)
     with app.state.sessions() as session, session.begin():
         alice = session.scalar(select(User).where(User.name == "alice"))
         assert alice is not None
-        assert bulk.write(session, alice, recorded, app.state.settings.max_batch_points) == {
-            r.name: None for r in recorded
-        }
+        assert new.write(session, alice, app.state.settings) == {r.name: None for r in new.runs}
     yield srv, store
     app.state.engine.dispose()
 

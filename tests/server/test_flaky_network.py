@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError
 
 from ember import track
-from ember.server import errors
+from ember.server.api import errors
 from ember.track import client as client_mod
 from ember.track.client import Client, Credentials, ServerUnavailable, UploadError, upload_run
 from ember.track.retry import Retry, retry_after, should_retry
@@ -52,7 +52,7 @@ class Flaky(httpx.BaseTransport):
             return httpx.Response(503, text="Service Unavailable")
         if fault == "429":
             return httpx.Response(429, headers={"Retry-After": "0"}, json={"detail": "too many requests"})
-        if fault == "409 retry":  # what ember.server.errors answers when a concurrent request won
+        if fault == "409 retry":  # what ember.server.api.errors answers when a concurrent request won
             detail = {"detail": "a concurrent request changed the same data; retry the request"}
             return httpx.Response(409, headers={"Retry-After": "0"}, json=detail)
         self.sent += 1

@@ -113,18 +113,20 @@ def test_another_user_sees_no_image_of_a_private_run(server: Server, tmp_path: P
 
 
 def test_ember_ui_in_process_upload_stores_the_images_an_http_upload_stores(server: Server, tmp_path: Path) -> None:
-    """console/direct.py answers POST /runs/{id}/images with the route's own code (a later index pass)."""
+    """The server's receiver in process (ember ui's later index passes) stores what the route stores."""
     from sqlalchemy import select
 
-    from ember.server.console.direct import DirectClient
-    from ember.server.models import User
+    from ember.server.services.upload import Uploads
+    from ember.server.storage.models import User
 
     run = _run_with_images(tmp_path / "store", count=2)
     app = server.client.app
     with app.state.sessions() as session, session.begin():
         user = session.scalar(select(User).where(User.name == "alice"))
-        upload_run(run.path, "direct", True, "new", DirectClient(session, user, 20_000), artifacts=False)  # type: ignore[arg-type]
-        upload_run(run.path, "direct", True, "new", DirectClient(session, user, 20_000), artifacts=False)  # type: ignore[arg-type]
+        assert user is not None
+        uploads = Uploads(session, user, app.state.settings, in_process=True, own_store=True)
+        upload_run(run.path, "direct", True, "new", uploads, artifacts=False)
+        upload_run(run.path, "direct", True, "new", uploads, artifacts=False)
     listed = server.req("GET", f"/runs/{run.id}/images").json()["images"]
     assert [(i["name"], i["step"]) for i in listed] == [("real", 0), ("samples/fake", 0), ("samples/fake", 10)]
     got = server.req("GET", f"/runs/{run.id}/images/10/samples/fake")
@@ -163,8 +165,8 @@ def test_a_run_past_the_servers_image_limit_is_refused_whole_and_the_rest_of_it_
 
 
 def test_run_images_count_in_the_owners_storage_quota(tmp_path: Path, db_url: str) -> None:
-    from ember.server.blobs import usage
-    from ember.server.models import User
+    from ember.server.services.blobs import usage
+    from ember.server.storage.models import User
 
     first = _run_with_images(tmp_path / "store", count=1)
     sizes = [len((first.path / line["file"]).read_bytes()) for line in first.images()]

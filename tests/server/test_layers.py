@@ -1,10 +1,13 @@
-"""The server's layers, read from its source: routes -> services -> models, and what each may import.
+"""The server's tiers, read from its source: one folder per tier, and what each may import.
 
-- A route module is one that makes an ``APIRouter`` (``routes_*.py``, the console's pages; not
-  ``app.py``, which includes them): no route module imports another.
-- The services and the models import neither FastAPI nor Starlette (not even for types), nor
-  a module of the HTTP layer: they raise :mod:`ember.server.domain_errors`, which one handler
-  (``errors.py``) answers.
+- Every module sits in a tier folder (``storage``, ``services``, ``api``, ``console``, ``local``)
+  or is one of the package's own files (``__init__``, ``app``, ``cli``); a module imports the
+  server's modules of its own tier and the tiers below it only (``TIERS``, lowest first; lazy
+  imports and ``TYPE_CHECKING`` blocks count too).
+- A route module is one that makes an ``APIRouter`` (the API's ``*_routes.py``, the console's
+  pages): no route module imports another.
+- The storage and the services import neither FastAPI nor Starlette (not even for types): they
+  raise :mod:`ember.server.storage.domain_errors`, which one handler (``api/errors.py``) answers.
 - No server module imports a private (``_name``) module or name of another package. ember's
   root-level private modules on layer 0 (``ember._atomic``, ``ember._format``,
   ``ember._subcommands``, ...; docs/architecture.md) are its internal utilities, meant for every
@@ -24,30 +27,12 @@ import ember.server
 from tests.test_layers import LAYERS, PACKAGE
 
 SERVER = Path(ember.server.__file__).parent
-MODELS = {"models", "db", "schemas", "settings", "domain_errors"}
-SERVICES = {
-    "accounts",
-    "artifacts",
-    "blobs",
-    "codec",
-    "columns",
-    "downloads",
-    "edges",
-    "filtering",
-    "folder_pages",
-    "folders",
-    "images",
-    "ingest",
-    "keys",
-    "listing",
-    "liveness",
-    "logs",
-    "lookup",
-    "naming",
-    "perms",
-    "runs",
-    "series",
-}
+TIERS = ("__init__", "storage", "services", "api", "console", "app", "local", "cli")
+"""Lowest first: ``storage`` (tables, database, migrations, request schemas, settings), ``services``
+(what the server does, over a session), ``api`` (``/api/v1``), ``console`` (the pages), ``app``
+(the ASGI app that wires them), ``local`` (``ember ui``: the console over a local store and its
+index), ``cli`` (``ember server``, ``ember ui``, ``ember upload``)."""
+NO_HTTP = ("storage", "services")
 HTTP = ("fastapi", "starlette")
 # ember's internal utilities: the root-level private modules on layer 0, for every ember package.
 UTILITIES = {f"ember.{name}" for name in LAYERS[0] if name.startswith("_")}
@@ -65,7 +50,7 @@ def _modules() -> dict[str, Path]:
 def _imports(path: Path) -> set[str]:
     """Every module a file imports, anywhere in it (functions and ``TYPE_CHECKING`` blocks too).
 
-    ``from ember.server import runs`` counts as ``ember.server.runs``.
+    ``from ember.server.services import runs`` counts as ``ember.server.services.runs``.
     """
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -91,29 +76,41 @@ def _is_route_module(path: Path) -> bool:
     )
 
 
-def test_the_layer_lists_name_modules_that_exist() -> None:
-    missing = (SERVICES | MODELS) - set(_modules())
-    assert not missing, f"listed as services or models but not in ember/server: {sorted(missing)}"
+def _tier(name: str) -> str:
+    """The tier of a module named under ``ember.server`` ('services.runs' -> 'services', 'app' -> 'app')."""
+    return name.split(".")[0]
+
+
+def test_every_module_sits_in_a_tier() -> None:
+    found = sorted(name for name in _modules() if _tier(name) not in TIERS)
+    assert not found, f"put each server module in a tier folder ({', '.join(TIERS)}): {found}"
+    assert {"storage", "services", "api", "console", "local"} <= {p.name for p in SERVER.iterdir() if p.is_dir()}
+
+
+def test_no_module_imports_a_higher_tier() -> None:
+    found = []
+    for name, path in sorted(_modules().items()):
+        rank = TIERS.index(_tier(name))
+        found += [(name, other) for other in sorted(_local(_imports(path))) if TIERS.index(_tier(other)) > rank]
+    assert not found, f"a tier imports only its own and lower tiers ({' < '.join(TIERS)}): {found}"
 
 
 def test_no_route_module_imports_another() -> None:
     modules = _modules()
     routes = {name for name, path in modules.items() if _is_route_module(path)}
-    assert {"routes_runs", "routes_artifacts", "routes_folders", "routes_images", "console.pages"} <= routes
+    assert {"api.run_routes", "api.artifact_routes", "api.folder_routes", "api.image_routes", "console.pages"} <= routes
     found = {(name, other) for name in routes for other in _local(_imports(modules[name])) & routes if other != name}
     assert not found, f"route modules importing route modules (share a service instead): {sorted(found)}"
 
 
-def test_services_and_models_know_no_http() -> None:
-    modules = _modules()
+def test_storage_and_services_know_no_http() -> None:
     found = []
-    for name in sorted(SERVICES | MODELS):
-        imported = _imports(modules[name])
-        found += [(name, m) for m in imported if m.split(".")[0] in HTTP]
-        found += [(name, f"ember.server.{m}") for m in _local(imported) if m not in SERVICES | MODELS]
+    for name, path in sorted(_modules().items()):
+        if _tier(name) in NO_HTTP:
+            found += [(name, m) for m in _imports(path) if m.split(".")[0] in HTTP]
     assert not found, (
-        f"services and models import no FastAPI/Starlette and no module of the HTTP layer "
-        f"(raise ember.server.domain_errors instead): {found}"
+        f"the storage and the services import no FastAPI/Starlette "
+        f"(raise ember.server.storage.domain_errors instead): {found}"
     )
 
 

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from ember import track
-from ember.server import accounts, codec, perms
 from ember.server.console import session as console_session
+from ember.server.services import accounts, codec, perms
 from ember.track.client import Client, Credentials, upload_run
 from tests.server.conftest import Server
 

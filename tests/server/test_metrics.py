@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select, text
 
 from ember.server.app import create_app
-from ember.server.models import BLOCK, MetricBlock, MetricPoint, Run
-from ember.server.settings import Settings
+from ember.server.storage.models import BLOCK, MetricBlock, MetricPoint, Run
+from ember.server.storage.settings import Settings
 from tests.server.conftest import Server, alembic_to, make_server
 
 RUN = "c" * 32
@@ -265,7 +265,7 @@ def test_a_zoomed_range_reads_the_block_summaries_and_only_the_points_of_its_two
     """Issue 30, item 5: a zoom used to read every point of the range (1.75-2.1 s on a million). Every
     point outside the two blocks the range cuts is deleted behind the server's back: the answers stay
     the same, so they were made from the summaries and those two blocks."""
-    from ember.server.series import MAX_BUCKETS, SeriesReader
+    from ember.server.services.series import MAX_BUCKETS, SeriesReader
 
     _new_run(server)
     n = 20_000
@@ -370,7 +370,7 @@ def test_migration_0002_keeps_existing_points_and_summarises_them(tmp_path: Path
 
 def test_a_growing_series_reads_again_as_a_fresh_reader_does(server: Server) -> None:
     """The series answers kept per process follow new points (issue 19)."""
-    from ember.server.series import SeriesReader
+    from ember.server.services.series import SeriesReader
 
     _new_run(server)
     _upload_long_series(server, 30_000)

@@ -96,7 +96,7 @@ def _keyed_by_kind(server: Server) -> None:
 
 
 def test_migration_0008_gives_each_cursor_its_kind_and_drops_the_ambiguous_ones(db_url: str, tmp_path: Path) -> None:
-    from ember.server.db import make_engine, migrate
+    from ember.server.storage.db import make_engine, migrate
 
     alembic_to(db_url, "0007")
     engine = make_engine(db_url)

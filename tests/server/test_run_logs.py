@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from ember.server import logs
+from ember.server.services import logs
 from tests.server.conftest import Server, alembic_to, make_server
 
 RUN, RUN2 = "d" * 32, "d2" * 16
@@ -167,7 +167,7 @@ def _pieces(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_migration_0010_stores_existing_logs_in_pieces(db_url: str) -> None:
-    from ember.server.db import make_engine, migrate
+    from ember.server.storage.db import make_engine, migrate
 
     alembic_to(db_url, "0009")
     engine = make_engine(db_url)

@@ -10,8 +10,8 @@ from sqlalchemy import create_engine, text
 
 from ember.server.app import create_app
 from ember.server.cli import main as server_main
-from ember.server.db import MIGRATIONS, head_revision, make_engine
-from ember.server.settings import ServerError, Settings
+from ember.server.storage.db import MIGRATIONS, head_revision, make_engine
+from ember.server.storage.settings import ServerError, Settings
 
 OLD = "0004"
 
@@ -101,7 +101,7 @@ def test_a_database_holding_other_tables_is_refused(tmp_path: Path, capsys: pyte
 
 
 def test_ember_ui_may_upgrade_its_own_database(tmp_path: Path) -> None:
-    from ember.server import admin
+    from ember.server.services import admin
 
     url = f"sqlite:///{tmp_path / 'ui.db'}"
     _at_revision(url, OLD)

@@ -299,7 +299,7 @@ def test_revoking_a_share_revokes_it_for_the_whole_subtree(server: Server) -> No
 def test_migration_0004_gives_every_node_of_a_tree_to_its_homes_owner(db_url: str) -> None:
     from sqlalchemy import create_engine
 
-    from ember.server.db import make_engine, migrate
+    from ember.server.storage.db import make_engine, migrate
 
     url = db_url
     alembic_to(url, "0003")

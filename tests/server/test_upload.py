@@ -152,7 +152,7 @@ def test_the_migration_creates_exactly_the_models_schema(server: Server) -> None
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from ember.server.models import Base
+    from ember.server.storage.models import Base
 
     with server.client.app.state.engine.connect() as conn, warnings.catch_warnings():
         # SQLite cannot reflect the expression index of migration 0005: test_folder_pages checks it.

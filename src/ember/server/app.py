@@ -2,7 +2,7 @@
 
 Example:
     >>> from ember.server.app import create_app
-    >>> from ember.server.settings import Settings
+    >>> from ember.server.storage.settings import Settings
     >>> app = create_app(Settings.make(data_dir="/tmp/ember-server"))   # serve with uvicorn
 """
 
@@ -18,13 +18,15 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 
-from ember.server import API_PREFIX, blobs, errors
-from ember.server.blobs import BlobStore
-from ember.server.db import check_database, make_engine, make_reader, migrate, prepare, session_factory
-from ember.server.guard import Hardened, HostCheck
-from ember.server.series import SeriesReader
-from ember.server.settings import Settings
-from ember.server.wire import SafeJSONResponse
+from ember.server import API_PREFIX
+from ember.server.api import errors
+from ember.server.api.guard import Hardened, HostCheck
+from ember.server.api.wire import SafeJSONResponse
+from ember.server.services import blobs
+from ember.server.services.blobs import BlobStore
+from ember.server.services.series import SeriesReader
+from ember.server.storage.db import check_database, make_engine, make_reader, migrate, prepare, session_factory
+from ember.server.storage.settings import Settings
 
 API_VERSION = "1"
 log = logging.getLogger("ember.server")
@@ -64,7 +66,7 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
     Args:
         settings: database URL, data folder and size limits.
         schema: ``"check"``: create the newest schema on an empty database and refuse an older
-            one with the command that upgrades it (:func:`ember.server.db.prepare`);
+            one with the command that upgrades it (:func:`ember.server.storage.db.prepare`);
             ``"upgrade"``: bring an older schema up to date (``ember ui``, whose database is its
             own); ``"skip"``: ``ember server``'s workers, whose parent process checked.
 
@@ -72,7 +74,7 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
         The FastAPI app; the OpenAPI schema is at ``/api/v1/openapi.json``; the Swagger UI page
         at ``/api/v1/docs`` only with ``settings.api_docs`` (it loads its script from a CDN).
     """
-    from ember.server import routes_artifacts, routes_folders, routes_images, routes_runs
+    from ember.server.api import artifact_routes, folder_routes, image_routes, run_routes
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
@@ -101,12 +103,12 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
     app.state.blobs.clean_tmp()
     app.state.series = SeriesReader(app.state.sessions)
     api = APIRouter(prefix=API_PREFIX)
-    api.include_router(routes_folders.router)
-    api.include_router(routes_runs.router)
-    api.include_router(routes_images.router)
-    api.include_router(routes_runs.search)
-    api.include_router(routes_artifacts.blobs)
-    api.include_router(routes_artifacts.router)
+    api.include_router(folder_routes.router)
+    api.include_router(run_routes.router)
+    api.include_router(image_routes.router)
+    api.include_router(run_routes.search)
+    api.include_router(artifact_routes.blobs)
+    api.include_router(artifact_routes.router)
     app.include_router(api)
     if all(importlib.util.find_spec(m) for m in ("jinja2", "python_multipart")):  # pip install 'ember[console]'
         from ember.server.console import mount

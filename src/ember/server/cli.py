@@ -16,7 +16,7 @@ from ember.errors import EmberError
 
 
 def _settings(args: argparse.Namespace):
-    from ember.server.settings import MiB, Settings
+    from ember.server.storage.settings import MiB, Settings
 
     body = int(args.max_body_mb * MiB) if getattr(args, "max_body_mb", None) else None
     blob = int(args.max_blob_mb * MiB) if getattr(args, "max_blob_mb", None) else None
@@ -39,7 +39,7 @@ def _settings(args: argparse.Namespace):
 
 def _allowed_hosts(args: argparse.Namespace) -> list[str]:
     """``--allowed-hosts`` (comma-separated, repeatable), else loopback names and the ``--host`` address."""
-    from ember.server.settings import LOOPBACK_HOSTS
+    from ember.server.storage.settings import LOOPBACK_HOSTS
 
     if args.allowed_hosts:
         return [h for item in args.allowed_hosts for h in item.split(",") if h.strip()]
@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Check the schema once (an older one is refused), then serve with uvicorn (``--workers`` processes)."""
     import uvicorn
 
-    from ember.server.db import check_database, make_engine, prepare
+    from ember.server.storage.db import check_database, make_engine, prepare
 
     settings = _settings(args)
     engine = make_engine(settings.db_url)
@@ -76,7 +76,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from ember.server import admin
+    from ember.server.services import admin
 
     key = admin.init(_settings(args), args.admin)
     print(f"created admin {args.admin!r}; its API key (shown only now, store it safely):\n{key}")
@@ -84,7 +84,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from ember.server.db import upgrade_url
+    from ember.server.storage.db import upgrade_url
 
     settings = _settings(args)
     before, after = upgrade_url(settings.db_url)
@@ -96,7 +96,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_db_current(args: argparse.Namespace) -> int:
-    from ember.server.db import check_database, current_revision, head_revision, make_engine, upgrade_command
+    from ember.server.storage.db import check_database, current_revision, head_revision, make_engine, upgrade_command
 
     engine = make_engine(_settings(args).db_url)
     try:
@@ -114,7 +114,7 @@ def cmd_db_current(args: argparse.Namespace) -> int:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from ember.server import admin
+    from ember.server.services import admin
 
     key = admin.add_user(_settings(args), args.name, args.admin)
     print(f"created user {args.name!r}; its API key (shown only now):\n{key}")
@@ -122,7 +122,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 
 def cmd_key_create(args: argparse.Namespace) -> int:
-    from ember.server import admin
+    from ember.server.services import admin
 
     key = admin.create_key(_settings(args), args.user, args.label, args.expires_days)
     print(f"new API key for {args.user!r} (shown only now):\n{key}")
@@ -130,7 +130,7 @@ def cmd_key_create(args: argparse.Namespace) -> int:
 
 
 def cmd_key_revoke(args: argparse.Namespace) -> int:
-    from ember.server import admin
+    from ember.server.services import admin
 
     key_id = admin.revoke_key(_settings(args), args.key)
     print(f"revoked key {key_id}")
@@ -166,7 +166,7 @@ def cmd_upload(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from ember.server.console.local import serve
+    from ember.server.local.ui import serve
 
     return serve(args.store, args.port, args.data)
 

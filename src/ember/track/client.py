@@ -6,7 +6,9 @@ from the byte cursor the server reports, in batches of complete lines. The serve
 points keyed on (run, type, step, name) and moves its cursor in the same transaction, so an
 upload cut off anywhere completes on retry with nothing missing and nothing twice. Artifact
 files go as content-addressed blobs: the server says which digests it lacks and only those are
-sent. Needs ``httpx`` (``pip install 'ember[server]'``).
+sent. The upload reads the local folder and sends it to a :class:`~ember.track.receiver.Receiver`
+(:mod:`ember.track.receiver`, the protocol): a :class:`Client` sends it over HTTP (needs ``httpx``,
+``pip install 'ember[server]'``); the server's own receiver stores it in process (``ember ui``).
 
 Example:
     >>> from ember import track
@@ -27,12 +29,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar, cast
 
 from ember._format import format_duration
 from ember.errors import TrackingError
 from ember.track import images, lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, file_kind, read_json
+from ember.track.receiver import (
+    Answer,
+    ArtifactBody,
+    ImageLines,
+    LineageLines,
+    LogText,
+    MetricColumns,
+    NodeKind,
+    Placement,
+    Receiver,
+    RunBody,
+    RunReceiver,
+)
 from ember.track.retry import Retry, retry_after, should_retry
 from ember.track.store import read_platform
 
@@ -40,7 +55,9 @@ log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
 BATCH_LINES = 20_000
 BATCH_BYTES = 4 << 20
-LOG_BATCH_BYTES = 512 << 10  # a request's escapes stay under the server's bound (ember.server.codec.MAX_BACKSLASHES)
+LOG_BATCH_BYTES = (
+    512 << 10
+)  # a request's escapes stay under the server's bound (ember.server.services.codec.MAX_BACKSLASHES)
 BATCH_VALUES = 20_000  # the server's default limit of values per metrics request
 CONFLICTS = ("new", "skip", "error", "replace")
 DEFAULT_RETRY = Retry()
@@ -254,6 +271,40 @@ class Client:
             raise UploadError(f"{method} {path} -> {response.status_code}: {_detail(response)}")
         return response.json()
 
+    # The upload protocol (ember.track.receiver.Receiver) over /api/v1.
+
+    def put_run(self, run_id: str, body: RunBody) -> Answer:
+        """``PUT /runs/{id}``: create or update a run; its cursors."""
+        return cast(Answer, self.call("PUT", f"/runs/{run_id}", json=body))
+
+    def put_metrics(self, run_id: str, batch: MetricColumns) -> int:
+        """``POST /runs/{id}/metrics``; the new cursor."""
+        return int(self.call("POST", f"/runs/{run_id}/metrics", json=batch)["cursor"])
+
+    def put_log(self, run_id: str, chunk: LogText) -> int:
+        """``POST /runs/{id}/log``; the new cursor."""
+        return int(self.call("POST", f"/runs/{run_id}/log", json=chunk)["cursor"])
+
+    def put_lineage(self, kind: NodeKind, node_id: str, lines: LineageLines) -> int:
+        """``POST /runs/{id}/lineage`` or ``/artifacts/{id}/lineage``; the new cursor."""
+        return int(self.call("POST", f"/{kind}s/{node_id}/lineage", json=lines)["cursor"])
+
+    def put_images(self, run_id: str, batch: ImageLines) -> int:
+        """``POST /runs/{id}/images``; the new cursor."""
+        return int(self.call("POST", f"/runs/{run_id}/images", json=batch)["cursor"])
+
+    def missing_blobs(self, digests: list[str]) -> set[str]:
+        """``POST /blobs/missing``: the digests to send."""
+        return set(self.call("POST", "/blobs/missing", json={"sha256": digests})["missing"])
+
+    def put_blob(self, sha256: str, file: IO[bytes]) -> None:
+        """``PUT /blobs/{sha256}``: the file's bytes from its position, streamed (sent again whole on a retry)."""
+        self.call("PUT", f"/blobs/{sha256}", content=file)
+
+    def put_artifact(self, artifact_id: str, body: ArtifactBody) -> Answer:
+        """``PUT /artifacts/{id}``: create or update an artifact."""
+        return cast(Answer, self.call("PUT", f"/artifacts/{artifact_id}", json=body))
+
 
 def _detail(response: Any) -> str:
     """The server's message in an error answer (its JSON ``detail``, else the start of the text)."""
@@ -327,17 +378,7 @@ def _records(path: Path, offset: int, lines: list[bytes]) -> list[Any]:
         raise UploadError(f"{path}: the lines after byte {offset} are not one JSON value each") from None
 
 
-def _send_lines(client: Client, url: str, path: Path, stream: str, cursor: int, build: Any) -> int:
-    """Send a JSON Lines file from ``cursor`` in batches; return the new cursor."""
-    while True:
-        lines, end = _lines(path, cursor)
-        if end == cursor:
-            return cursor
-        records = _records(path, cursor, [line for line in lines if line.strip()])
-        cursor = int(client.call("POST", url, json=build(records, cursor, end))["cursor"])
-
-
-def _send_metrics(client: Client, run_id: str, path: Path, cursor: int) -> int:
+def _send_metrics(receiver: RunReceiver, run_id: str, path: Path, cursor: int) -> int:
     """Send ``metrics/<type>.jsonl`` from ``cursor`` as column batches; return the new cursor.
 
     A batch holds at most :data:`BATCH_VALUES` cells (lines times metric names), the server's
@@ -356,7 +397,7 @@ def _send_metrics(client: Client, run_id: str, path: Path, cursor: int) -> int:
                 records = records[:fit]
                 end = cursor + sum(len(line) + 1 for line in lines[: kept[fit - 1] + 1])
                 names = dict.fromkeys(name for r in records for name in r["metrics"])
-            body = {
+            body: MetricColumns = {
                 "type": path.stem,
                 "start": cursor,
                 "end": end,
@@ -370,10 +411,10 @@ def _send_metrics(client: Client, run_id: str, path: Path, cursor: int) -> int:
                 f"{path}: a line after byte {cursor} is not a metric point ({type(e).__name__}: {e}); "
                 "the file is damaged"
             ) from None
-        cursor = int(client.call("POST", f"/runs/{run_id}/metrics", json=body)["cursor"])
+        cursor = receiver.put_metrics(run_id, body)
 
 
-def _send_log(client: Client, run_id: str, path: Path, cursor: int) -> int:
+def _send_log(receiver: RunReceiver, run_id: str, path: Path, cursor: int) -> int:
     """Send ``stdout.log`` from ``cursor`` to its end; return the new cursor.
 
     Unlike the JSON Lines files, text without a final newline is sent too (a last ``print(...,
@@ -387,14 +428,13 @@ def _send_log(client: Client, run_id: str, path: Path, cursor: int) -> int:
         end = cursor + len(data) - len(decoder.getstate()[0])
         if end == cursor:
             return cursor
-        body = {"start": cursor, "end": end, "text": text}
-        cursor = int(client.call("POST", f"/runs/{run_id}/log", json=body)["cursor"])
+        cursor = receiver.put_log(run_id, {"start": cursor, "end": end, "text": text})
 
 
-def _placement(folder: str, make_folder: bool, conflict_strategy: str) -> dict[str, Any]:
+def _placement(folder: str, make_folder: bool, conflict_strategy: str) -> Placement:
     if conflict_strategy not in CONFLICTS:
         raise UploadError(f"conflict_strategy {conflict_strategy!r}: use one of {', '.join(CONFLICTS)}")
-    return {"folder": folder, "make_folder": make_folder, "conflict_strategy": conflict_strategy}
+    return {"folder": folder, "make_folder": make_folder, "conflict_strategy": conflict_strategy}  # type: ignore[typeddict-item]
 
 
 def upload_run(
@@ -402,7 +442,7 @@ def upload_run(
     folder: str | None = None,
     make_folder: bool = False,
     conflict_strategy: str = "new",
-    client: Client | None = None,
+    client: RunReceiver | None = None,
     artifacts: bool = True,
 ) -> dict[str, Any]:
     """Upload (or continue uploading) one run folder and the artifacts it is linked to.
@@ -414,11 +454,17 @@ def upload_run(
         conflict_strategy: for a *different* run of the same name in that folder: ``new``
             (upload beside it), ``skip``, ``error`` or ``replace``. The same run (same id) is
             always continued in place.
-        client: a :class:`Client`; default one from the stored credentials.
+        client: the receiver (:mod:`ember.track.receiver`): a :class:`Client`, default one from the
+            stored credentials, or a server's own receiver in process; with ``artifacts``, one that
+            receives artifacts too (a :class:`~ember.track.receiver.Receiver`).
         artifacts: also upload the artifacts found through the run's lineage.
 
     Returns:
-        ``{"id", "action", "folder", "cursors"}`` as the server reports after the upload.
+        ``{"id", "action", "folder", "cursors"}`` as the receiver reports after the upload.
+
+    Raises:
+        UploadError: the receiver refused a request (its reason), or a file of the run is
+            damaged; what came before it is kept, and the next upload continues from there.
     """
     run_dir = Path(path)
     refuse_links(run_dir, "run")
@@ -426,28 +472,35 @@ def upload_run(
     for linked in linked_artifacts:  # checked before anything is sent
         refuse_links(linked, "artifact")
     meta = read_json(run_dir / "run.json")
-    with _borrowed(client) as client, _keeping(f"the run {run_dir}", run_dir):
+    with _borrowed(client) as receiver, _keeping(f"the run {run_dir}", run_dir):
         platform = read_platform(run_dir) or {}
-        body = {**_placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)}
-        body.update(run=meta, platform=platform)
+        place = _placement(folder or str(meta.get("folder", "default")), make_folder, conflict_strategy)
+        body: RunBody = {**place, "run": meta, "platform": platform}
         rid = str(meta["id"])
-        answer = client.call("PUT", f"/runs/{rid}", json=body)
+        answer = receiver.put_run(rid, body)
         if answer["action"] == "skipped":
             return dict(answer)
         cursors: dict[str, int] = answer["cursors"]
         for file in sorted((run_dir / "metrics").glob("*.jsonl")):
             stream = f"metrics/{file.name}"
-            cursors[stream] = _send_metrics(client, rid, file, cursors.get(stream, 0))
+            cursors[stream] = _send_metrics(receiver, rid, file, cursors.get(stream, 0))
         for linked in linked_artifacts:
-            upload_artifact(linked, body["folder"], make_folder, "new", client)
-        cursors["lineage.jsonl"] = _send_edges(client, f"/runs/{rid}", run_dir, cursors.get("lineage.jsonl", 0))
+            upload_artifact(linked, body["folder"], make_folder, "new", _full(receiver))
+        cursors["lineage.jsonl"] = _send_edges(receiver, "run", rid, run_dir, cursors.get("lineage.jsonl", 0))
         # The output and the images last: a server's limits on them (--max-log-mb, --max-run-images, the
         # quota) refuse them without holding back the rest.
-        cursors["stdout.log"] = _send_log(client, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
+        cursors["stdout.log"] = _send_log(receiver, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
         if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
-            cursors[images.IMAGES_FILE] = images.send(client, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
+            cursors[images.IMAGES_FILE] = images.send(receiver, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
         answer["cursors"] = cursors
         return dict(answer)
+
+
+def _full(receiver: RunReceiver) -> Receiver:
+    """``receiver`` as one that takes artifacts too (:class:`UploadError` when it takes runs only)."""
+    if not hasattr(receiver, "put_artifact"):
+        raise UploadError(f"{type(receiver).__name__} receives runs only: upload with artifacts=False")
+    return cast(Receiver, receiver)
 
 
 def _linked_artifacts(run_dir: Path) -> list[Path]:
@@ -461,11 +514,15 @@ def _linked_artifacts(run_dir: Path) -> list[Path]:
     return list(found)
 
 
-def _send_edges(client: Client, url: str, folder: Path, cursor: int) -> int:
-    def build(records: list[Any], start: int, end: int) -> dict[str, Any]:
-        return {"start": start, "end": end, "edges": records}
-
-    return _send_lines(client, f"{url}/lineage", folder / lineage.LINEAGE_FILE, "lineage.jsonl", cursor, build)
+def _send_edges(receiver: RunReceiver, kind: NodeKind, node_id: str, folder: Path, cursor: int) -> int:
+    """Send a node's ``lineage.jsonl`` from ``cursor`` in batches of complete lines; return the new cursor."""
+    path = folder / lineage.LINEAGE_FILE
+    while True:
+        lines, end = _lines(path, cursor)
+        if end == cursor:
+            return cursor
+        edges = _records(path, cursor, [line for line in lines if line.strip()])
+        cursor = receiver.put_lineage(kind, node_id, {"start": cursor, "end": end, "edges": edges})
 
 
 def _checked_file(art_dir: Path, rel: str) -> Path:
@@ -487,9 +544,9 @@ def upload_artifact(
     folder: str = "default",
     make_folder: bool = False,
     conflict_strategy: str = "new",
-    client: Client | None = None,
+    client: Receiver | None = None,
 ) -> dict[str, Any]:
-    """Upload one artifact folder: the blobs the server lacks, then the metadata and lineage.
+    """Upload one artifact folder: the blobs the receiver lacks, then the metadata and lineage.
 
     Args: as for :func:`upload_run` (the artifact's folder instead of the run's).
 
@@ -499,26 +556,25 @@ def upload_artifact(
     art_dir = Path(path)
     refuse_links(art_dir, "artifact")
     meta = read_json(art_dir / "artifact.json")
-    with _borrowed(client) as client, _keeping(f"the artifact {art_dir}", art_dir):
+    with _borrowed(client) as receiver, _keeping(f"the artifact {art_dir}", art_dir):
         files = {f["path"]: _checked_file(art_dir, f["path"]) for f in meta.get("files", [])}
         digests = sorted({f["sha256"] for f in meta.get("files", [])})
-        missing = set(client.call("POST", "/blobs/missing", json={"sha256": digests})["missing"]) if digests else set()
+        missing = receiver.missing_blobs(digests) if digests else set()
         for record in meta.get("files", []):
             if record["sha256"] in missing:
                 with open(files[record["path"]], "rb", opener=_no_follow) as f:
-                    client.call("PUT", f"/blobs/{record['sha256']}", content=f)
+                    receiver.put_blob(record["sha256"], f)
                 missing.discard(record["sha256"])
         keep = ("id", "name", "labels", "description", "created")
         artifact = {k: meta[k] for k in keep if k in meta}
         artifact["files"] = [{k: f[k] for k in ("path", "size", "sha256")} for f in meta.get("files", [])]
         artifact["references"] = [{"uri": r["uri"], "path": r["path"]} for r in meta.get("references", [])]
-        body = {**_placement(folder, make_folder, conflict_strategy), "artifact": artifact}
-        answer = client.call("PUT", f"/artifacts/{meta['id']}", json=body)
+        body: ArtifactBody = {**_placement(folder, make_folder, conflict_strategy), "artifact": artifact}
+        aid = str(meta["id"])
+        answer = receiver.put_artifact(aid, body)
         if answer["action"] != "skipped":
-            url = f"/artifacts/{meta['id']}"
-            answer["cursors"]["lineage.jsonl"] = _send_edges(
-                client, url, art_dir, answer["cursors"].get("lineage.jsonl", 0)
-            )
+            cursor = answer["cursors"].get("lineage.jsonl", 0)
+            answer["cursors"]["lineage.jsonl"] = _send_edges(receiver, "artifact", aid, art_dir, cursor)
         return dict(answer)
 
 
@@ -548,8 +604,11 @@ def upload(
             return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
 
 
+R = TypeVar("R", RunReceiver, Receiver)
+
+
 @contextmanager
-def _borrowed(client: Client | None) -> Iterator[Client]:
+def _borrowed(client: R | None) -> Iterator[R | Client]:
     """``client``, or a new :class:`Client` closed when the block ends."""
     if client is not None:
         yield client

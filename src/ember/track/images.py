@@ -36,6 +36,7 @@ from typing import Any
 from ember._atomic import atomic_write, why_write_failed
 from ember.errors import TrackingError
 from ember.track._fs import append_line, complete_lines, file_kind
+from ember.track.receiver import ImageLine, ImageLines, RunReceiver
 
 IMAGES_FILE = "images.jsonl"
 IMAGES_DIR = "images"
@@ -270,7 +271,7 @@ def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
     return lines
 
 
-def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
+def send(receiver: RunReceiver, run_id: str, run_dir: Path, cursor: int) -> int:
     """Upload ``images.jsonl`` from ``cursor`` with each line's PNG; return the new cursor.
 
     A batch carries about :data:`BATCH_PNG_BYTES` of PNG (base64 in the JSON body); the server
@@ -284,7 +285,7 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
         lines, end = _lines(path, cursor)
         if end == cursor:
             return cursor
-        batch: list[dict[str, Any]] = []
+        batch: list[ImageLine] = []
         used, total = cursor, 0
         for line in lines:
             if line.strip():
@@ -295,13 +296,13 @@ def send(client: Any, run_id: str, run_dir: Path, cursor: int) -> int:
                         raise ValueError(f"file {rel!r} is not under {IMAGES_DIR}/")
                     with open(run_dir / rel, "rb", opener=_no_follow) as f:
                         data = f.read(MAX_PNG_BYTES + 1)
-                    item = {k: record[k] for k in ("name", "step", "time")}
+                    name, step, when = record["name"], record["step"], record["time"]
                 except (KeyError, TypeError, ValueError, OSError) as e:
                     raise UploadError(f"{path}: the line at byte {used} names no readable image ({e})") from None
                 if batch and total + len(data) > BATCH_PNG_BYTES:
                     break
-                batch.append({**item, "png": base64.b64encode(data).decode()})
+                batch.append({"name": name, "step": step, "time": when, "png": base64.b64encode(data).decode()})
                 total += len(data)
             used += len(line) + 1
-        body = {"start": cursor, "end": used, "images": batch}
-        cursor = int(client.call("POST", f"/runs/{run_id}/images", json=body)["cursor"])
+        body: ImageLines = {"start": cursor, "end": used, "images": batch}
+        cursor = receiver.put_images(run_id, body)

@@ -2,7 +2,7 @@
 
 The Python evaluator reads a run's ``run.json`` and, of the metrics a filter names, their files
 (:func:`run_facts`); the server and ``ember ui`` answer the same filters in SQL
-(:mod:`ember.server.filtering`), with the same results over the same runs.
+(:mod:`ember.server.services.filtering`), with the same results over the same runs.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One parser (:func:`parse`) turns a filter into a tree; two evaluators read the same tree: this
 module's :func:`matches` in Python (the local store, ``ember runs ls``) and
-:mod:`ember.server.filtering` in SQL (the server and ``ember ui``). Both follow the rules below,
+:mod:`ember.server.services.filtering` in SQL (the server and ``ember ui``). Both follow the rules below,
 and ``tests/server/test_filter_equivalence.py`` runs the same filters through both over the same
 runs.
 
@@ -401,7 +401,8 @@ def _polarities(node: Node) -> list[tuple[Comparison, bool]]:
 
 
 def evidence(c: Comparison, runs: Sequence[RunFacts]) -> Evidence:
-    """What ``c`` finds alone among ``runs``, in Python (:meth:`ember.server.filtering.Compiler.evidence` in SQL)."""
+    """What ``c`` finds alone among ``runs``, in Python (in SQL:
+    :meth:`ember.server.services.filtering.Compiler.evidence`)."""
     matching = sum(_holds(c, r) for r in runs)
     if c.field.kind == "hp":
         found = [v for present, v in (lookup(r.hparams, c.field.key) for r in runs) if present]

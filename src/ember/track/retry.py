@@ -5,7 +5,7 @@ byte range and the server's cursor, blobs by digest), so any request may be sent
 client does so on the answers that mean "not now": a dropped or refused connection, a timeout,
 429 (too many requests), 502/503/504 (a server or its proxy unavailable), and the server's own
 409 that carries ``Retry-After`` (a concurrent request changed the same rows; see
-``ember.server.errors``). Any other answer is final at once.
+``ember.server.api.errors``). Any other answer is final at once.
 """
 
 from __future__ import annotations

@@ -15,25 +15,52 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
 from ember.server.console.assets import Compress, Static
 from ember.server.console.session import PREFIX, load_secret
-from ember.server.settings import ServerError
-
-if TYPE_CHECKING:
-    from ember.server.console.index import StoreIndex
+from ember.server.storage.settings import ServerError
 
 HERE = Path(__file__).parent
 
 
-def mount(
-    app: FastAPI, local_user: str | None = None, index: StoreIndex | None = None, token: str | None = None
-) -> None:
+@dataclass(frozen=True)
+class Progress:
+    """How far the index has got: shown on every page while it works.
+
+    Attributes:
+        runs: run folders found in the store; indexed: how many are in the database (damaged
+            ones included); damaged: how many are listed ``Damaged``.
+        artifact_errors: ``"<folder>: <why>"`` for artifacts the console could not take.
+        failure: what the last pass failed with, when it did (it is tried again).
+    """
+
+    runs: int
+    indexed: int
+    damaged: int
+    artifact_errors: tuple[str, ...] = ()
+    failure: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether every run folder found is indexed."""
+        return self.indexed >= self.runs
+
+
+class Indexing(Protocol):
+    """What the pages ask ``ember ui``'s index (:class:`ember.server.local.index.StoreIndex`): how far it has got."""
+
+    def progress(self) -> Progress:
+        """How far indexing has got (cheap: the pages call it on every render)."""
+        ...
+
+
+def mount(app: FastAPI, local_user: str | None = None, index: Indexing | None = None, token: str | None = None) -> None:
     """Serve the console on ``app`` under ``/ui``.
 
     Args:
@@ -47,7 +74,7 @@ def mount(
     Raises:
         ServerError: ``local_user`` without a ``token``.
     """
-    from ember.server.console import artifact_pages, compare, data, media, pages, run_pages
+    from ember.server.console import artifact_pages, compare, data, image_pages, pages, run_pages
 
     if local_user is not None and not token:
         raise ServerError("mount(local_user=...) needs the launch's token: the console must not open without it")
@@ -61,7 +88,7 @@ def mount(
     app.include_router(pages.router)
     app.include_router(compare.router)
     app.include_router(artifact_pages.router)  # before run_pages: its artifact page is the one with previews
-    app.include_router(media.router)
+    app.include_router(image_pages.router)
     app.include_router(run_pages.router)
     app.include_router(data.router)
     app.add_middleware(Compress)

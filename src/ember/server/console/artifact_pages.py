@@ -29,15 +29,15 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 from sqlalchemy import func, select
 
-from ember.server import edges
-from ember.server.auth import DbSession
-from ember.server.blobs import BlobStore
-from ember.server.console.lineage import graph_of
+from ember.server.api.auth import DbSession
+from ember.server.api.wire import content_disposition
+from ember.server.console.lineage_pages import graph_of
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, crumbs, render
-from ember.server.lookup import get_artifact, get_artifact_file
-from ember.server.models import ArtifactFile, Folder
-from ember.server.wire import content_disposition
+from ember.server.services import edges
+from ember.server.services.blobs import BlobStore
+from ember.server.services.lookup import get_artifact, get_artifact_file
+from ember.server.storage.models import ArtifactFile, Folder
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 MAX_TEXT_BYTES = 64 * 1024

@@ -16,13 +16,13 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 
-from ember.server import listing, liveness, naming
-from ember.server.auth import DbSession
-from ember.server.columns import metric_order, metric_summary
+from ember.server.api.auth import DbSession
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
-from ember.server.lookup import get_run
-from ember.server.models import Run
+from ember.server.services import listing, liveness, naming
+from ember.server.services.columns import metric_order, metric_summary
+from ember.server.services.lookup import get_run
+from ember.server.storage.models import Run
 from ember.track.best import Mode, metric_mode
 from ember.track.hparams import flatten
 
@@ -72,7 +72,7 @@ def best_runs(
 ) -> dict[str, frozenset[str]]:
     """Per metric, the ids of the runs holding the best value: every run that ties for it, not
     only the first. ``modes``: the page's mode of each metric (the runs' recorded one, see
-    :func:`ember.server.columns.metric_summary`); a metric not in it goes by its name
+    :func:`ember.server.services.columns.metric_summary`); a metric not in it goes by its name
     (``ember.track.best.metric_mode``)."""
     out = {}
     for m in metrics:

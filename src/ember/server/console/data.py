@@ -8,13 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response
 
-from ember.server import liveness
-from ember.server.auth import DbSession
+from ember.server.api.auth import DbSession
+from ember.server.api.responses import file_response, metrics_download
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
-from ember.server.lookup import get_artifact_file, get_run
-from ember.server.responses import file_response, metrics_download
-from ember.server.series import MAX_BUCKETS
+from ember.server.services import liveness
+from ember.server.services.lookup import get_artifact_file, get_run
+from ember.server.services.series import MAX_BUCKETS
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]

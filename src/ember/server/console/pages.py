@@ -9,8 +9,8 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import func, select
 
-from ember.server import folders, listing, naming
-from ember.server.auth import DbSession
+from ember.server.api.auth import DbSession
+from ember.server.api.run_search import RunSearchQuery
 from ember.server.console.session import (
     PREFIX,
     check_csrf,
@@ -21,9 +21,10 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
-from ember.server.domain_errors import Invalid
-from ember.server.models import Folder, Run
-from ember.server.perms import get_folder
+from ember.server.services import folders, listing
+from ember.server.services.perms import get_folder
+from ember.server.storage.domain_errors import Invalid
+from ember.server.storage.models import Folder, Run
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 STATUSES = ("Running", "Crashed", "Complete", "Failed", "Interrupted", "Preempted", "Damaged")
@@ -133,40 +134,26 @@ def share_form(
 def runs_page(
     request: Request,
     session: DbSession,
-    folder: Annotated[str, Query(max_length=1024)] = "",
-    q: Annotated[str, Query(max_length=200)] = "",
-    label: Annotated[str, Query(max_length=200)] = "",
-    status: Annotated[str, Query(max_length=16)] = "",
+    query: RunSearchQuery,
     where: Annotated[str, Query(max_length=2000)] = "",
-    sort: Annotated[str, Query(max_length=300)] = "-start",
-    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
-    per_page: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
     user = require_viewer(request, session)
-    path = naming.folder_path(folder, home=f"/{user.name}") if folder else None
+    path = query.path(user)
     errors: list[str] = []
     error_at = 0  # the column of a filter error, 1-based
     try:
-        found = listing.list_runs(
-            session,
-            user,
-            folder=path,
-            q=q,
-            label=label,
-            status=status,
-            filters=[where],
-            sort=sort,
-            page=page,
-            per_page=per_page,
-        )
+        found = query.runs(session, user, [where])
     except Invalid as e:  # a filter or sort not understood: said beside the field, the form kept
         errors.append(e.detail)
         error_at = next((int(x["column"]) for x in e.errors if x.get("field") == "filter"), 0)
-        found = listing.RunPage(0, 1, per_page, [], [], [], [], [], {})
+        found = listing.RunPage(0, 1, query.per_page, [], [], [], [], [], {})
+    q, label, status = query.q, query.label, query.status
     if (where.strip() or q or label or status) and not errors and found.total == 0:
         errors += listing.why_no_runs(session, user, path, [where], q, label, status)
-    params = {"folder": folder, "q": q, "label": label, "status": status, "where": where, "per_page": per_page}
-    params = {k: v for k, v in params.items() if v and v != 50}
+    given = {"folder": query.folder, "q": q, "label": label, "status": status, "where": where}
+    params: dict[str, object] = {k: v for k, v in given.items() if v}
+    if query.per_page != 50:
+        params["per_page"] = query.per_page
     pages = max(1, -(-found.total // found.per_page))
     return render(
         request,
@@ -174,7 +161,7 @@ def runs_page(
         user=user,
         found=found,
         params=params,
-        sort=sort,
+        sort=query.sort,
         pages=pages,
         statuses=STATUSES,
         sortable=True,

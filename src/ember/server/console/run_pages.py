@@ -1,6 +1,6 @@
 """The console's run page, and what it fetches while open (a live run's refresh, the whole output).
 
-The output section reads a bounded window of the run's output (:mod:`ember.server.logs`),
+The output section reads a bounded window of the run's output (:mod:`ember.server.services.logs`),
 whatever its size: the last lines, the lines from ``log_from`` (earlier/later links), or the
 lines holding ``log_q``, searched backwards a bounded stretch at a time (``log_before`` goes on).
 """
@@ -15,18 +15,18 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ember._format import format_time
-from ember.server import edges, liveness, logs
-from ember.server.auth import DbSession
+from ember.server.api.auth import DbSession
+from ember.server.api.wire import SafeJSONResponse
 from ember.server.console.assets import VERSION
-from ember.server.console.lineage import graph_of
-from ember.server.console.salvage import SKIPPED
+from ember.server.console.lineage_pages import graph_of
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
-from ember.server.lookup import get_run
-from ember.server.models import Artifact, ArtifactFile, Folder, User
-from ember.server.perms import Level, level
-from ember.server.series import metric_counts
-from ember.server.wire import SafeJSONResponse
+from ember.server.services import edges, liveness, logs
+from ember.server.services.lookup import get_run
+from ember.server.services.perms import Level, level
+from ember.server.services.runs import SKIPPED
+from ember.server.services.series import metric_counts
+from ember.server.storage.models import Artifact, ArtifactFile, Folder, User
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TYPE_ORDER = {"train": 0, "val": 1, "test": 2}

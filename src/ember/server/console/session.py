@@ -13,7 +13,7 @@ with a secret kept in the data folder, so every server process shares it), and a
 
 In ``ember ui`` mode (``local_user`` set) there is no login, but the console is not open to
 whatever reaches the port: the server answers only ``Host`` names of loopback (against DNS
-rebinding, :class:`ember.server.guard.HostCheck`), and every page needs a per-launch token.
+rebinding, :class:`ember.server.api.guard.HostCheck`), and every page needs a per-launch token.
 ``ember ui`` prints its URL with ``?token=...`` (as notebook servers do); opening it sets an
 HttpOnly, SameSite=Strict cookie holding the token and redirects to the same page without it.
 Another local user's browser, or a page of another site, does not have the token.
@@ -34,8 +34,8 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from ember.server.keys import digest, key_id_of, verify
-from ember.server.models import ApiKey, ConsoleSession, User, aware, now
+from ember.server.services.keys import digest, key_id_of, verify
+from ember.server.storage.models import ApiKey, ConsoleSession, User, aware, now
 
 SESSION_COOKIE = "ember_session"
 CSRF_COOKIE = "ember_csrf"

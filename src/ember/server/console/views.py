@@ -17,9 +17,9 @@ from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ember._format import format_bytes, format_duration, format_time
+from ember.server.api.errors import status_of
 from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
-from ember.server.domain_errors import DomainError
-from ember.server.errors import status_of
+from ember.server.storage.domain_errors import DomainError
 
 _HERE = __import__("pathlib").Path(__file__).parent
 env = Environment(

@@ -1,1 +1,0 @@
-"""Alembic migrations of the server's schema (run by :func:`ember.server.db.migrate`)."""

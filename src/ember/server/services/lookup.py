@@ -1,0 +1,79 @@
+"""The runs and artifacts a caller may reach: the one lookup every route and console page uses.
+
+Each function answers a node only when the caller holds the ``needed`` level on it
+(:func:`ember.server.services.perms.level`); a node the caller may not view is answered exactly as one
+that does not exist (:class:`~ember.server.storage.domain_errors.NotFound`), one they may view but not
+change with :class:`~ember.server.storage.domain_errors.Forbidden`. Folders:
+:func:`ember.server.services.perms.get_folder`.
+
+Example:
+    >>> run = get_run(session, user, run_id, Level.EDIT)
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from ember.server.services import naming
+from ember.server.services.perms import Level, level, require
+from ember.server.storage.domain_errors import Conflict, NotFound
+from ember.server.storage.models import Artifact, ArtifactFile, Run, User
+
+_Node = TypeVar("_Node", Run, Artifact)
+
+
+def _get(session: Session, user: User, model: type[_Node], node_id: str, what: str, needed: Level) -> _Node:
+    node = session.scalar(select(model).where(model.id == naming.node_id(node_id, f"{what} id")))
+    if node is None:
+        raise NotFound(f"{what} {node_id} does not exist or is not shared with you")
+    require(level(session, user, node), needed, f"{what} {node_id}")
+    return node
+
+
+def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIEW) -> Run:
+    """The run with this id if the caller has ``needed`` on it (404/403 otherwise)."""
+    return _get(session, user, Run, run_id, "run", needed)
+
+
+def get_artifact(session: Session, user: User, artifact_id: str, needed: Level = Level.VIEW) -> Artifact:
+    """The artifact with this id if the caller has ``needed`` on it (404/403 otherwise)."""
+    return _get(session, user, Artifact, artifact_id, "artifact", needed)
+
+
+def get_artifact_file(session: Session, user: User, artifact_id: str, path: str) -> ArtifactFile:
+    """The file ``path`` of an artifact the caller may view (404 for a missing artifact or file)."""
+    artifact = get_artifact(session, user, artifact_id)
+    row = session.scalar(
+        select(ArtifactFile).where(
+            ArtifactFile.artifact_pk == artifact.pk, ArtifactFile.path == naming.rel_path(path, "file path")
+        )
+    )
+    if row is None:
+        raise NotFound(f"artifact {artifact_id} has no file {path!r}")
+    return row
+
+
+_ID_LOCK = 7316872  # the first key of the PostgreSQL advisory locks on node ids (blobs.lock uses 7316871)
+
+
+def claim_id(session: Session, kind: str, node_id: str) -> None:
+    """Refuse (409) to create a ``kind`` node with an id that a node of the other kind holds.
+
+    Runs and artifacts each get a fresh uuid4 id, so a shared id is a copy, or someone taking
+    the id of a node they can see. On PostgreSQL the id stays locked until the transaction
+    ends, so a run and an artifact created at once with one id cannot both pass.
+
+    Raises:
+        Conflict: the other kind holds ``node_id``.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text(f"SELECT pg_advisory_xact_lock({_ID_LOCK}, hashtext(:id))"), {"id": node_id})
+    other, other_kind = (Artifact, "an artifact") if kind == "run" else (Run, "a run")
+    if session.scalar(select(other.pk).where(other.id == node_id)) is not None:
+        raise Conflict(
+            f"the id {node_id} is taken by {other_kind}: {'a run' if kind == 'run' else 'an artifact'} needs an id "
+            "of its own (ember gives each run and artifact a fresh one: was this one copied?)"
+        )

@@ -1,0 +1,157 @@
+"""Runs: create or update one from its run.json, place a new node in its folder, read one back, delete.
+
+The service behind the upload protocol's runs (:class:`ember.server.services.upload.Uploads`,
+which ``/api/v1/runs`` and ``ember ui`` call, and its batched :class:`~ember.server.services.upload.NewRuns`):
+plain functions over a session that raise :mod:`ember.server.storage.domain_errors`. Every change
+checks the caller's level as the route always did: edit on an existing run, edit on the folder
+a new one goes into, edit on each node a ``replace`` removes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ember.server.services import codec, edges, ingest, naming, series
+from ember.server.services.lookup import claim_id, get_run
+from ember.server.services.perms import Level, drop_shares, ensure_folder, level, require, shares_of
+from ember.server.storage.domain_errors import Conflict, Invalid, TooLarge
+from ember.server.storage.models import Artifact, ArtifactFile, Folder, Run, User, now
+from ember.server.storage.schemas import Placement, RunIn
+
+STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
+MAX_META_BYTES = 1 << 20
+"""The largest run.json, and the largest platform.json, a run may have (their JSON, in bytes): each
+page of the run and every listing holding it reads them whole."""
+SKIPPED = "ember_ui_skipped"
+"""The key of ``Run.meta`` listing the metrics lines ``ember ui``'s index skipped (the run page lists
+them): ``["metrics/train.jsonl: ..."]``."""
+
+
+def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
+    """run.json and platform.json of a ``PUT /runs/{id}``, checked (422 naming what is wrong, 413 for one
+    over :data:`MAX_META_BYTES`)."""
+    codec.check(body.run, "run")
+    codec.check(body.platform, "platform")
+    for name, value in (("run.json", body.run), ("platform.json", body.platform)):
+        size = len(codec.encode(value))
+        if size > MAX_META_BYTES:
+            raise TooLarge(
+                f"{name} of run {run_id} is {size} bytes as JSON, over the {MAX_META_BYTES} a run's may hold: "
+                "keep large configurations and notes in an artifact"
+            )
+    meta = body.run
+    if meta.get("id") != run_id:
+        raise Invalid(f"run.id {meta.get('id')!r} differs from the id in the URL {run_id!r}")
+    naming.display_name(meta.get("name"), "run.name")  # type: ignore[arg-type]
+    if meta.get("status") not in STATUSES:
+        raise Invalid(f"run.status {meta.get('status')!r} is not one of {', '.join(STATUSES)}")
+    for key, kind in (("labels", list), ("hparams", dict), ("description", str)):
+        if not isinstance(meta.get(key, kind()), kind):
+            raise Invalid(f"run.{key} must be a {kind.__name__}, got {type(meta.get(key)).__name__}")
+    for key in ("start_time", "end_time"):
+        if meta.get(key) is not None and not (isinstance(meta[key], str) and len(meta[key]) <= 40):
+            raise Invalid(f"run.{key} must be an ISO 8601 time or null")
+    return meta
+
+
+def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
+    """Set a run's columns from its checked run.json (and platform.json, when sent)."""
+    run.name = meta["name"]
+    run.status = meta["status"]
+    run.start_time = meta.get("start_time")
+    run.end_time = meta.get("end_time")
+    run.labels = [str(x) for x in meta.get("labels", [])]
+    run.description = meta.get("description", "")
+    run.hparams = meta.get("hparams", {})
+    run.meta = meta
+    if platform:
+        run.platform = platform
+    run.uploaded = now()
+
+
+def place(
+    session: Session, user: User, body: Placement, model: type[Any], name: str, what: str
+) -> tuple[Folder, str, set[str]]:
+    """The folder for a new node, what the conflict strategy says to do (create or skip), and
+    the blob digests of artifacts it replaced (to collect once they are no longer listed)."""
+    folder = ensure_folder(session, user, body.folder, body.make_folder)
+    same = session.scalars(select(model).where(model.folder_id == folder.id, model.name == name)).all()
+    if not same or body.conflict_strategy == "new":
+        return folder, "created", set()
+    if body.conflict_strategy == "skip":
+        return folder, "skipped", set()
+    if body.conflict_strategy == "error":
+        raise Conflict(f"folder {folder.path!r} already holds a {what} named {name!r}; pass another conflict_strategy")
+    freed: set[str] = set()
+    for old in same:  # replace
+        require(level(session, user, old, folder), Level.EDIT, f"{what} {old.id}")
+        if isinstance(old, Artifact):
+            freed |= set(session.scalars(select(ArtifactFile.sha256).where(ArtifactFile.artifact_pk == old.pk)))
+        ingest.drop_cursors(session, what, old.id)
+        drop_shares(session, what, old.pk)
+        session.delete(old)
+    session.flush()
+    return folder, "created", freed
+
+
+def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str, Any]:
+    """Create or update a run (by id: the same run is updated in place); ``cursors`` says what the server has."""
+    meta = checked_meta(body, naming.node_id(run_id, "run id"))
+    run = session.scalar(select(Run).where(Run.id == run_id))
+    if run is not None:
+        require(level(session, user, run), Level.EDIT, f"run {run_id}")
+        apply_meta(run, meta, body.platform)
+        action = "updated"
+    else:
+        claim_id(session, "run", run_id)
+        folder, action, _ = place(session, user, body, Run, meta["name"], "run")
+        if action == "skipped":
+            return {"id": run_id, "action": action, "folder": folder.path, "cursors": {}}
+        run = Run(id=run_id, folder_id=folder.id, owner_id=folder.owner_id, platform={})
+        apply_meta(run, meta, body.platform)
+        session.add(run)
+        session.flush()
+    folder_path = session.scalar(select(Folder.path).where(Folder.id == run.folder_id))
+    return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, "run", run_id)}
+
+
+def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
+    """A run the caller may view: metadata, hparams, platform, metric summary, lineage (as they may see it).
+
+    ``lineage`` holds the edges whose other end the caller may view; ``lineage_hidden`` counts
+    the others (:func:`ember.server.services.edges.edges_of`), ``lineage_more`` the visible ones past
+    :data:`ember.server.services.edges.MAX_EDGES`.
+    """
+    lineage = edges.edges_of(session, "run", run.id, run.name, user)
+    return {
+        "id": run.id,
+        "name": run.name,
+        "folder": session.scalar(select(Folder.path).where(Folder.id == run.folder_id)),
+        "owner": session.scalar(select(User.name).where(User.id == run.owner_id)),
+        "status": run.status,
+        "start_time": run.start_time,
+        "end_time": run.end_time,
+        "labels": run.labels,
+        "description": run.description,
+        "hparams": run.hparams,
+        "platform": run.platform,
+        "meta": run.meta,
+        "metrics": series.metric_counts(session, run.pk),
+        "lineage": lineage.edges,
+        "lineage_hidden": lineage.hidden,
+        "lineage_more": lineage.more,
+        "cursors": ingest.cursors(session, "run", run.id),
+        "shares": shares_of(session, "run", run.pk),
+    }
+
+
+def delete_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
+    """Delete a run the caller may edit, with its points, cursors and grants."""
+    run = get_run(session, user, run_id, Level.EDIT)
+    ingest.drop_cursors(session, "run", run.id)
+    drop_shares(session, "run", run.pk)
+    session.delete(run)
+    return {"id": run_id, "deleted": True}
