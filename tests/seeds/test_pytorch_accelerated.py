@@ -117,6 +117,8 @@ def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_lau
     assert r0["local_updates_per_epoch"] == 8 and r0["updates_per_epoch"] == 16
     assert r0["step_size"] == 7 * 16 and r0["scheduler_steps"] == 3 * 8
     assert r0["params"] == r1["params"]  # DDP kept the replicas equal
+    # and the layers unfrozen between two train() calls (pets_finetune's pattern), which DDP was not built with
+    assert r0["unfrozen_params"] == r1["unfrozen_params"]
     assert r0["metrics"] == r1["metrics"]  # the epoch losses are averaged over both processes
     assert r0["accuracy"] >= 0.9
     assert r0["gathered"] == r1["gathered"] == [0.0, 1.0]  # trainer.gather concatenates in rank order
