@@ -352,6 +352,13 @@ def test_bad_train_arguments_and_step_results_are_clear_errors(tmp_path: Path) -
         _train(_trainer(cls=NoBatchSize))
 
 
+def test_assigning_another_loss_func_is_an_error_not_ignored() -> None:
+    trainer = _trainer()
+    trainer.loss_func = trainer.loss_func  # the same one (timm examples' TimmTrainer re-assigns it): fine
+    with pytest.raises(TrainerError, match=r"trainer.loss_func = .*override calculate_eval_batch_loss"):
+        trainer.loss_func = nn.MSELoss()  # the Engine's criterion would stay the first one
+
+
 def test_the_defaults_are_pytorch_accelerateds() -> None:
     trainer = _trainer(callbacks=Trainer.__init__.__defaults__[0])  # type: ignore[index]
     assert trainer.callback_handler.callback_list == [
