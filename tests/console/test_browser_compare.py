@@ -342,3 +342,40 @@ def test_sixty_runs_every_run_drawn_and_the_best_over_all_of_them_named_and_star
     RESULTS.mkdir(parents=True, exist_ok=True)
     p.page.screenshot(path=str(RESULTS / "compare-60-runs.png"), full_page=True)
     p.page.context.close()
+
+
+def test_runs_grouped_by_an_hparam_are_bands_with_counts_kept_in_the_url(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33 item 6: seeds (here the runs of each optimizer) folded into one mean ± std band per
+    value of the chosen hparam, the count of runs in the legend, the choice kept in the URL."""
+    p = new_page(browser, site)
+    _open_compare(p, "cmp", 12)
+    p.page.select_option("#cmp-group", "opt.name")
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").dataset.groups"
+    )
+    assert "group=opt.name" in p.page.url
+    legend = p.page.locator("#compare-legend li").all_inner_texts()
+    assert legend == ["opt.name=adam (6 runs)", "opt.name=sgd (6 runs)"]  # the newest run's group first
+    chart = _chart(p, "train/loss")
+    assert json.loads(chart.get_attribute("data-groups") or "[]") == [["opt.name=adam", 6], ["opt.name=sgd", 6]]
+    # the band of adam (runs 1, 3, ... 11) at step 0: the mean and std of its runs' train/loss there
+    losses = [2.0 + abs(i - 5) * 0.05 for i in range(1, 12, 2)]
+    mean = sum(losses) / 6
+    std = (sum((v - mean) ** 2 for v in losses) / 6) ** 0.5
+    got = chart.evaluate(
+        "el => { const u = el.uplot, j = u.data[0].indexOf(0); return [1, 2, 3].map(k => u.data[k][j]); }"
+    )
+    assert got == pytest.approx([mean, mean + std, mean - std], rel=1e-9)
+    assert chart.evaluate("el => el.uplot.bands.length") == 2
+    p.page.locator("#compare-legend li").first.click()  # the legend filters groups too
+    p.page.wait_for_function(
+        "!document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.series[1].show"
+    )
+    p.page.reload()  # the grouping survives a reload: it is in the address
+    p.page.wait_for_selector("body[data-compare-ready='1']")
+    assert p.page.input_value("#cmp-group") == "opt.name"
+    assert p.page.locator("#compare-legend li").count() == 2
+    p.check("compare-grouped")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped.png"))
+    p.page.context.close()

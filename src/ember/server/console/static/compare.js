@@ -7,7 +7,8 @@
 (function () {
   const $ = (id) => document.getElementById(id);
   const data = JSON.parse($("compare-data").textContent);
-  const state = { x: "step", smoothing: 0, log: false };
+  const params = new URLSearchParams(window.location.search);
+  const state = { x: "step", smoothing: 0, log: false, group: data.hparams.includes(params.get("group")) ? params.get("group") : "" };
 
   // Plotly renders a subset of HTML in titles, legends and hover labels: names are the users'
   // text, so they are escaped to show as typed.
@@ -105,9 +106,10 @@
     }
     const i = view.focus, idx = u.cursor.idx;
     if (!i || idx === null || idx === undefined) { view.hover.textContent = ""; return; }
-    const t = view.tables[i - 1];
-    const v = u.data[i][idx];
-    view.hover.textContent = t.run.name + " · " + AXES[state.x] + " " + fmt(u.data[0][idx]) + ": " + (v === null || v === undefined ? "—" : fmt(v));
+    const mean = view.grouped ? i - ((i - 1) % 3) : i;  // a band's edge: its group's mean
+    const v = u.data[mean][idx];
+    const label = view.grouped ? u.series[mean].label + " mean" : view.tables[i - 1].run.name;
+    view.hover.textContent = label + " · " + AXES[state.x] + " " + fmt(u.data[0][idx]) + ": " + (v === null || v === undefined ? "—" : fmt(v));
   }
 
   function build(div) {
@@ -135,6 +137,56 @@
     });
     Object.assign(view, { bestNote: bestNote, logBox: logBox, hover: hover, plotDiv: plot });
     return view;
+  }
+
+  // ---- grouped runs: one band per value of an hparam (seeds folded), mean ± std at each x ----
+  const groupKey = (run) => JSON.stringify(run.hparams[state.group] === undefined ? null : run.hparams[state.group]);
+  function groupsOf() {
+    const out = new Map();
+    for (const run of data.runs) {
+      const key = groupKey(run);
+      if (!out.has(key)) {
+        const value = run.hparams[state.group];
+        out.set(key, { key: key, label: state.group + "=" + (value === null || value === undefined ? "—" : String(value)), runs: [] });
+      }
+      out.get(key).runs.push(run);
+    }
+    Array.from(out.values()).forEach((g, i) => { g.color = data.runs[i].color; });
+    return out;
+  }
+  // Per group: [mean, mean + std, mean - std] over its runs that have a value at each x (std: the
+  // population's, 0 for one run), on the page's x column.
+  function groupStats(tables, xs, group) {
+    const at = new Map(xs.map((x, i) => [x, i]));
+    const sum = new Float64Array(xs.length), sq = new Float64Array(xs.length), n = new Uint32Array(xs.length);
+    for (const t of tables) {
+      if (!group.runs.includes(t.run)) continue;
+      t.x.forEach((x, i) => { const v = t.y[i]; if (v === null) return; const j = at.get(x); sum[j] += v; sq[j] += v * v; n[j] += 1; });
+    }
+    const mean = new Array(xs.length), hi = new Array(xs.length), lo = new Array(xs.length);
+    for (let j = 0; j < xs.length; j++) {
+      if (!n[j]) continue;
+      const m = sum[j] / n[j], sd = Math.sqrt(Math.max(0, sq[j] / n[j] - m * m));
+      mean[j] = m; hi[j] = m + sd; lo[j] = m - sd;
+    }
+    return [mean, hi, lo];
+  }
+  function groupedPlot(view, tables, xs) {
+    const groups = Array.from(groupsOf().values()).filter((g) => tables.some((t) => g.runs.includes(t.run)));
+    const cols = [xs], series = [{ label: AXES[state.x] }], bands = [];
+    for (const g of groups) {
+      const [mean, hi, lo] = groupStats(tables, xs, g);
+      const k = cols.length, show = !hidden.has(g.key);
+      const count = tables.filter((t) => g.runs.includes(t.run)).length;
+      cols.push(mean, hi, lo);
+      series.push({ label: g.label + " (" + count + ")", stroke: g.color, width: 2, show: show, spanGaps: true },
+                  { label: g.label + " +std", stroke: "transparent", width: 0, show: show, spanGaps: true, points: { show: false } },
+                  { label: g.label + " -std", stroke: "transparent", width: 0, show: show, spanGaps: true, points: { show: false } });
+      bands.push({ series: [k + 1, k + 2], fill: g.color.startsWith("#") ? g.color + "33" : g.color.replace("hsl(", "hsla(").replace(")", ", 0.2)") });
+    }
+    view.groups = groups;
+    view.div.dataset.groups = JSON.stringify(groups.map((g) => [g.label, tables.filter((t) => g.runs.includes(t.run)).length]));
+    return { cols: cols, series: series, bands: bands };
   }
 
   async function drawMetric(view) {
@@ -177,26 +229,60 @@
     view.bestNote.title = best ? "the best " + view.metric + " (" + data.modes[view.metric] + ") of all " + data.runs.length + " runs: " + names.join(", ") : "";
     if (view.plot) { view.plot.destroy(); view.plot = null; }
     const width = Math.max(200, view.plotDiv.clientWidth || div.clientWidth || 400);
-    const series = [{ label: AXES[state.x] }].concat(tables.map((t) => ({
+    let series = [{ label: AXES[state.x] }].concat(tables.map((t) => ({
       label: t.run.name, stroke: t.run.color, width: 1.4, show: !hidden.has(t.run.id),
       points: { show: t.x.length < 60, size: 4 } })));
+    let plotCols = cols, bands = [];
+    view.grouped = Boolean(state.group);
+    div.dataset.groups = "";
+    if (view.grouped) {  // no stars: the runs' own lines are not drawn; the best stays named above
+      ({ cols: plotCols, series: series, bands: bands } = groupedPlot(view, tables, xs));
+      view.stars = [];
+      div.dataset.stars = "";
+    }
     view.plot = new uPlot({
-      width: width, height: 250, series: series, plugins: [starsPlugin(view)],
+      width: width, height: 250, series: series, bands: bands, plugins: [starsPlugin(view)],
       scales: { x: { time: false }, y: { distr: log ? 3 : 1 } },
       axes: [{ label: AXES[state.x], labelSize: 18, size: 36 }, { size: 56 }],
       legend: { show: false }, focus: { alpha: 0.15 },
       cursor: { focus: { prox: 24 }, drag: { x: true, y: false, setScale: true } },
       hooks: {
-        setSeries: [(u, i, opts) => { if (opts && "focus" in opts) { view.focus = i; legendHot(i ? view.tables[i - 1].run.id : null); } }],
+        setSeries: [(u, i, opts) => { if (opts && "focus" in opts) { view.focus = i; legendHot(!i ? null : view.grouped ? view.groups[Math.floor((i - 1) / 3)].key : view.tables[i - 1].run.id); } }],
         setCursor: [(u) => hoverText(view, u)],
       },
-    }, cols, view.plotDiv);
+    }, plotCols, view.plotDiv);
     div.uplot = view.plot;  // for the tests and the browser's console
     div.dataset.drawn = "1";
   }
 
-  function legendHot(runId) {
-    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("hot", li.dataset.run === runId);
+  function legendHot(id) {
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("hot", (li.dataset.run || li.dataset.group) === id);
+  }
+  // The legend: a run an entry, or, grouped, a group an entry with its count of runs.
+  const runLegend = $("compare-legend") ? Array.from($("compare-legend").children) : [];
+  function renderLegend() {
+    const legend = $("compare-legend");
+    if (!legend) return;
+    hidden.clear();
+    if (!state.group) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
+    else {
+      legend.replaceChildren(...Array.from(groupsOf().values()).map((g) => {
+        const li = document.createElement("li"), sw = document.createElement("span");
+        li.dataset.group = g.key; li.tabIndex = 0;
+        sw.className = "swatch"; sw.style.background = g.color;
+        li.append(sw, g.label + " (" + g.runs.length + " run" + (g.runs.length > 1 ? "s" : "") + ")");
+        return li;
+      }));
+    }
+    const count = $("legend-count");
+    if (count) count.textContent = String(legend.children.length);
+  }
+  function toggleGroup(key) {
+    if (hidden.has(key)) hidden.delete(key); else hidden.add(key);
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("off", hidden.has(li.dataset.group));
+    const count = $("legend-count");
+    if (count) count.textContent = String($("compare-legend").children.length - hidden.size);
+    return drawGrid();
   }
   // The legend filters: a click hides a run's lines (and its star) in every chart, another shows them.
   function toggleRun(runId) {
@@ -315,8 +401,19 @@
   function wire() {
     for (const div of document.querySelectorAll("#compare-grid .chart")) views.push(build(div));
     const on = (id, event, fn) => { if ($(id)) $(id).addEventListener(event, fn); };
-    on("compare-legend", "click", (e) => { const li = e.target.closest("li[data-run]"); if (li) toggleRun(li.dataset.run); });
-    on("compare-legend", "keydown", (e) => { const li = e.target.closest("li[data-run]"); if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); toggleRun(li.dataset.run); } });
+    const pick = (li) => (li.dataset.group !== undefined ? toggleGroup(li.dataset.group) : toggleRun(li.dataset.run));
+    on("compare-legend", "click", (e) => { const li = e.target.closest("li"); if (li) pick(li); });
+    on("compare-legend", "keydown", (e) => { const li = e.target.closest("li"); if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); pick(li); } });
+    on("cmp-group", "change", (e) => {
+      state.group = e.target.value;
+      const url = new URL(window.location.href);
+      if (state.group) url.searchParams.set("group", state.group); else url.searchParams.delete("group");
+      window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
+      renderLegend();
+      drawGrid();
+    });
+    if ($("cmp-group")) $("cmp-group").value = state.group;
+    if (state.group) renderLegend();
     let resize = null;
     window.addEventListener("resize", () => {
       clearTimeout(resize);
