@@ -36,12 +36,20 @@ from ember.server.storage.settings import Settings
 
 RUNS = 60
 READY = "() => document.body.dataset.compareReady === '1' && performance.now()"
+# When the HTML had arrived, when the last series answer and plotly.js had (ms from the navigation).
+PARTS = """() => {
+  const nav = performance.getEntriesByType('navigation')[0], got = performance.getEntriesByType('resource');
+  const end = (part) => Math.max(0, ...got.filter(r => r.name.includes(part)).map(r => r.responseEnd));
+  return [nav.responseEnd, end('/compare/series'), end('plotly.min.js')];
+}"""
 SHOT = Path("results/console/compare-60-runs-bench.png")
 
 
-def _time_page(page: Any, url: str) -> float:
+def _time_page(page: Any, url: str, parts: list[list[float]] | None = None) -> float:
     page.goto(url, wait_until="commit")
     handle = page.wait_for_function(READY, polling="raf", timeout=120_000)
+    if parts is not None:
+        parts.append([t / 1000 for t in page.evaluate(PARTS)])
     return float(handle.json_value()) / 1000
 
 
@@ -88,12 +96,15 @@ def main() -> int:
                 views[view] = _time_page(tab, url)
                 fresh.close()
             _time_page(page, url)
-            warm = [_time_page(page, url) for _ in range(args.repeat)]
+            parts: list[list[float]] = []
+            warm = [_time_page(page, url, parts) for _ in range(args.repeat)]
+            html, data, plotly = (statistics.median(p[k] for p in parts) for k in range(3))
             SHOT.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOT), full_page=True)
             print(
                 f"compare page, {RUNS} runs x 6 metrics ({points:,} train points each): warm median "
-                f"{statistics.median(warm):.3f} s (min {min(warm):.3f}, max {max(warm):.3f}, n={args.repeat}); "
+                f"{statistics.median(warm):.3f} s (min {min(warm):.3f}, max {max(warm):.3f}, n={args.repeat}; HTML in "
+                f"{html:.3f} s, series in {data:.3f} s, plotly.js in {plotly:.3f} s); "
                 f"cold browser cache {views['cold']:.3f} s; first view of a fresh server {views['first']:.3f} s"
             )
             chromium.close()
