@@ -31,9 +31,10 @@ from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 MAX_RUNS = 500
-POINTS = 20_000
-"""About how many points the line charts draw in all: each run's series is downsampled to its
-share (at most 1,000 and at least 100 points a metric), so 500 runs draw as fast as 20."""
+POINTS = 6_000
+"""About how many step ranges a line chart draws in all (each kept as its min and max): each run's
+series is downsampled to its share, at most 1,000 and at least 100, so 60 runs load about as fast
+as 6 (60 x 2,000 points: 1.29 s warm at 20,000, see benchmarks/console_compare.py)."""
 
 
 TABLEAU = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
@@ -92,8 +93,8 @@ def buckets_per_run(runs: int) -> int:
     """The downsampling of each run's series on a compare page of ``runs`` runs (see :data:`POINTS`).
 
     Example:
-        >>> buckets_per_run(2), buckets_per_run(60), buckets_per_run(500)
-        (1000, 333, 100)
+        >>> buckets_per_run(2), buckets_per_run(20), buckets_per_run(60)
+        (1000, 300, 100)
     """
     return max(100, min(1000, POINTS // max(1, runs)))
 
