@@ -1,0 +1,182 @@
+"""Runs you can edit, in Chromium (issue 33, item 5): rename, labels and notes on the run page, the
+server's edit kept over the next upload, bulk labels and the trash from the runs table, the trash
+page (restore, delete now), and a view-only user who gets no form and a 403 for a forged one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ember import track
+from ember.server.services import admin
+from ember.server.storage.settings import Settings
+from ember.track.cli import main
+from ember.track.client import Client, upload_run
+from tests.console.conftest import RESULTS, Checked, new_page
+from tests.server.conftest import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A real server process on SQLite with alice (owner) and bob (view on alice's folder ``edits``)."""
+    tmp = tmp_path_factory.mktemp("edits")
+    settings = Settings.make(data_dir=tmp / "data", db_url=f"sqlite:///{tmp / 'server.db'}")
+    keys = {"alice": admin.init(settings, "alice"), "bob": admin.add_user(settings, "bob")}
+    proc = ServerProcess(settings.data_dir, settings.db_url).start()
+    try:
+        yield {"url": proc.url, "keys": keys}
+    finally:
+        proc.kill()
+
+
+def _api(site: dict[str, Any], user: str = "alice") -> httpx.Client:
+    return httpx.Client(base_url=f"{site['url']}/api/v1", headers={"Authorization": f"Bearer {site['keys'][user]}"})
+
+
+def _put_run(http: httpx.Client, run_id: str, name: str, labels: list[str]) -> None:
+    run = {"id": run_id, "name": name, "status": "Complete", "labels": labels, "hparams": {"lr": 0.1}}
+    body = {"folder": "edits", "make_folder": True, "run": run}
+    assert http.put(f"/runs/{run_id}", json=body).status_code == 200
+
+
+def _go(p: Checked, path: str) -> None:
+    """Open a page and wait for its load event only (these pages draw no chart: no network idle to wait for)."""
+    p.page.goto(f"{p.base}{path}", wait_until="load")
+
+
+def _submit(p: Checked, selector: str) -> None:
+    with p.page.expect_navigation(wait_until="load"):
+        p.page.click(selector)
+
+
+def login(p: Checked, key: str) -> None:
+    _go(p, "/ui/login")
+    p.page.fill("#api_key", key)
+    _submit(p, "button[type=submit]")
+
+
+def _labels(p: Checked) -> dict[str, list[str]]:
+    rows = p.page.locator("#runs-table tbody tr").all()
+    return {r.locator("a.run-link").inner_text(): r.locator("td .label").all_inner_texts() for r in rows}
+
+
+def test_rename_label_note_bulk_and_trash(browser: Any, site: dict[str, Any]) -> None:
+    ids = {name: (str(i + 1) * 32) for i, name in enumerate(("e1", "e2", "e3"))}
+    with _api(site) as http:
+        for name, run_id in ids.items():
+            _put_run(http, run_id, name, ["local"])
+        share = {"kind": "folder", "target": "/alice/edits", "grantee": "bob", "level": "view"}
+        assert http.put("/shares", json=share).status_code == 200
+    p = new_page(browser, site["url"])
+    login(p, site["keys"]["alice"])
+
+    # the run page: rename, labels, notes
+    _go(p, f"/ui/runs/{ids['e1']}")
+    p.page.click("#run-edit summary")
+    p.page.fill("#edit-name", "e1-baseline")
+    p.page.fill("#edit-labels", "keep, best ,keep")
+    p.page.fill("#edit-description", "the one to beat: <b>not markup</b>")
+    _submit(p, "#edit-save")
+    assert p.page.inner_text("h1") == "e1-baseline"
+    assert p.page.locator(".title-row .label").all_inner_texts() == ["keep", "best"]
+    assert p.page.inner_text("#run-description") == "the one to beat: <b>not markup</b>"
+    p.page.click("#run-edit summary")  # open, for the screenshot
+    p.check("run-edit")  # no console error, every link answers, a screenshot
+    # the next upload of the run (its local name and labels) does not undo the edit
+    with _api(site) as http:
+        _put_run(http, ids["e1"], "e1", ["local"])
+    _go(p, f"/ui/runs/{ids['e1']}")
+    assert p.page.inner_text("h1") == "e1-baseline" and "keep" in p.page.inner_text(".title-row")
+
+    # the runs table: a label added to the ticked runs, removed from one, nothing ticked said inline
+    _go(p, "/ui/runs?folder=/alice/edits")
+    p.page.click("#bulk [data-bulk=trash]")
+    assert p.page.inner_text("#bulk-note") == "Tick the runs first."
+    p.page.check(f"input[name=ids][value='{ids['e2']}']")
+    p.page.check(f"input[name=ids][value='{ids['e3']}']")
+    p.page.click("#bulk [data-bulk=label]")
+    assert p.page.inner_text("#bulk-note") == "Type the label first."
+    p.page.fill("#bulk-label", "sweep")
+    _submit(p, "#bulk [data-bulk=label]")
+    assert "folder=%2Falice%2Fedits" in p.page.url or "folder=/alice/edits" in p.page.url  # back where it was
+    assert _labels(p) == {"e1-baseline": ["keep", "best"], "e2": ["local", "sweep"], "e3": ["local", "sweep"]}
+    p.page.check(f"input[name=ids][value='{ids['e3']}']")
+    p.page.fill("#bulk-label", "local")
+    _submit(p, "#bulk [data-bulk=unlabel]")
+    assert _labels(p)["e3"] == ["sweep"]
+    p.check("runs-table-bulk")
+    p.page.check(f"input[name=ids][value='{ids['e2']}']")
+    _submit(p, "#bulk [data-bulk=trash]")
+    assert sorted(_labels(p)) == ["e1-baseline", "e3"]
+
+    # the run page's trash, the trash page: restore one, delete the other now
+    _go(p, f"/ui/runs/{ids['e3']}")
+    p.page.click("#run-edit summary")
+    _submit(p, "#run-trash")
+    assert p.page.url.endswith("/ui/trash")
+    assert sorted(p.page.locator("#trash tbody td:first-child").all_inner_texts()) == ["e2", "e3"]
+    p.page.screenshot(path=str(RESULTS / "trash.png"), full_page=True)
+    _submit(p, f"#trash tr[data-id='{ids['e3']}'] button.restore")
+    assert p.page.url.endswith(f"/ui/runs/{ids['e3']}") and p.page.inner_text("h1") == "e3"
+    _go(p, "/ui/trash")
+    _submit(p, f"#trash tr[data-id='{ids['e2']}'] button.purge")
+    assert p.page.inner_text("#trash tbody") == "The trash is empty."
+    with _api(site) as http:
+        assert http.get(f"/runs/{ids['e2']}").status_code == 404
+        assert http.post(f"/runs/{ids['e2']}/restore").status_code == 404  # gone for good
+    # a form without its CSRF token is refused
+    r = p.page.request.post(f"{site['url']}/ui/runs/{ids['e3']}/trash", form={"csrf": "forged"})
+    assert r.status == 403
+    assert not p.errors, p.errors
+    p.page.context.close()
+
+    # bob may view alice's folder, not change it: no form, and a forged one with his own token is a 403
+    b = new_page(browser, site["url"])
+    login(b, site["keys"]["bob"])
+    _go(b, f"/ui/runs/{ids['e1']}")
+    assert b.page.inner_text("h1") == "e1-baseline" and b.page.locator("#run-edit").count() == 0
+    token = b.page.get_attribute("header form input[name=csrf]", "value")
+    for path, form in [
+        (f"/ui/runs/{ids['e1']}/edit", {"name": "bob-was-here", "csrf": token}),
+        (f"/ui/runs/{ids['e1']}/trash", {"csrf": token}),
+        ("/ui/runs-bulk", {"action": "trash", "ids": ids["e3"], "csrf": token}),
+    ]:
+        r = b.page.request.post(f"{site['url']}{path}", form=form)
+        assert r.status == 403, (path, r.status, r.text()[:200])
+    _go(b, f"/ui/runs/{ids['e1']}")
+    assert b.page.inner_text("h1") == "e1-baseline"
+    assert not b.errors, b.errors
+    b.page.context.close()
+
+
+def test_cli_twins_edit_the_local_run_and_the_server(
+    site: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ember runs label/rename/note --server`` change run.json and the same run on the server; a field
+    edited on the server keeps the server's value over the next upload, the others follow the upload."""
+    monkeypatch.setenv("EMBER_HOME", str(tmp_path / "store"))
+    monkeypatch.setenv("EMBER_HOST", site["url"])
+    monkeypatch.setenv("EMBER_API_KEY", site["keys"]["alice"])
+    run = track.create_run(name="cli-run", labels=["first"])
+    run.finish()
+    assert run.path is not None
+    with Client() as client:
+        upload_run(run.path, "cli", True, "new", client)
+        assert main(["runs", "label", "cli-run", "--add", "keep", "--server"]) == 0
+        assert main(["runs", "note", "cli-run", "checked by hand", "--server"]) == 0
+        assert main(["runs", "rename", "cli-run", "cli-renamed"]) == 0  # local only: the upload sends it
+        upload_run(run.path, "cli", True, "new", client)
+        shown = client.call("GET", f"/runs/{run.id}")
+        assert (shown["name"], shown["labels"], shown["description"]) == (
+            "cli-renamed",
+            ["first", "keep"],
+            "checked by hand",
+        )
+        client.call("PATCH", f"/runs/{run.id}", json={"labels": ["server-side"]})
+        assert main(["runs", "label", "cli-run", "--remove", "first"]) == 0  # the folder keeps its name
+        upload_run(run.path, "cli", True, "new", client)
+        assert client.call("GET", f"/runs/{run.id}")["labels"] == ["server-side"]  # the server's edit wins
+    assert "on " + site["url"] in capsys.readouterr().out
