@@ -1,14 +1,20 @@
 """Runs you can edit, in Chromium (issue 33, item 5): rename, labels and notes on the run page, the
 server's edit kept over the next upload, bulk labels and the trash from the runs table, the trash
-page (restore, delete now), and a view-only user who gets no form and a 403 for a forged one."""
+page (restore, delete now), and a view-only user who gets no form and a 403 for a forged one.
+Images at full size (item 7): the lightbox with its step slider, and one image name side by side
+across the runs compared. One server process for all of them."""
 
 from __future__ import annotations
 
+import base64
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
+from PIL import Image
 
 from ember import track
 from ember.server.services import admin
@@ -180,3 +186,82 @@ def test_cli_twins_edit_the_local_run_and_the_server(
         upload_run(run.path, "cli", True, "new", client)
         assert client.call("GET", f"/runs/{run.id}")["labels"] == ["server-side"]  # the server's edit wins
     assert "on " + site["url"] in capsys.readouterr().out
+
+
+def _png(width: int, height: int, red_columns: int) -> str:
+    """A PNG, base64: black with its first ``red_columns`` columns red."""
+    pixels = np.zeros((height, width, 3), np.uint8)
+    pixels[:, :red_columns] = (200, 40, 40)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+_RED_COLUMNS = """(sel) => {
+  const i = document.querySelector(sel), c = document.createElement('canvas');
+  c.width = i.naturalWidth; c.height = i.naturalHeight;
+  const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+  const d = g.getImageData(0, 1, c.width, 1).data;
+  let n = 0; for (let x = 0; x < c.width; x++) if (d[4 * x] === 200) n++;
+  return [c.width, n, i.getBoundingClientRect().width];
+}"""
+
+
+def test_images_open_at_full_resolution_and_side_by_side_on_compare(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33, item 7: the run page's image opens in a lightbox at its own 900 px, whose slider moves
+    through the steps; the compare page shows one image name for every run that logged it, at one step
+    (a run's last image before it where it has none there)."""
+    runs = {"img-a": "a" * 32, "img-b": "b" * 32}
+    steps = {"img-a": (0, 10, 20), "img-b": (0, 15)}
+    with _api(site) as http:
+        for name, run_id in runs.items():
+            _put_run(http, run_id, name, [])
+            lines = [
+                {"name": "samples", "step": s, "time": 1.0, "png": _png(900, 40, 100 + 10 * s)} for s in steps[name]
+            ]
+            answer = http.post(f"/runs/{run_id}/images", json={"start": 0, "end": 100, "images": lines})
+            assert answer.status_code == 200, answer.text
+    p = new_page(browser, site["url"])
+    login(p, site["keys"]["alice"])
+    _go(p, f"/ui/runs/{runs['img-a']}")
+    shown = "#images .image-panel[data-name=samples] img.image-view"
+    p.page.wait_for_function(
+        f"() => document.querySelector('{shown}') && document.querySelector('{shown}').naturalWidth"
+    )
+    assert p.page.evaluate(_RED_COLUMNS, shown)[2] < 900  # scaled down in its panel
+    p.page.click(shown)
+    full = "#lightbox img.lightbox-image"
+    p.page.wait_for_function(
+        f"() => document.querySelector('{full}').complete && document.querySelector('{full}').naturalWidth"
+    )
+    assert p.page.evaluate(_RED_COLUMNS, full) == [900, 300, 900]  # step 20, at its own size
+    p.page.locator("#lightbox input.lightbox-step").fill("1")
+    assert p.page.get_attribute(full, "data-step") == "10"
+    p.page.wait_for_function(
+        f"() => document.querySelector('{full}').complete && document.querySelector('{full}').naturalWidth"
+    )
+    assert p.page.evaluate(_RED_COLUMNS, full)[:2] == [900, 200]
+    assert "10 (900×40)" in p.page.inner_text("#lightbox")
+    p.page.screenshot(path=str(RESULTS / "image-lightbox.png"))
+    p.page.keyboard.press("Escape")
+    assert not p.page.evaluate("document.getElementById('lightbox').open")
+
+    _go(p, f"/ui/compare?ids={runs['img-a']}&ids={runs['img-b']}")
+    p.page.wait_for_selector("#compare-images[data-ready='1']")
+    cells = "#compare-images .cmp-image-name[data-name=samples] figure"
+    assert p.page.locator(cells).count() == 2
+    at = lambda run: p.page.get_attribute(f"{cells}[data-run='{runs[run]}'] img", "data-step")  # noqa: E731
+    assert (at("img-a"), at("img-b")) == ("20", "15")  # the newest step of all; b's last before it
+    p.page.locator("#compare-images input.cmp-image-step").fill("2")  # steps 0, 10, 15, 20: step 15
+    assert (at("img-a"), at("img-b")) == ("10", "15")
+    p.page.locator("#compare-images input.cmp-image-step").fill("0")
+    assert (at("img-a"), at("img-b")) == ("0", "0")
+    p.page.locator("#compare-images input.cmp-image-step").fill("3")
+    p.page.locator("#compare-images").screenshot(path=str(RESULTS / "compare-images.png"))
+    p.page.click(f"{cells}[data-run='{runs['img-b']}'] img")
+    p.page.wait_for_function(
+        f"() => document.querySelector('{full}').complete && document.querySelector('{full}').naturalWidth"
+    )
+    assert p.page.get_attribute(full, "data-step") == "15" and "img-b" in p.page.inner_text("#lightbox .lightbox-title")
+    assert not p.errors, p.errors
+    p.page.context.close()
