@@ -265,3 +265,36 @@ def test_images_open_at_full_resolution_and_side_by_side_on_compare(browser: Any
     assert p.page.get_attribute(full, "data-step") == "15" and "img-b" in p.page.inner_text("#lightbox .lightbox-title")
     assert not p.errors, p.errors
     p.page.context.close()
+
+
+def test_on_a_phone_the_new_forms_fit_the_screen(browser: Any, site: dict[str, Any]) -> None:
+    """The run page's edit form (open), the runs table's bulk buttons, the trash and the compare page's
+    images scroll nothing sideways at 390 x 844 (tests/console/test_browser_local.py's rule)."""
+    ids = {"p1": "c" * 32, "p2": "d" * 32, "p3": "f" * 32}
+    with _api(site) as http:
+        for name, run_id in ids.items():
+            _put_run(http, run_id, name, ["a-rather-long-label-for-a-phone"])
+            image = {"name": "samples", "step": 1, "time": 1.0, "png": _png(900, 40, 100)}
+            assert (
+                http.post(f"/runs/{run_id}/images", json={"start": 0, "end": 100, "images": [image]}).status_code == 200
+            )
+        assert http.delete(f"/runs/{ids['p2']}").status_code == 200
+    ctx = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=3, is_mobile=True)
+    p = Checked(ctx.new_page(), site["url"])
+    login(p, site["keys"]["alice"])
+    wide = "Math.max(0, document.scrollingElement.scrollWidth - screen.width)"
+    for path in (
+        f"/ui/runs/{ids['p1']}",
+        "/ui/runs?folder=/alice/edits",
+        "/ui/trash",
+        f"/ui/compare?ids={ids['p1']}&ids={ids['p3']}",
+    ):
+        _go(p, path)
+        if path.startswith("/ui/runs/"):
+            p.page.click("#run-edit summary")
+            p.page.wait_for_selector("#images .image-panel img.image-view", timeout=5000)
+        if path.startswith("/ui/compare"):
+            p.page.wait_for_selector("#compare-images[data-ready='1']")
+        assert p.page.evaluate(wide) <= 1, (path, p.page.evaluate(wide))
+    assert not p.errors, p.errors
+    ctx.close()
