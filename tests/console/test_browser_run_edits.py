@@ -48,14 +48,23 @@ def _put_run(http: httpx.Client, run_id: str, name: str, labels: list[str]) -> N
     assert http.put(f"/runs/{run_id}", json=body).status_code == 200
 
 
+def _settle(p: Checked) -> None:
+    """A run or compare page fetches its images after load: wait until they are in, so that leaving
+    the page aborts no request (which :class:`Checked` would record as an error)."""
+    if "/ui/runs/" in p.page.url or "/ui/compare" in p.page.url:
+        p.page.wait_for_load_state("networkidle")
+
+
 def _go(p: Checked, path: str) -> None:
-    """Open a page and wait for its load event only (these pages draw no chart: no network idle to wait for)."""
+    """Open a page: its load event, and its fetches where it makes some (:func:`_settle`)."""
     p.page.goto(f"{p.base}{path}", wait_until="load")
+    _settle(p)
 
 
 def _submit(p: Checked, selector: str) -> None:
     with p.page.expect_navigation(wait_until="load"):
         p.page.click(selector)
+    _settle(p)
 
 
 def login(p: Checked, key: str) -> None:
