@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 
 from ember import track
 from ember.server.services.blobs import POINT_BYTES
@@ -45,9 +45,10 @@ def _put_run(server: Server, run_id: str = RUN, folder: str = "default", user: s
     return server.req("PUT", f"/runs/{run_id}", user=user, json=body)
 
 
-def test_a_runs_distinct_metrics_are_bounded_and_a_batch_past_them_is_refused_whole(
-    tmp_path: Path, db_url: str
-) -> None:
+def test_a_runs_distinct_metrics_are_bounded_and_its_points_count_in_the_quota(tmp_path: Path, db_url: str) -> None:
+    from ember.server.services.blobs import usage
+    from ember.server.storage.models import User
+
     server = make_server(tmp_path, db_url, max_run_metrics=3)
     with server.client:
         assert _put_run(server).status_code == 200
@@ -90,33 +91,21 @@ def test_a_runs_distinct_metrics_are_bounded_and_a_batch_past_them_is_refused_wh
         app.state.settings = dataclasses.replace(app.state.settings, max_run_metrics=None)
         upload_run(run.path, client=client)
         assert _counters(server, run.id) == (5, 5)
-    server.client.app.state.engine.dispose()
-
-
-def test_metric_points_count_in_the_owners_quota(tmp_path: Path, db_url: str) -> None:
-    from ember.server.services.blobs import usage
-    from ember.server.storage.models import User
-
-    server = make_server(tmp_path, db_url, quota_bytes=10 * POINT_BYTES)
-    with server.client:
-        assert _put_run(server).status_code == 200
-        batch = _batch(0, list(range(8)), {"loss": [1.0] * 8})
-        assert server.req("POST", f"/runs/{RUN}/metrics", json=batch).status_code == 200
-        past = _batch(10, list(range(8, 11)), {"loss": [1.0] * 3})  # 11 points: over 10
-        refused = server.req("POST", f"/runs/{RUN}/metrics", json=past)
-        assert refused.status_code == 413
+        # points count in the owner's quota: alice holds 6 + 5; with room for 13, 3 more are refused whole
+        app.state.settings = dataclasses.replace(app.state.settings, quota_bytes=13 * POINT_BYTES)
+        more = _batch(20, [5, 6, 7], {"loss": [1.0] * 3})
+        refused = server.req("POST", f"/runs/{RUN}/metrics", json=more)
+        assert refused.status_code == 413 and "--quota-mb" in refused.json()["detail"]
         assert f"metric points ({POINT_BYTES} bytes each)" in refused.json()["detail"]
-        assert "--quota-mb" in refused.json()["detail"]
-        assert _counters(server, RUN) == (8, 1)
-        fits = _batch(10, [8, 9], {"loss": [1.0] * 2})
+        assert _counters(server, RUN) == (6, 3)
+        fits = _batch(20, [5, 6], {"loss": [1.0] * 2})
         assert server.req("POST", f"/runs/{RUN}/metrics", json=fits).status_code == 200
         with server.client.app.state.sessions() as session:
-            alice = session.query(User).filter_by(name="alice").one()
-            assert usage(session, alice.id) == 10 * POINT_BYTES
-        # deleting the run gives its points back
-        assert server.req("DELETE", f"/runs/{RUN}").status_code == 200
+            alice = session.scalars(select(User.id).where(User.name == "alice")).one()
+            assert usage(session, alice) == 13 * POINT_BYTES
+        assert server.req("DELETE", f"/runs/{RUN}").status_code == 200  # deleting a run gives its points back
         with server.client.app.state.sessions() as session:
-            assert usage(session, alice.id) == 0
+            assert usage(session, alice) == 5 * POINT_BYTES
     server.client.app.state.engine.dispose()
 
 
