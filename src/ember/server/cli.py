@@ -34,6 +34,9 @@ def _settings(args: argparse.Namespace):
         api_docs=True if getattr(args, "api_docs", False) else None,
         max_run_images=getattr(args, "max_run_images", None),
         max_log_bytes=log,
+        max_user_runs=getattr(args, "max_user_runs", None),
+        max_user_folders=getattr(args, "max_user_folders", None),
+        max_run_metrics=getattr(args, "max_run_metrics", None),
     )
 
 
@@ -196,11 +199,23 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     server.add_argument(
         "--quota-mb",
         type=float,
-        help="storage per user, artifact files, run images and run output, in MiB (2**20 bytes; default: no quota)",
+        help="storage per user, artifact files, run images, run output and metric points, in MiB (2**20 bytes; "
+        "default: no quota)",
     )
     server.add_argument("--max-run-images", type=int, help="the most images one run may hold (default 10000)")
     server.add_argument(
         "--max-log-mb", type=float, help="the most output (stdout.log) one run may hold, in MiB (default 64)"
+    )
+    server.add_argument(
+        "--max-user-runs", type=int, help="the most runs one user's folders may hold (default 100000; 0: no limit)"
+    )
+    server.add_argument(
+        "--max-user-folders", type=int, help="the most folders one user may hold (default 100000; 0: no limit)"
+    )
+    server.add_argument(
+        "--max-run-metrics",
+        type=int,
+        help="the most distinct metrics (type and name) one run may hold (default 10000; 0: no limit)",
     )
     server.add_argument(
         "--blob-grace-hours", type=float, help="keep uploaded files no artifact lists this long (default 24)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from ember.server.api.auth import CallerKey, CurrentUser, DbSession
 from ember.server.api.wire import CheckedRoute
@@ -60,8 +60,9 @@ def read_folder(
 
 
 @router.post("/folders", summary="Create a folder in an existing one (and missing parents with parents=true)")
-def create_folder(body: FolderIn, user: CurrentUser, session: DbSession):
-    folder = ensure_folder(session, user, body.path, make=True, parents=body.parents)
+def create_folder(body: FolderIn, user: CurrentUser, session: DbSession, request: Request):
+    limit = request.app.state.settings.max_user_folders  # 413 past it (--max-user-folders)
+    folder = ensure_folder(session, user, body.path, make=True, parents=body.parents, max_folders=limit)
     return {"path": folder.path}
 
 

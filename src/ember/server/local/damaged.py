@@ -73,12 +73,12 @@ def _folder(session: Session, user: User, wanted: Any) -> Folder:
     """The run's folder when run.json names one the server accepts, else ``default``."""
     fallback = "default"  # no folder, or one the server refuses: the Damaged run's reason says why
     if not isinstance(wanted, str):
-        return ensure_folder(session, user, fallback, make=True)
+        return ensure_folder(session, user, fallback, make=True, max_folders=None)
     try:
         with session.begin_nested():
-            return ensure_folder(session, user, wanted, make=True)
+            return ensure_folder(session, user, wanted, make=True, max_folders=None)
     except DomainError:
-        return ensure_folder(session, user, fallback, make=True)
+        return ensure_folder(session, user, fallback, make=True, max_folders=None)
 
 
 def _name(wanted: Any, folder_name: str) -> str:

@@ -60,7 +60,15 @@ def build_app(store: str | os.PathLike[str] | None, port: int, data_dir: Path) -
     root = resolve_home(store)
     if not (root / RUNS_DIR).is_dir() and not (root / ARTIFACTS_DIR).is_dir():
         raise ServerError(f"{root} holds no runs/ or artifacts/: pass --store DIR (the folder holding runs/)")
-    settings = Settings.make(data_dir=data_dir, db_url=f"sqlite:///{data_dir / 'ui.db'}", allowed_hosts=LOOPBACK_HOSTS)
+    # Your own store: no count limits (0), as ``Uploads(own_store=True)`` bounds nothing of it.
+    settings = Settings.make(
+        data_dir=data_dir,
+        db_url=f"sqlite:///{data_dir / 'ui.db'}",
+        allowed_hosts=LOOPBACK_HOSTS,
+        max_user_runs=0,
+        max_user_folders=0,
+        max_run_metrics=0,
+    )
     key = _local_key(settings)
     app = create_app(settings, schema="upgrade")
     url = f"http://127.0.0.1:{port}"

@@ -50,7 +50,7 @@ def put_artifact(
         action = "updated"
     else:
         claim_id(session, "artifact", artifact_id)
-        folder, action, freed = place(session, user, body, Artifact, meta.name, "artifact")
+        folder, action, freed = place(session, user, body, Artifact, meta.name, "artifact", settings.max_user_folders)
         if action == "skipped":
             return {"id": artifact_id, "action": action, "folder": folder.path, "cursors": {}}
         artifact = Artifact(id=artifact_id, folder_id=folder.id, owner_id=folder.owner_id)

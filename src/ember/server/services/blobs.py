@@ -12,7 +12,8 @@ them; ``POST /blobs/missing`` answers from the caller's own uploads. A blob no a
 removed when its last artifact is deleted, or, when it was never listed, once its upload's grace
 period has passed (:func:`collect`). A user's storage (:func:`usage`) is the blobs listed by
 artifacts in their folder tree, plus their uploads still waiting for an artifact, plus the
-images and the stored output (``runs.log_bytes``) of the runs in their tree.
+images, the stored output (``runs.log_bytes``) and the metric points (``runs.metric_points``, each
+:data:`POINT_BYTES`) of the runs in their tree.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ from ember.server.storage.models import Artifact, ArtifactFile, Blob, BlobUpload
 from ember.server.storage.settings import Settings
 
 _FLUSH_BYTES = 1 << 20  # bytes gathered before one write+hash step in a worker thread
+POINT_BYTES = 128
+"""What one stored metric point counts in its owner's quota (8,192 points a MiB): about what a point
+takes on PostgreSQL with its share of the block summaries and indexes (134.8 bytes measured;
+39.6 on SQLite), by ``benchmarks/server_point_bytes.py``."""
 
 
 class BlobStore:
@@ -266,7 +271,8 @@ def claim(session: Session, user: User, shas: Iterable[str]) -> None:
 
 def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     """Bytes held by a user: blobs listed by artifacts they own, their uploads still pending (each
-    blob once), and the images and stored output of the runs they own."""
+    blob once), and the images, stored output and metric points (:data:`POINT_BYTES` each) of the
+    runs they own."""
     at = at or now()
     listed = (
         select(ArtifactFile.sha256.label("sha256"))
@@ -283,8 +289,12 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
         .join(Run, Run.pk == RunImage.run_pk)
         .where(Run.owner_id == user_id)
     )
-    output = session.scalar(select(func.coalesce(func.sum(Run.log_bytes), 0)).where(Run.owner_id == user_id))
-    return int(total or 0) + int(pictures or 0) + int(output or 0)
+    output, points = session.execute(
+        select(func.coalesce(func.sum(Run.log_bytes), 0), func.coalesce(func.sum(Run.metric_points), 0)).where(
+            Run.owner_id == user_id
+        )
+    ).one()
+    return int(total or 0) + int(pictures or 0) + int(output or 0) + int(points or 0) * POINT_BYTES
 
 
 def usage_now(sessions: sessionmaker[Session], user: User) -> int:
@@ -308,10 +318,20 @@ def check_quota(session: Session, user_id: int, name: str, quota: int | None) ->
     used = usage(session, user_id)
     if used > quota:
         raise TooLarge(
-            f"this would make {used} bytes of artifact files, run images and run output held by {name!r}, over the "
-            f"quota of {quota} bytes per user: delete artifacts or runs with images or long output, or ask an admin "
+            f"this would make {used} bytes of artifact files, run images, metric points ({POINT_BYTES} bytes each) "
+            f"and run output held by {name!r}, over the quota of {quota} bytes per user: delete artifacts or runs "
+            "with images, many points or long output, or ask an admin "
             "to raise `ember server --quota-mb`",
         )
+
+
+def check_run_quota(session: Session, run: Run, quota: int | None) -> None:
+    """:func:`check_quota` of the run's owner, after what the request added to the run (flushed here)."""
+    if quota is None:
+        return
+    session.flush()
+    owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
+    check_quota(session, run.owner_id, owner, quota)
 
 
 def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = None, at: datetime | None = None) -> int:

@@ -12,20 +12,24 @@ cursor, from which the client sends again.
 
 Metric points are one row per value (what the run listing and downloads query), inserted in one
 statement per batch; the same transaction recomputes the block summaries (``metric_blocks``)
-of the steps the batch touched, which the charts read (see ``series.py``).
+of the steps the batch touched, which the charts read (see ``series.py``), and adds what it
+stored to the run's counters (``runs.metric_points``, ``runs.metric_names``): a batch that would
+take the run past its distinct metrics (``--max-run-metrics``) or its owner past the quota is
+refused whole (413), and no check counts the stored points.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Table, and_, case, delete, func, literal, select, true, update
+from sqlalchemy import Table, and_, case, delete, func, literal, select, text, true, update
 from sqlalchemy.orm import Session, aliased
 
 from ember.server.storage.domain_errors import Conflict, Invalid, TooLarge
-from ember.server.storage.models import BLOCK, Cursor, MetricBlock, MetricPoint
+from ember.server.storage.models import BLOCK, Cursor, MetricBlock, MetricPoint, Run
 from ember.server.storage.schemas import Columns, MetricBatch
 
 _NONFINITE = {"NaN": None, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -106,17 +110,33 @@ def drop_cursors(session: Session, kind: str, node_id: str) -> None:
     session.execute(delete(Cursor).where(Cursor.node_kind == kind, Cursor.node_id == node_id))
 
 
-def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch, max_points: int) -> int:
-    """Insert a batch of lines of one metric type, and refresh the block summaries they touch.
+def store_metrics(
+    session: Session,
+    run_pk: int,
+    run_id: str,
+    batch: MetricBatch,
+    max_points: int,
+    max_metrics: int | None = None,
+    quota: Callable[[], None] | None = None,
+) -> int:
+    """Insert a batch of lines of one metric type, refresh the block summaries they touch and
+    count what was stored on the run.
 
     Args:
         session: the request's session, inside its transaction.
         run_pk: the run's primary key; ``run_id`` its id (the cursor's key).
         batch: the lines, as points or columns.
         max_points: the most cells (lines times metric names) one batch may hold (413 above).
+        max_metrics: the most distinct metrics (type and name) the run may hold; None: no limit.
+        quota: called after the points are counted when the batch stored any (it raises
+            :class:`TooLarge` past the owner's quota); None: no quota.
 
     Returns:
         The file's new cursor.
+
+    Raises:
+        TooLarge: 413 past ``max_points``, ``max_metrics`` or the quota; the caller's transaction
+            is rolled back, so nothing of the batch is kept.
     """
     stream = f"metrics/{batch.type}.jsonl"
     lock_cursor(session, "run", run_id, stream)
@@ -124,9 +144,62 @@ def store_metrics(session: Session, run_pk: int, run_id: str, batch: MetricBatch
     cols = batch.columns()
     rows = metric_rows(run_pk, batch.type, cols, max_points)
     if rows:
-        insert_points(session, rows)
+        new = new_metrics(session, run_pk, batch.type, {row[3] for row in rows})
+        if new and max_metrics is not None:
+            check_metrics(session, run_pk, run_id, batch.type, len(new), max_metrics)
+        stored = insert_points(session, rows)
         summarize(session, run_pk, batch.type, cols.metrics, min(cols.step), max(cols.step))
+        count_points(session, run_pk, stored, len(new))
+        if stored and quota is not None:
+            quota()
     return advance(session, "run", run_id, stream, batch.end)
+
+
+_HELD_SQLITE = text(
+    "SELECT w.value FROM json_each(:names) AS w WHERE EXISTS (SELECT 1 FROM metric_points p "
+    "WHERE p.run_pk = :pk AND p.type = :type AND p.name = w.value)"
+)
+_HELD_POSTGRESQL = text(
+    "SELECT w FROM unnest(CAST(:names AS text[])) AS w WHERE EXISTS (SELECT 1 FROM metric_points p "
+    "WHERE p.run_pk = :pk AND p.type = :type AND p.name = w)"
+)
+
+
+_COUNT = text(
+    "UPDATE runs SET metric_points = metric_points + :points, metric_names = metric_names + :names WHERE pk = :pk"
+)
+
+
+def new_metrics(session: Session, run_pk: int, type_: str, names: set[str]) -> set[str]:
+    """Those of ``names`` the run holds no point of in ``type_`` (one key look-up each, in one
+    statement whose text is the same for any names: no SQL is built per batch)."""
+    wanted = sorted(names)
+    if session.get_bind().dialect.name == "sqlite":
+        held = session.scalars(_HELD_SQLITE, {"names": json.dumps(wanted), "pk": run_pk, "type": type_})
+    else:
+        held = session.scalars(_HELD_POSTGRESQL, {"names": wanted, "pk": run_pk, "type": type_})
+    return names - set(held)
+
+
+def check_metrics(session: Session, run_pk: int, run_id: str, type_: str, new: int, limit: int) -> None:
+    """413 when ``new`` more distinct metrics take the run past ``limit`` (its row is locked until
+    commit on PostgreSQL, so two types' batches cannot both pass)."""
+    query = select(Run.metric_names).where(Run.pk == run_pk)
+    if session.get_bind().dialect.name != "sqlite":
+        query = query.with_for_update()
+    held = int(session.scalar(query) or 0)
+    if held + new > limit:
+        raise TooLarge(
+            f"run {run_id}: {new} new {type_} metrics would make {held + new} distinct metrics, over the server's "
+            f"limit of {limit} per run: log fewer names (per-item values belong in an artifact), or ask an admin to "
+            "raise `ember server --max-run-metrics`"
+        )
+
+
+def count_points(session: Session, run_pk: int, points: int, names: int) -> None:
+    """Add stored points and new distinct metrics to the run's counters (one atomic update)."""
+    if points or names:
+        session.execute(_COUNT, {"points": points, "names": names, "pk": run_pk})
 
 
 def metric_rows(run_pk: int, type_: str, cols: Columns, max_points: int) -> list[tuple[Any, ...]]:
@@ -159,8 +232,9 @@ def _stored(value: float | str) -> float | None:
 _POINT_COLUMNS = "run_pk, type, step, name, epoch, time, value"
 
 
-def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
-    """Insert points of one run and type (tuples in ``_POINT_COLUMNS`` order), skipping those already stored.
+def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> int:
+    """Insert points of one run and type (tuples in ``_POINT_COLUMNS`` order), skipping those already
+    stored; how many were stored.
 
     SQLite gets one ``executemany`` of the tuples; PostgreSQL one statement that unnests
     arrays sent in binary (a single round trip, no per-row statement, no text to parse).
@@ -168,12 +242,12 @@ def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
     connection = session.connection()
     on_conflict = "ON CONFLICT (run_pk, type, step, name) DO NOTHING"
     if connection.dialect.name == "sqlite":
-        connection.exec_driver_sql(
+        done = connection.exec_driver_sql(
             f"INSERT INTO metric_points ({_POINT_COLUMNS}) VALUES (?,?,?,?,?,?,?) {on_conflict}", rows
         )
-        return
-    _, _, steps, names, epochs, times, values = (list(column) for column in zip(*rows, strict=True))
-    connection.exec_driver_sql(
+        return int(done.rowcount)
+    _, _, steps, names, epochs, times, stored = (list(part) for part in zip(*rows, strict=True))
+    done = connection.exec_driver_sql(
         f"INSERT INTO metric_points ({_POINT_COLUMNS}) SELECT %(run_pk)s, %(type)s, * FROM unnest("
         "%(step)b::bigint[], %(name)b::text[], %(epoch)b::float8[], %(time)b::float8[], %(value)b::float8[]) "
         f"{on_conflict}",
@@ -184,9 +258,10 @@ def insert_points(session: Session, rows: list[tuple[Any, ...]]) -> None:
             "name": names,
             "epoch": epochs,
             "time": times,
-            "value": values,
+            "value": stored,
         },
     )
+    return int(done.rowcount)
 
 
 def extremes(where: Iterable[Any], group: Callable[[Any], Any], *lead: Any) -> Any:

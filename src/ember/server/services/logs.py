@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from ember.server.services import blobs, ingest
 from ember.server.storage.domain_errors import Conflict, TooLarge
-from ember.server.storage.models import LogPiece, Run, User
+from ember.server.storage.models import LogPiece, Run
 
 STREAM = "stdout.log"
 PIECE_CHARS = 1 << 16
@@ -166,10 +166,7 @@ def store_log(
         at, line, text = last.start, last.line, last.text + text
     session.execute(insert(LogPiece), pieces(run.pk, text, at, line))
     run.log_bytes = size
-    if quota is not None:
-        session.flush()
-        owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
-        blobs.check_quota(session, run.owner_id, owner, quota)
+    blobs.check_run_quota(session, run, quota)
     return ingest.advance(session, "run", run.id, STREAM, end)
 
 

@@ -94,12 +94,33 @@ def get_folder(session: Session, user: User, path: str, needed: Level = Level.VI
     return folder
 
 
-def ensure_folder(session: Session, user: User, path: str, make: bool, parents: bool | None = None) -> Folder:
+def check_owned(session: Session, kind: type[Folder | Run], owner_id: int, adding: int, limit: int | None) -> None:
+    """413 when ``adding`` more folders or runs take the tree of ``owner_id`` past ``limit`` (None: no limit).
+
+    One count over the owner's index range (``ix_folders_owner_id``, ``ix_runs_owner_id``), which
+    the limit itself bounds.
+    """
+    if limit is None or adding <= 0:
+        return
+    held = int(session.scalar(select(func.count()).select_from(kind).where(kind.owner_id == owner_id)) or 0)
+    if held + adding > limit:
+        what = "folders" if kind is Folder else "runs"
+        owner = session.scalar(select(User.name).where(User.id == owner_id)) or "?"
+        raise TooLarge(
+            f"the folder tree of {owner!r} would hold {held + adding} {what}, over the server's limit of {limit} per "
+            f"user: delete {what} no longer needed, or ask an admin to raise `ember server --max-user-{what}`"
+        )
+
+
+def ensure_folder(
+    session: Session, user: User, path: str, make: bool, parents: bool | None = None, *, max_folders: int | None
+) -> Folder:
     """The folder to upload into, created when ``make``; needs edit there.
 
     ``parents`` (default: ``make``) also creates missing folders above it; without it only a
     direct child of an existing folder is made. Each user's ``default`` folder (where runs go
-    unless told otherwise) is made when needed. New folders belong to the tree's owner.
+    unless told otherwise) is made when needed. New folders belong to the tree's owner, and are
+    refused (413, none made) when they would take it past ``max_folders`` (None: no limit).
     """
     path = naming.folder_path(path, home=f"/{user.name}")
     make = make or path == f"/{user.name}/default"
@@ -119,6 +140,7 @@ def ensure_folder(session: Session, user: User, path: str, make: bool, parents: 
         raise NotFound(f"folder {chain[1]!r} does not exist; pass parents=true to create it too")
     require(level(session, user, parent), Level.EDIT, f"folder {existing!r}")
     owner = found[chain[-1]].owner_id if chain[-1] in found else parent.owner_id
+    check_owned(session, Folder, owner, chain.index(existing), max_folders)
     for missing in reversed(chain[: chain.index(existing)]):
         parent = _create(session, missing, parent, owner)
     return parent

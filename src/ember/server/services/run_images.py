@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from ember.server.services import blobs, ingest
 from ember.server.storage.domain_errors import Invalid, NotFound, TooLarge
-from ember.server.storage.models import Run, RunImage, User
+from ember.server.storage.models import Run, RunImage
 from ember.server.storage.schemas import Count, Number
 from ember.track.images import MAX_PNG_BYTES, MAX_SIDE, NAME
 
@@ -107,9 +107,7 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
                 "per run: log images less often (every N steps), or ask an admin to raise "
                 "`ember server --max-run-images`"
             )
-    if quota is not None:
-        owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
-        blobs.check_quota(session, run.owner_id, owner, quota)
+    blobs.check_run_quota(session, run, quota)
     return ingest.advance(session, "run", run.id, STREAM, batch.end)
 
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from ember.server.services import codec, edges, ingest, naming, series
 from ember.server.services.lookup import claim_id, get_run
-from ember.server.services.perms import Level, drop_shares, ensure_folder, level, require, shares_of
+from ember.server.services.perms import Level, check_owned, drop_shares, ensure_folder, level, require, shares_of
 from ember.server.storage.domain_errors import Conflict, Invalid, NotFound, TooLarge
 from ember.server.storage.models import Artifact, ArtifactFile, Folder, Run, User, aware, now
 from ember.server.storage.schemas import Placement, RunEdit, RunIn
@@ -87,11 +87,12 @@ def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None
 
 
 def place(
-    session: Session, user: User, body: Placement, model: type[Any], name: str, what: str
+    session: Session, user: User, body: Placement, model: type[Any], name: str, what: str, max_folders: int | None
 ) -> tuple[Folder, str, set[str]]:
     """The folder for a new node, what the conflict strategy says to do (create or skip), and
-    the blob digests of artifacts it replaced (to collect once they are no longer listed)."""
-    folder = ensure_folder(session, user, body.folder, body.make_folder)
+    the blob digests of artifacts it replaced (to collect once they are no longer listed);
+    ``max_folders``: the owner's limit on folders, for those made here."""
+    folder = ensure_folder(session, user, body.folder, body.make_folder, max_folders=max_folders)
     same = session.scalars(select(model).where(model.folder_id == folder.id, model.name == name)).all()
     if not same or body.conflict_strategy == "new":
         return folder, "created", set()
@@ -111,8 +112,14 @@ def place(
     return folder, "created", freed
 
 
-def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str, Any]:
-    """Create or update a run (by id: the same run is updated in place); ``cursors`` says what the server has."""
+def put_run(
+    session: Session, user: User, run_id: str, body: RunIn, *, max_runs: int | None, max_folders: int | None
+) -> dict[str, Any]:
+    """Create or update a run (by id: the same run is updated in place); ``cursors`` says what the server has.
+
+    A new run is refused (413, nothing made) when it would take its tree's owner past ``max_runs``
+    runs, or the folders it makes past ``max_folders`` (None: no limit).
+    """
     meta = checked_meta(body, naming.node_id(run_id, "run id"))
     run = session.scalar(select(Run).where(Run.id == run_id))
     if run is not None:  # one in the trash too: it keeps receiving, and stays there until restored
@@ -121,9 +128,10 @@ def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str,
         action = "updated"
     else:
         claim_id(session, "run", run_id)
-        folder, action, _ = place(session, user, body, Run, meta["name"], "run")
+        folder, action, _ = place(session, user, body, Run, meta["name"], "run", max_folders)
         if action == "skipped":
             return {"id": run_id, "action": action, "folder": folder.path, "cursors": {}}
+        check_owned(session, Run, folder.owner_id, 1, max_runs)
         run = Run(id=run_id, folder_id=folder.id, owner_id=folder.owner_id, platform={})
         apply_meta(run, meta, body.platform)
         session.add(run)

@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import IO, Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
@@ -78,16 +79,16 @@ class Uploads:
     Args:
         session: the caller's session, inside its transaction.
         user: who uploads (rights and quota are theirs).
-        settings: the server's limits (metric values per request, output per run, images per run,
-            quota, blob size).
+        settings: the server's limits (metric values per request, distinct metrics per run, output
+            per run, images per run, runs and folders per user, quota, blob size).
         blobs: the blob store (for :meth:`missing_blobs`, :meth:`put_blob`, :meth:`put_artifact`).
         in_process: an upload in this process (``ember ui``): each request is a savepoint of the
             caller's transaction (a refused one changes nothing) and a refusal is an
             :class:`~ember.track.client.UploadError` naming the request, its status and why, as the
             HTTP client raises it. Otherwise (the API's routes) refusals are the services'
             :class:`~ember.server.storage.domain_errors.DomainError`, which the API answers.
-        own_store: the uploader's own local store (``ember ui``): no bound on a run's output, images
-            or the quota.
+        own_store: the uploader's own local store (``ember ui``): no bound on a run's output, images,
+            metrics, the user's runs and folders, or the quota.
 
     Example:
         >>> Uploads(session, user, settings).put_metrics(run_id, {"type": "train", "start": 0, ...})
@@ -108,6 +109,9 @@ class Uploads:
         self.max_log_bytes = None if own_store else settings.max_log_bytes
         self.max_run_images = None if own_store else settings.max_run_images
         self.quota_bytes = None if own_store else settings.quota_bytes
+        self.max_run_metrics = None if own_store else settings.max_run_metrics
+        self.max_user_runs = None if own_store else settings.max_user_runs
+        self.max_user_folders = None if own_store else settings.max_user_folders
 
     @contextmanager
     def _request(self, name: str) -> Iterator[None]:
@@ -128,14 +132,18 @@ class Uploads:
     def put_run(self, run_id: str, body: protocol.RunBody | RunIn) -> protocol.Answer:
         """Create or update a run from its run.json and platform.json (:func:`runs.put_run`)."""
         with self._request(f"PUT /runs/{run_id}"):
-            return cast(protocol.Answer, runs.put_run(self.session, self.user, run_id, decoded(RunIn, body)))
+            body = decoded(RunIn, body)
+            limits = {"max_runs": self.max_user_runs, "max_folders": self.max_user_folders}
+            return cast(protocol.Answer, runs.put_run(self.session, self.user, run_id, body, **limits))
 
     def put_metrics(self, run_id: str, batch: protocol.MetricColumns | MetricBatch) -> int:
         """Store complete lines of ``metrics/<type>.jsonl`` (:func:`ingest.store_metrics`); the new cursor."""
         with self._request(f"POST /runs/{run_id}/metrics"):
             lines = decoded(MetricBatch, batch)
             run = get_run(self.session, self.user, run_id, Level.EDIT)
-            return ingest.store_metrics(self.session, run.pk, run.id, lines, self.settings.max_batch_points)
+            quota = partial(blob_rules.check_run_quota, self.session, run, self.quota_bytes)
+            max_points = self.settings.max_batch_points
+            return ingest.store_metrics(self.session, run.pk, run.id, lines, max_points, self.max_run_metrics, quota)
 
     def put_log(self, run_id: str, chunk: protocol.LogText | LogChunkIn) -> int:
         """Store text of ``stdout.log`` (:func:`logs.store_log`, 413 past the output limit or the quota)."""
@@ -332,7 +340,9 @@ class NewRuns:
                 if rec.run.folder not in folders:
                     try:
                         with session.begin_nested():
-                            folders[rec.run.folder] = ensure_folder(session, user, rec.run.folder, rec.run.make_folder)
+                            folders[rec.run.folder] = ensure_folder(
+                                session, user, rec.run.folder, rec.run.make_folder, max_folders=None
+                            )
                     except DomainError as e:
                         folders[rec.run.folder] = e
                 place = folders[rec.run.folder]
@@ -372,6 +382,7 @@ class _Rows:
 
     max_points: int
     points: dict[tuple[int, str], list[tuple[Any, ...]]] = field(default_factory=dict)
+    runs: dict[int, Run] = field(default_factory=dict)
     cursors: list[dict[str, Any]] = field(default_factory=list)
     output: list[dict[str, Any]] = field(default_factory=list)
     lineage: list[dict[str, Any]] = field(default_factory=list)
@@ -382,6 +393,7 @@ class _Rows:
         if isinstance(batch, MetricBatch):
             found = ingest.metric_rows(run.pk, batch.type, batch.columns(), self.max_points)
             self.points.setdefault((run.pk, batch.type), []).extend(found)
+            self.runs[run.pk] = run
         elif isinstance(batch, LogChunkIn):
             if batch.end <= batch.start or not batch.text:
                 return False  # as logs.store_log: nothing stored, the cursor stays
@@ -394,7 +406,9 @@ class _Rows:
 
     def insert(self, session: Session) -> None:
         for (pk, type_), found in self.points.items():
-            ingest.insert_points(session, found)
+            run = self.runs[pk]  # new: every point and metric stored here is one more on its counters
+            run.metric_points += ingest.insert_points(session, found) if found else 0
+            run.metric_names += len({row[3] for row in found})
             ingest.summarize(session, pk, type_, None, 0)
         ingest.insert_ignore(session, Cursor, self.cursors, ["node_kind", "node_id", "stream"])
         ingest.insert_ignore(session, LogPiece, self.output, ["run_pk", "start"])

@@ -82,7 +82,8 @@ class Folder(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     path: Mapped[str] = mapped_column(String(1024), unique=True)  # '/alice/examples'
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("folders.id", ondelete="CASCADE"), index=True)
-    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    # Indexed (migration 0012): a user's folders are counted against ``--max-user-folders``.
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
@@ -103,7 +104,9 @@ class Run(Base):
     pk: Mapped[int] = mapped_column(Integer, primary_key=True)
     id: Mapped[str] = mapped_column(ID, unique=True)
     folder_id: Mapped[int] = mapped_column(ForeignKey("folders.id", ondelete="CASCADE"), index=True)
-    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    # Indexed (migration 0012): a user's runs are counted against ``--max-user-runs`` and summed
+    # for the quota.
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     name: Mapped[str] = mapped_column(String(100), index=True)
     status: Mapped[str] = mapped_column(String(16))
     start_time: Mapped[str | None] = mapped_column(String(40), nullable=True)
@@ -121,6 +124,11 @@ class Run(Base):
     # leaves alone; and when the run was moved to the trash (NULL: it is not), migration 0011.
     edited: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
     deleted: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
+    # Its stored metric points and distinct metrics (type, name), counted in the transaction that
+    # inserts the points: the quota and ``--max-run-metrics`` read these, never the points
+    # (migration 0012).
+    metric_points: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    metric_names: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Cursor(Base):

@@ -15,6 +15,9 @@ ENV_MAX_BLOB = "EMBER_SERVER_MAX_BLOB_BYTES"
 ENV_QUOTA = "EMBER_SERVER_QUOTA_BYTES"
 ENV_MAX_IMAGES = "EMBER_SERVER_MAX_RUN_IMAGES"
 ENV_MAX_LOG = "EMBER_SERVER_MAX_LOG_BYTES"
+ENV_MAX_RUNS = "EMBER_SERVER_MAX_USER_RUNS"
+ENV_MAX_FOLDERS = "EMBER_SERVER_MAX_USER_FOLDERS"
+ENV_MAX_METRICS = "EMBER_SERVER_MAX_RUN_METRICS"
 ENV_GRACE = "EMBER_SERVER_BLOB_GRACE_S"
 ENV_HOSTS = "EMBER_SERVER_ALLOWED_HOSTS"
 ENV_DOCS = "EMBER_SERVER_API_DOCS"
@@ -22,6 +25,9 @@ DEFAULT_DATA = ".ember-server"
 MiB = 1 << 20
 DAY_S = 24 * 3600
 DEFAULT_MAX_LOG = 64 * MiB
+DEFAULT_MAX_RUNS = 100_000
+DEFAULT_MAX_FOLDERS = 100_000
+DEFAULT_MAX_METRICS = 10_000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The names a loopback-only server answers to (``ember ui``; ``ember server`` by default)."""
 
@@ -40,10 +46,16 @@ class Settings:
         max_body_bytes: the largest JSON request accepted (413 above it).
         max_blob_bytes: the largest artifact file accepted (413 above it).
         max_batch_points: the most metric records in one request (413 above it).
-        quota_bytes: the most bytes one user may hold, artifact files, run images and run output
-            together (413 above it); None: no quota.
+        quota_bytes: the most bytes one user may hold, artifact files, run images, run output and
+            metric points (each at ``ember.server.services.blobs.POINT_BYTES``) together (413 above
+            it); None: no quota.
         max_run_images: the most images one run may hold (413 above it).
         max_log_bytes: the most bytes of output (stdout.log) one run may hold (413 above it).
+        max_user_runs: the most runs one user's folder tree may hold (413 above it); None: no limit.
+        max_user_folders: the most folders one user's tree may hold, their home included (413
+            above it); None: no limit.
+        max_run_metrics: the most distinct metrics (type and name) one run may hold (413 above
+            it); None: no limit.
         blob_grace_s: how long uploaded bytes no artifact refers to are kept (the time a client
             has between uploading a blob and the artifact that lists it).
         allowed_hosts: the ``Host`` header names (without port) the server answers; others get
@@ -65,6 +77,9 @@ class Settings:
     api_docs: bool = False
     max_run_images: int = 10_000
     max_log_bytes: int = DEFAULT_MAX_LOG
+    max_user_runs: int | None = DEFAULT_MAX_RUNS
+    max_user_folders: int | None = DEFAULT_MAX_FOLDERS
+    max_run_metrics: int | None = DEFAULT_MAX_METRICS
 
     @classmethod
     def make(
@@ -79,8 +94,14 @@ class Settings:
         api_docs: bool | None = None,
         max_run_images: int | None = None,
         max_log_bytes: int | None = None,
+        max_user_runs: int | None = None,
+        max_user_folders: int | None = None,
+        max_run_metrics: int | None = None,
     ) -> Settings:
         """Settings from arguments, falling back to ``$EMBER_SERVER_*`` and the defaults.
+
+        The counts (``max_user_runs``, ``max_user_folders``, ``max_run_metrics``) take 0 for no
+        limit, as ``quota_bytes`` does.
 
         Raises:
             ServerError: an unsupported database URL, or a limit that is not positive.
@@ -112,7 +133,12 @@ class Settings:
         log = max_log_bytes if max_log_bytes is not None else _env_int(ENV_MAX_LOG, DEFAULT_MAX_LOG)
         if log <= 0:
             raise ServerError(f"max_log_bytes must be positive, got {log}")
-        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs, images, log)
+        counts = (
+            _count(max_user_runs, ENV_MAX_RUNS, DEFAULT_MAX_RUNS, "max_user_runs"),
+            _count(max_user_folders, ENV_MAX_FOLDERS, DEFAULT_MAX_FOLDERS, "max_user_folders"),
+            _count(max_run_metrics, ENV_MAX_METRICS, DEFAULT_MAX_METRICS, "max_run_metrics"),
+        )
+        return cls(data, url, body, blob, 20_000, quota, grace, hosts, docs, images, log, *counts)
 
     def export_env(self) -> None:
         """Put these settings in the environment, for worker processes that rebuild them."""
@@ -126,6 +152,9 @@ class Settings:
         os.environ[ENV_DOCS] = "1" if self.api_docs else "0"
         os.environ[ENV_MAX_IMAGES] = str(self.max_run_images)
         os.environ[ENV_MAX_LOG] = str(self.max_log_bytes)
+        os.environ[ENV_MAX_RUNS] = str(self.max_user_runs or 0)
+        os.environ[ENV_MAX_FOLDERS] = str(self.max_user_folders or 0)
+        os.environ[ENV_MAX_METRICS] = str(self.max_run_metrics or 0)
 
 
 def check_hosts(hosts: tuple[str, ...] | list[str]) -> tuple[str, ...] | None:
@@ -152,6 +181,14 @@ def _env_hosts() -> tuple[str, ...] | None:
     if not raw:
         return None
     return check_hosts(raw.split(","))
+
+
+def _count(given: int | None, env: str, default: int, what: str) -> int | None:
+    """A count limit from its argument, else ``$env``, else ``default``; 0 is no limit (None)."""
+    value = given if given is not None else _env_int(env, default)
+    if value < 0:
+        raise ServerError(f"{what} must be 0 (no limit) or more, got {value}")
+    return value or None
 
 
 def _env_int(name: str, default: int) -> int:

@@ -28,7 +28,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("runs") as batch:
-        batch.drop_index(batch.f("ix_runs_deleted"))
-        batch.drop_column("deleted")
-        batch.drop_column("edited")
+    # In place, not through batch mode: batch mode rebuilds SQLite's table and loses the indexes it
+    # cannot reflect (ix_runs_folder_start, on an expression). SQLite 3.35+ drops a column in place.
+    op.drop_index("ix_runs_deleted", table_name="runs")
+    op.drop_column("runs", "deleted")
+    op.drop_column("runs", "edited")
