@@ -39,6 +39,20 @@
     box.setSelectionRange(at, at);
   }
 
+  // "Compare selected" with nothing ticked says so beside the button instead of opening an empty comparison.
+  function compareGuard() {
+    const button = $("compare"), note = $("compare-none");
+    if (!button || !note) return;
+    const form = button.form, ticked = () => form.querySelector("input[name=ids]:checked") !== null;
+    form.addEventListener("submit", (e) => {
+      if (ticked()) return;
+      e.preventDefault();
+      note.hidden = false;
+    });
+    form.addEventListener("change", () => { if (ticked()) note.hidden = true; });
+  }
+
   columnChooser();
   filterError();
+  compareGuard();
 })();
