@@ -74,6 +74,20 @@ def write_store(home: Path, runs: int) -> list[str]:
     return names[::-1]
 
 
+def _poll(http: httpx.Client, proc: subprocess.Popen[bytes], log: Path, path: str) -> httpx.Response | None:
+    """``path`` from the `ember ui` process once it answers (logged in through the link it printed), else None."""
+    if proc.poll() is not None:
+        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
+    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
+    try:
+        if entry and not http.cookies:
+            http.get(entry.group(0))
+        page = http.get(path) if http.cookies else None
+    except httpx.HTTPError:
+        return None
+    return page if page is not None and page.status_code == 200 else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -115,16 +129,8 @@ def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
             first = complete = done = None
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
                 while done is None:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
-                    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
-                    try:
-                        if entry and not http.cookies:
-                            http.get(entry.group(0))
-                        page = http.get("/ui/runs") if http.cookies else None
-                    except httpx.HTTPError:
-                        page = None
-                    if page is not None and page.status_code == 200:
+                    page = _poll(http, proc, log, "/ui/runs")
+                    if page is not None:
                         now = time.monotonic() - began
                         first = first if first is not None else now
                         shown = re.findall(r'class="run-link" href="[^"]+">([^<]*)</a>', page.text)
@@ -182,16 +188,8 @@ def big(src: Path, tmp: Path, points: int, runs: int = 65) -> None:
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
                 while True:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
-                    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
-                    try:
-                        if entry and not http.cookies:
-                            http.get(entry.group(0))
-                        page = http.get("/ui/folders?path=/local/default") if http.cookies else None
-                    except httpx.HTTPError:
-                        page = None
-                    if page is not None and page.status_code == 200:
+                    page = _poll(http, proc, log, "/ui/folders?path=/local/default")
+                    if page is not None:
                         text = page.text
                         if (
                             counted is None
