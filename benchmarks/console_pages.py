@@ -51,8 +51,20 @@ DRAWN = """() => {
 }"""
 
 
-def _fill(settings: Settings, key: str, host: str, run_id: str, name: str, train: int, val: int) -> None:
-    body = {"folder": "bench", "make_folder": True, "run": {"id": run_id, "name": name, "status": "Complete"}}
+def _fill(
+    settings: Settings,
+    key: str,
+    host: str,
+    run_id: str,
+    name: str,
+    train: int,
+    val: int,
+    hparams: dict[str, Any] | None = None,
+    shift: float = 0.0,
+) -> None:
+    """A run ``name`` in the folder ``bench``: ``train`` points of each of NAMES, ``val`` more (``shift`` added)."""
+    run = {"id": run_id, "name": name, "status": "Complete", "hparams": hparams or {}}
+    body = {"folder": "bench", "make_folder": True, "run": run}
     with httpx.Client(base_url=host, headers={"Authorization": f"Bearer {key}"}) as http:
         http.put(f"/api/v1/runs/{run_id}", json=body).raise_for_status()
     engine = make_engine(settings.db_url)
@@ -64,7 +76,7 @@ def _fill(settings: Settings, key: str, host: str, run_id: str, name: str, train
         every = max(1, train // max(1, val)) if type_ == "val" else 1
         for i, lo in enumerate(range(0, points, batch)):
             steps = [s * every for s in range(lo, min(points, lo + batch))]
-            metrics = {n: [value(s, k) for s in steps] for k, n in enumerate(NAMES)}
+            metrics = {n: [value(s, k) + shift for s in steps] for k, n in enumerate(NAMES)}
             columns = MetricBatch(
                 type=type_,
                 start=i,

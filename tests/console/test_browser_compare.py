@@ -108,7 +108,7 @@ def test_every_shared_metric_in_a_grid_loss_first_distinct_colours_legend_and_be
     assert sorted(legend.all_inner_texts()) == names  # newest first, as the runs table
     for metric in ("train/loss", "val/loss", "train/acc", "val/acc"):
         assert _chart(p, metric).get_attribute("data-traces") == "12"
-        assert _chart(p, metric).locator(".main-svg").count() > 0
+        assert _chart(p, metric).locator("canvas").count() > 0  # uPlot, as the run page
     # best by ember.track.best.metric_mode: the lowest val/loss (run 7), the highest val/acc (run 3)
     ids = _ids(p)
     assert _chart(p, "val/loss").get_attribute("data-best-run") == ids["cmp-007"]
@@ -146,7 +146,7 @@ def test_parallel_coordinates_and_scatter_over_a_sweep_of_150_runs(browser: Any,
     lines = p.page.locator("#parcoords .scatterlayer .trace").count()
     assert lines >= 2  # the runs' lines (by colour) and the best run's
     assert p.page.locator("#scatter .scatterlayer .point").count() == BIG + 1  # every run and the best starred
-    assert p.page.locator("#line-note").is_visible()  # line charts: the first 50
+    assert _chart(p, "train/loss").get_attribute("data-traces") == str(BIG)  # before: the first 50
     p.page.select_option("#cmp-metric", "val/acc")
     p.page.wait_for_timeout(300)
     ids = _ids(p)
@@ -289,4 +289,93 @@ def test_the_legend_is_shown_for_two_runs_and_names_each_in_its_line_colour(brow
         assert _chart(p, metric).get_attribute("data-traces") == str(count)
         assert _chart(p, metric).evaluate(LINE_COLOURS) == swatches
     p.check("compare-legend-2")
+    p.page.context.close()
+
+
+SIXTY = 60
+
+
+def test_sixty_runs_every_run_drawn_and_the_best_over_all_of_them_named_and_starred(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    """Before: line charts drew the newest 50 runs and named and starred the best of those 50
+    ("best 0.9611 · sweep-49") while the table highlighted an older run absent from the charts."""
+    for i in range(SIXTY):  # the oldest, sixty-004, holds the best val/acc; newest first, it is 56th
+        run = track.create_run(name=f"sixty-{i:03d}", home=site["store"], folder="sixty", hparams={"seed": i})
+        for step in range(4):
+            run.log("val", {"acc": 0.5 + 0.1 * step + (0.09 if i == 4 else i * 0.001)}, step=step)
+        run.finish()
+    p = new_page(browser, site)
+    _open_compare(p, "sixty", SIXTY)
+    ids = _ids(p)
+    chart = _chart(p, "val/acc")
+    assert chart.get_attribute("data-traces") == str(SIXTY)
+    assert chart.get_attribute("data-best-run") == ids["sixty-004"]
+    assert chart.get_attribute("data-stars") == ids["sixty-004"]  # starred on its line
+    assert chart.locator(".chart-best").inner_text() == "best 0.89 · sixty-004"
+    cell = p.page.locator("#compare-runs td.best[data-metric='val/acc']").locator("xpath=..")
+    assert cell.get_attribute("data-run") == ids["sixty-004"]  # the table and the chart agree
+    # the title stands above the plot, never under a toolbar: the two boxes do not overlap
+    title = chart.locator(".chart-head").bounding_box()
+    plot = chart.locator(".chart-plot").bounding_box()
+    assert title and plot and title["y"] + title["height"] <= plot["y"] + 0.5
+    # hovering the star names the run, its value and step
+    chart.scroll_into_view_if_needed()
+    star = chart.evaluate(
+        """el => { const u = el.uplot; const s = u.series.findIndex(s => s.label === 'sixty-004');
+        const i = u.data[s].findIndex(v => v !== undefined && Math.abs(v - 0.89) < 1e-9);
+        const r = u.over.getBoundingClientRect();
+        return [r.left + u.valToPos(u.data[0][i], 'x'), r.top + u.valToPos(u.data[s][i], 'y')]; }"""
+    )
+    p.page.mouse.move(star[0] - 30, star[1])
+    p.page.mouse.move(star[0] - 1.5, star[1], steps=3)  # the last step: the plot's right edge
+    assert chart.locator(".chart-hover").inner_text() == "best (max): sixty-004 · 0.89 at step 3"
+    # the legend filters: a click hides the run in every chart, a second shows it again
+    entry = p.page.locator("#compare-legend li", has_text="sixty-004")
+    shown = "(el, name) => el.uplot.series.find(s => s.label === name).show"
+    entry.click()
+    assert chart.evaluate(shown, "sixty-004") is False
+    assert "off" in (entry.get_attribute("class") or "") and p.page.inner_text("#legend-count") == str(SIXTY - 1)
+    entry.click()
+    assert chart.evaluate(shown, "sixty-004") is True
+    p.check("compare-sixty")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.screenshot(path=str(RESULTS / "compare-60-runs.png"), full_page=True)
+    p.page.context.close()
+
+
+def test_runs_grouped_by_an_hparam_are_bands_with_counts_kept_in_the_url(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33 item 6: seeds (here the runs of each optimizer) folded into one mean ± std band per
+    value of the chosen hparam, the count of runs in the legend, the choice kept in the URL."""
+    p = new_page(browser, site)
+    _open_compare(p, "cmp", 12)
+    p.page.select_option("#cmp-group", "opt.name")
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").dataset.groups"
+    )
+    assert "group=opt.name" in p.page.url
+    legend = p.page.locator("#compare-legend li").all_inner_texts()
+    assert legend == ["opt.name=adam (6 runs)", "opt.name=sgd (6 runs)"]  # the newest run's group first
+    chart = _chart(p, "train/loss")
+    assert json.loads(chart.get_attribute("data-groups") or "[]") == [["opt.name=adam", 6], ["opt.name=sgd", 6]]
+    # the band of adam (runs 1, 3, ... 11) at step 0: the mean and std of its runs' train/loss there
+    losses = [2.0 + abs(i - 5) * 0.05 for i in range(1, 12, 2)]
+    mean = sum(losses) / 6
+    std = (sum((v - mean) ** 2 for v in losses) / 6) ** 0.5
+    got = chart.evaluate(
+        "el => { const u = el.uplot, j = u.data[0].indexOf(0); return [1, 2, 3].map(k => u.data[k][j]); }"
+    )
+    assert got == pytest.approx([mean, mean + std, mean - std], rel=1e-9)
+    assert chart.evaluate("el => el.uplot.bands.length") == 2
+    p.page.locator("#compare-legend li").first.click()  # the legend filters groups too
+    p.page.wait_for_function(
+        "!document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.series[1].show"
+    )
+    p.page.reload()  # the grouping survives a reload: it is in the address
+    p.page.wait_for_selector("body[data-compare-ready='1']")
+    assert p.page.input_value("#cmp-group") == "opt.name"
+    assert p.page.locator("#compare-legend li").count() == 2
+    p.check("compare-grouped")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped.png"))
     p.page.context.close()

@@ -125,7 +125,7 @@ def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dic
     for box in p.page.locator("input[name=ids]").all():
         box.check()
     p.page.click("#compare")
-    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart .main-svg")
+    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart[data-drawn]")
     assert p.page.get_attribute("#compare-grid .chart[data-metric='train/loss']", "data-traces") == "2"
     p.check("local-compare")
     p.page.context.close()
@@ -227,7 +227,7 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str,
     for box in p.page.locator("input[name=ids]").all()[:2]:
         box.check()
     p.page.click("#compare")
-    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart .main-svg")
+    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart[data-drawn]")
     assert _overflow(p) <= 1, ("compare page", _overflow(p))
     p.check("phone-compare")
     ctx.close()

@@ -141,7 +141,7 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     for box in p.page.locator("input[name=ids]").all():
         box.check()
     p.page.click("#compare")
-    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart .main-svg")
+    p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart[data-drawn]")
     p.page.wait_for_load_state("networkidle")
     assert p.page.get_attribute("#compare-grid .chart[data-metric='train/loss']", "data-traces") == "2"
     assert "lr" in p.page.locator("#compare-runs thead th.hparam").all_inner_texts()
@@ -181,6 +181,7 @@ def test_bob_sees_no_private_run_anywhere(browser: Any, site: dict[str, Any]) ->
     r = p.page.request.get(f"{site['url']}/ui/runs/{site['runs'][0].id}/series?type=train")
     assert r.status == 404
     ids = "&".join(f"ids={r.id}" for r in site["runs"])
+    assert p.page.request.get(f"{site['url']}/ui/compare/series?type=train&{ids}").status == 404  # the page's series
     assert p.goto(f"/ui/compare?{ids}").status == 404
     p.errors.clear()  # the 404s above are logged by Chromium as failed resources, on purpose
     p.page.context.close()
@@ -227,22 +228,25 @@ def test_no_request_leaves_the_machine_and_chart_text_is_text(browser: Any, site
         clicking["on"] = False
         p.goto(path)
         charts = p.page.locator(".chart").count()
-        run_page = path.startswith("/ui/runs/")  # its charts are uPlot's: titles are the page's text
+        run_page = path.startswith("/ui/runs/")
+        uplot = run_page or "compare" in path  # line charts are uPlot's: titles are the page's text
         if charts:
-            p.page.wait_for_selector(".chart[data-drawn]" if run_page else ".chart .main-svg")
+            p.page.wait_for_selector(".chart[data-drawn]" if uplot else ".chart .main-svg")
+            if "compare" in path:
+                p.page.wait_for_selector("body[data-compare-ready='1']")
             assert p.page.locator(".chart a").count() == 0  # no markup became a link
-            titles = p.page.locator(".chart .chart-title" if run_page else ".chart .gtitle").all_text_contents()
+            titles = p.page.locator(".chart .chart-title" if uplot else ".chart .gtitle").all_text_contents()
             assert any(LINK in t for t in titles), titles
             if "compare" in path:  # the compare page's legend is one list above its grid of charts
                 legends = p.page.locator("#compare-legend li").all_inner_texts()
                 assert sorted(legends) == sorted(NAMES), legends
         clicking["on"] = True
-        for chart in range(0 if run_page else min(charts, 1)):
-            buttons = p.page.locator(".chart").nth(chart).locator(".modebar-btn")
-            assert buttons.count() >= 4
-            for i in range(buttons.count()):
-                buttons.nth(i).dispatch_event("click")
-                clicked += 1
+        plotly = p.page.locator(".chart:has(.modebar)")  # the compare page's sweep charts
+        buttons = plotly.locator(".modebar-btn")
+        assert buttons.count() >= (4 if plotly.count() else 0)
+        for i in range(buttons.count()):
+            buttons.nth(i).dispatch_event("click")
+            clicked += 1
         links = p.page.locator("a")
         for i in range(links.count()):
             links.nth(i).dispatch_event("click")

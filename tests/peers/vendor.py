@@ -2,6 +2,7 @@
 
     python -m tests.peers.vendor pytorch_accelerated SDIST.tar.gz   # pytorch-accelerated's PyPI sdist
     python -m tests.peers.vendor pytorch_accelerated_examples SDIST.tar.gz   # its examples/core
+    python -m tests.peers.vendor pytorch_accelerated_vision CHECKOUT # examples/vision, a v0.1.61 checkout
     python -m tests.peers.vendor colossalai_examples CHECKOUT        # ColossalAI-Examples' features/
     python -m tests.peers.vendor colossalai_examples_image CHECKOUT  # and its image/
     python -m tests.peers.vendor detectron2 CHECKOUT                 # a detectron2 checkout
@@ -24,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 TARGETS = {
     "pytorch_accelerated_examples": HERE.parent / "seeds" / "programs" / "pytorch_accelerated",
+    "pytorch_accelerated_vision": HERE.parent / "seeds" / "programs" / "pytorch_accelerated" / "vision",
     "colossalai_examples": HERE.parent / "seeds" / "programs" / "colossalai",
     "colossalai_examples_image": HERE.parent / "seeds" / "programs" / "colossalai" / "image",
 }
@@ -45,6 +47,15 @@ PEERS = {
          "train_with_metrics_in_loop.py"],
         [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
          (r"\btorchvision\b", "tests.seeds.standins.torchvision")],
+    ),
+    "pytorch_accelerated_vision": (
+        "examples/vision",
+        ["transfer_learning/pytorch_tutorial_finetune.py", "transfer_learning/progressive_resizing.py",
+         "transfer_learning/pets_finetune.py"],
+        [(r"\bpytorch_accelerated\b", "ember.compat.pytorch_accelerated"),
+         (r"\btorchvision\b", "tests.seeds.standins.torchvision"),
+         (r"^from timm\b", "from tests.seeds.standins.timm"),
+         (r"^from func_to_script\b", "from tests.seeds.standins.func_to_script")],
     ),
     "colossalai_examples": (
         "features",

@@ -1,13 +1,15 @@
 """The peers' own example programs (tests/seeds/programs), imports rewritten, run on ember.
 
-pytorch-accelerated's ``examples/core`` and, of ColossalAI-Examples, ``features/gradient_accumulation``,
-``features/amp`` (its engine loop in fp32 and in NAIVE fp16, its Trainer with torch AMP) and
-``image/vision_transformer/data_parallel``: each on one process, then all in one 2-process torchrun
-together with the programs written for 2 processes (``features/tensor_parallel`` with its 1-D
-config, ``features/pipeline_parallel``); ``features/tensor_parallel`` with its 2-D config in one
-4-process torchrun. ``PT_ACC_LIMIT_BATCHES`` (pytorch-accelerated's own switch) keeps every epoch
-to a few batches; the Colossal-AI programs read a small CIFAR-10 stand-in from ``$DATA`` (a ``SIZE``
-file there), as they would read a downloaded one.
+pytorch-accelerated's ``examples/core`` and ``examples/vision/transfer_learning`` (the ants/bees
+tutorial, progressive resizing, the pets fine-tuning with its ModelFreezer) and, of
+ColossalAI-Examples, ``features/gradient_accumulation``, ``features/amp`` (its engine loop in fp32
+and in NAIVE fp16, its Trainer with torch AMP) and ``image/vision_transformer/data_parallel``:
+each on one process, then all in one 2-process torchrun together with the programs written for
+2 processes (``features/tensor_parallel`` with its 1-D config, ``features/pipeline_parallel``);
+``features/tensor_parallel`` with its 2-D config in one 4-process torchrun.
+``PT_ACC_LIMIT_BATCHES`` (pytorch-accelerated's own switch) keeps every epoch to a few batches;
+the vision examples read a few image files (``_images``), the Colossal-AI programs a small
+CIFAR-10 stand-in from ``$DATA`` (a ``SIZE`` file there), as they would read a downloaded one.
 
 ColossalAI-Examples' ``features/gradient_clipping`` does not run: its config sets
 ``gradient_clipping = 2.0``, a key Colossal-AI ignores (its key is ``clip_grad_norm``: the example
@@ -17,6 +19,7 @@ the programs tried and why the others do not run."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -27,11 +30,19 @@ from ember.errors import ConfigError
 from tests.dist import free_port, torchrun
 from tests.seeds.scripts import run_peer_programs
 from tests.seeds.scripts.run_peer_programs import run
+from tests.seeds.standins.torchvision.datasets import write_image_files
 
 RUNNER = run_peer_programs.__file__
 
 PTA = ["train_mnist", "custom_callback_event", "train_with_metrics_in_callback", "train_with_metrics_in_loop"]
 PTA_PROGRAMS = [f"pytorch_accelerated/{name}.py" for name in PTA]
+VISION = "pytorch_accelerated/vision/transfer_learning"
+PTA_VISION = [f"{VISION}/pytorch_tutorial_finetune.py --data_dir {{data}}/hymenoptera",
+              f"CWD={{data}} {VISION}/progressive_resizing.py --data_dir {{data}}/imagenette",
+              f"{VISION}/pets_finetune.py --data_dir {{data}}/pets --batch_size 4 --image_size 32"]  # fmt: skip
+"""pytorch-accelerated's vision examples, on image files in ``{data}`` (:func:`_images`); the
+progressive-resizing one runs from there, where its SaveBestModelCallback writes
+``best_model.pt``. ``--batch_size``/``--image_size`` are the pets program's own options."""
 CAI_PROGRAMS = ["colossalai/gradient_accumulation/train.py", "colossalai/amp/train.py --config config/config_fp32.py",
                 "colossalai/amp/train.py --config config/config_AMP_torch.py --use_trainer",
                 "colossalai/amp/train.py --config config/config_AMP_naive.py",
@@ -87,6 +98,9 @@ def _check(name: str, lines: list[str], world: int = 1) -> None:
             assert sum(line.startswith("epoch: ") and "avg step time" in line for line in lines) == 2, lines
         return
     metrics = _metrics(lines)
+    if name.startswith(VISION):
+        _check_vision(name, lines, metrics)
+        return
     epochs = 8 if "custom_callback_event" in name else 2
     assert len(metrics["train_loss_epoch"]) == epochs and len(metrics["eval_loss_epoch"]) == epochs, metrics
     assert all(math.isfinite(v) for values in metrics.values() for v in values)
@@ -94,6 +108,40 @@ def _check(name: str, lines: list[str], world: int = 1) -> None:
         assert 0.0 <= metrics["accuracy"][-1] <= 1.0 and "recall" in metrics and "precision" in metrics
     if "train_mnist" in name or "in_loop" in name:  # then trainer.evaluate on the test split
         assert len(metrics["evaluation_loss"]) == 1
+
+
+def _check_vision(name: str, lines: list[str], metrics: dict[str, list[float]]) -> None:
+    assert all(math.isfinite(v) for values in metrics.values() for v in values), metrics
+    losses = metrics["train_loss_epoch"]
+    if "pytorch_tutorial" in name:  # num_epochs=8
+        assert len(losses) == len(metrics["eval_loss_epoch"]) == 8, metrics
+    elif "pets" in name:  # 2 epochs with the backbone frozen, 6 after unfreezing it, one run history
+        assert len(losses) == len(metrics["eval_loss_epoch"]) == 8, metrics
+        assert all(len(metrics[k]) == 8 and 0 <= min(metrics[k]) <= max(metrics[k]) <= 1
+                   for k in ("accuracy", "precision", "recall")), metrics  # fmt: skip
+    else:  # three train() calls of 2, 3 and 6 epochs at growing sizes, each may stop early (patience 2)
+        sizes = [line for line in lines if line.startswith("Training with image size: ")]
+        assert sizes == [f"Training with image size: {n}" for n in (64, 128, 224)], lines
+        assert 3 <= len(losses) <= 11 and len(metrics["accuracy"]) == len(losses), metrics
+        started = [int(line.split()[1]) for line in lines if line.startswith("Epoch ") and line.endswith("started")]
+        # the run history goes on across the calls; as in pytorch-accelerated, an early-stopped epoch is not counted
+        assert len(started) == len(losses) and started[0] == 1, lines
+        stopped = any(line.startswith("early stopping: ") for line in lines)
+        assert all(b - a == 1 or (b == a and stopped) for a, b in itertools.pairwise(started)), lines
+        assert sum(line.startswith("loading the best checkpoint") for line in lines) == 3, lines
+
+
+def _images(folder: Path) -> str:
+    """Small image files where the vision examples look for their downloads: torchvision's
+    ants/bees and Imagenette as class folders, Oxford-IIIT Pets as ``<breed>_<n>.jpg``."""
+    names = {"hymenoptera": [f"{split}/{c}/{i}.png" for split in ("train", "val") for c in ("ants", "bees")
+                             for i in range(2)],
+             "imagenette": [f"{split}/{c}/{i}.png" for split in ("train", "val") for c in ("n01440764", "n02102040")
+                            for i in range(2)],
+             "pets": [f"{breed}_{i}.jpg" for breed in ("Abyssinian", "basset_hound") for i in range(5)]}  # fmt: skip
+    for name, files in names.items():
+        write_image_files(folder / name, files, size=16)
+    return str(folder)
 
 
 def _data(folder: Path, size: str) -> str:
@@ -106,6 +154,16 @@ def _data(folder: Path, size: str) -> str:
 @pytest.mark.parametrize("program", PTA_PROGRAMS)
 def test_the_pytorch_accelerated_program_runs_as_written(program: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PT_ACC_LIMIT_BATCHES", "3")
+    _check(program, run(program))
+
+
+@pytest.mark.parametrize(
+    "program", [p for p in PTA_VISION if "progressive" not in p], ids=lambda p: p.split()[0].rsplit("/", 1)[1]
+)
+def test_the_pytorch_accelerated_vision_example_runs_as_written(program: str, tmp_path: Path) -> None:
+    # progressive_resizing.py (11 epochs, 3 checkpoints: the dearest) runs in the 2-process job only;
+    # test_pytorch_accelerated.py checks one process on its paraphrase in depth
+    program = program.format(data=_images(tmp_path))
     _check(program, run(program))
 
 
@@ -131,14 +189,18 @@ def test_the_gradient_clipping_example_is_stopped_at_its_misspelt_key(monkeypatc
 @pytest.mark.multiprocess
 def test_the_programs_run_as_written_on_two_processes(tmp_path: Path) -> None:
     small = f"DATA={_data(tmp_path / 'small', '256 64')}"  # one batch of 128 a rank (a few of 64), at 224 x 224
-    programs = [*PTA_PROGRAMS, *[p if "accumulation" in p else f"{small} {p}" for p in CAI_PROGRAMS],
+    images = _images(tmp_path / "images")
+    programs = [*PTA_PROGRAMS, *[p.format(data=images) for p in PTA_VISION],
+                *[p if "accumulation" in p else f"{small} {p}" for p in CAI_PROGRAMS],
                 *[f"{small} {p}" for p in CAI_TWO]]  # fmt: skip
     env = {"PT_ACC_LIMIT_BATCHES": "3", "DATA": _data(tmp_path / "big", "1024")}  # 4 batches of 128 per rank
     job = torchrun(RUNNER, nproc=2, args=programs, env=env, timeout=400)
     first, second = job.results[0], job.results[1]
     for program in programs:
         _check(program, first[program], world=2)  # rank 0 prints and logs
-    assert all(not second[p] for p in PTA_PROGRAMS)  # pytorch-accelerated prints on the main process only
+    pta = [*PTA_PROGRAMS, *[p.format(data=images) for p in PTA_VISION]]
+    assert all(not second[p] for p in pta), second  # pytorch-accelerated prints on the main process only
+    assert (Path(images) / "best_model.pt").is_file()  # progressive_resizing's SaveBestModelCallback, in its CWD
 
 
 @pytest.mark.multiprocess

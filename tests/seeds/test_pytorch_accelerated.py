@@ -77,14 +77,16 @@ def test_transfer_learning_example_trains_and_its_step_lr_decays_after_seven_epo
 
 
 def test_progressive_resizing_example_continues_one_history_and_reloads_the_best_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = make_image_folder(tmp_path / "data", n_train=256, n_val=64)
     monkeypatch.chdir(tmp_path)  # SaveBestModelCallback writes best_model.pt here
     trainer = pytorch_accelerated_progressive_resizing.main(data)
     history = trainer.run_history
     epochs = len(history.get_metric_values("eval_loss_epoch"))
-    assert history.current_epoch == epochs + 1 and 6 <= epochs <= 11  # three train calls, one history
+    # three train calls, one history; as in pytorch-accelerated, an epoch ended by early stopping is not counted
+    stops = sum(1 for line in capsys.readouterr().out.splitlines() if line.startswith("early stopping: "))
+    assert history.current_epoch == epochs + 1 - stops and 6 <= epochs <= 11
     assert len(history.get_metric_values("accuracy")) == epochs and max(history.get_metric_values("accuracy")) >= 0.95
     one_cycle = trainer.scheduler  # the last call's OneCycleLR: its placeholders were that call's numbers
     assert one_cycle.total_steps == 6 * 8  # NUM_EPOCHS * NUM_UPDATE_STEPS_PER_EPOCH (256 images, batches of 32)
@@ -96,7 +98,8 @@ def test_progressive_resizing_example_continues_one_history_and_reloads_the_best
     assert saved["meta"]["extra"] == {"accuracy": callback.best_metric}
     eval_losses = list(history.get_metric_values("eval_loss_epoch"))
     best_epoch = saved["meta"]["epoch"]  # epochs completed when it was saved (ember counts across train calls)
-    assert callback.best_metric_epoch == best_epoch + 1  # pytorch-accelerated's: the run history's next epoch
+    # pytorch-accelerated's: the run history's epoch when it was saved (early-stopped epochs not counted)
+    assert best_epoch - stops <= callback.best_metric_epoch <= best_epoch
     assert best_epoch < epochs  # not the last epoch: the final weights were replaced
     trainer.evaluate(ImageFolder(data / "val", resize(16)), per_device_batch_size=32, dataloader_kwargs=QUIET)
     reloaded = trainer.run_history.get_latest_metric("evaluation_loss")
@@ -117,6 +120,8 @@ def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_lau
     assert r0["local_updates_per_epoch"] == 8 and r0["updates_per_epoch"] == 16
     assert r0["step_size"] == 7 * 16 and r0["scheduler_steps"] == 3 * 8
     assert r0["params"] == r1["params"]  # DDP kept the replicas equal
+    # and the layers unfrozen between two train() calls (pets_finetune's pattern), which DDP was not built with
+    assert r0["unfrozen_params"] == r1["unfrozen_params"]
     assert r0["metrics"] == r1["metrics"]  # the epoch losses are averaged over both processes
     assert r0["accuracy"] >= 0.9
     assert r0["gathered"] == r1["gathered"] == [0.0, 1.0]  # trainer.gather concatenates in rank order
@@ -345,6 +350,13 @@ def test_bad_train_arguments_and_step_results_are_clear_errors(tmp_path: Path) -
 
     with pytest.raises(TrainerError, match=r"calculate_train_batch_loss returned a dict without \['batch_size'\]"):
         _train(_trainer(cls=NoBatchSize))
+
+
+def test_assigning_another_loss_func_is_an_error_not_ignored() -> None:
+    trainer = _trainer()
+    trainer.loss_func = trainer.loss_func  # the same one (timm examples' TimmTrainer re-assigns it): fine
+    with pytest.raises(TrainerError, match=r"trainer.loss_func = .*override calculate_eval_batch_loss"):
+        trainer.loss_func = nn.MSELoss()  # the Engine's criterion would stay the first one
 
 
 def test_the_defaults_are_pytorch_accelerateds() -> None:

@@ -69,6 +69,7 @@ def test_killing_the_server_mid_upload_then_retrying_completes_without_duplicate
     monkeypatch.setenv("EMBER_HOST", proc.url)
     monkeypatch.setenv("EMBER_API_KEY", key)
     monkeypatch.setattr(client_mod, "BATCH_LINES", 50)
+    patient = client_mod.DEFAULT_RETRY
     monkeypatch.setattr(client_mod, "DEFAULT_RETRY", Retry(deadline_s=0.5, base_s=0.05))  # give up while it is down
     run = track.create_run(name="big", home=tmp_path / "store")
     for step in range(6000):
@@ -96,6 +97,7 @@ def test_killing_the_server_mid_upload_then_retrying_completes_without_duplicate
     proc.start()
     partial = _stored_values(proc, key, run.id)
     assert 0 < partial < 12000  # part of the run, committed batch by batch
+    monkeypatch.setattr(client_mod, "DEFAULT_RETRY", patient)  # the retry, as a user's, may wait for a busy server
     upload_run(run.path)
     assert _stored_values(proc, key, run.id) == 12000
     steps = [p["step"] for p in _get(proc, key, f"/runs/{run.id}/metrics", type="train")["points"]]

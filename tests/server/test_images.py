@@ -180,7 +180,7 @@ def test_run_images_count_in_the_owners_storage_quota(tmp_path: Path, db_url: st
         with pytest.raises(UploadError, match=r"over the quota of \d+ bytes per user.*--quota-mb"):
             _upload(server, second)
         assert server.req("GET", f"/runs/{second.id}/images").json()["images"] == []
-        assert server.req("DELETE", f"/runs/{first.id}").status_code == 200  # frees its images' bytes
+        assert server.req("DELETE", f"/runs/{first.id}?purge=true").status_code == 200  # frees its images' bytes
         _upload(server, second)
         assert len(server.req("GET", f"/runs/{second.id}/images").json()["images"]) == 2
     server.client.app.state.engine.dispose()

@@ -319,9 +319,12 @@ def test_a_short_series_beside_a_long_one_is_sent_whole(server: Server) -> None:
 
 
 def test_deleting_a_run_deletes_its_points_and_blocks(server: Server) -> None:
+    """DELETE moves the run to the trash (its points kept, restorable); ?purge=true deletes them."""
     _new_run(server)
     _post(server, {"type": "t", "start": 0, "end": 1, "points": [{"step": 1, "time": 0.0, "metrics": {"x": 1.0}}]})
     assert server.req("DELETE", f"/runs/{RUN}").status_code == 200
+    assert _stored(server) != {} and server.req("GET", f"/runs/{RUN}").status_code == 404
+    assert server.req("DELETE", f"/runs/{RUN}?purge=true").status_code == 200
     assert _stored(server) == {} and _blocks(server) == []
 
 

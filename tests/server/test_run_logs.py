@@ -52,7 +52,7 @@ def test_a_runs_output_is_bounded_per_run_and_counted_in_the_quota(tmp_path: Pat
         assert "run output held by 'alice', over the quota of 25000 bytes" in refused["detail"]
         assert "ember server --quota-mb" in refused["detail"]
         assert srv.req("GET", f"/runs/{'e' * 32}").json()["cursors"].get("stdout.log", 0) == 0
-        assert srv.req("DELETE", f"/runs/{RUN}").status_code == 200  # deleting the run frees its output
+        assert srv.req("DELETE", f"/runs/{RUN}?purge=true").status_code == 200  # deleting the run frees its output
         assert _send(srv, 0, "y" * 5_000, run_id="e" * 32) == {"cursor": 5_000}
     srv.client.app.state.engine.dispose()
 

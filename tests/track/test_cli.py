@@ -181,6 +181,37 @@ def test_rm_removes_only_with_yes_and_never_a_live_run(
     live.finish()
 
 
+def test_rename_label_note_change_run_json_and_never_a_live_run(
+    two_runs: tuple[track.Run, track.Run], store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = two_runs
+    assert ember("runs", "rename", "base", "the-baseline") == 0
+    assert ember("runs", "label", "base", "bigger", "--add", "keep", "--add", "sweep") == 0
+    assert ember("runs", "label", "bigger", "--remove", "sweep", "--add", "keep") == 0
+    assert ember("runs", "note", "base", "beats everything\nso far") == 0
+    meta_a = json.loads((a.path / "run.json").read_text())  # type: ignore[operator]
+    meta_b = json.loads((b.path / "run.json").read_text())  # type: ignore[operator]
+    assert (meta_a["name"], meta_a["labels"], meta_a["description"]) == (
+        "the-baseline",
+        ["keep", "sweep"],
+        "beats everything\nso far",
+    )
+    assert meta_b["labels"] == ["keep"] and meta_b["status"] == "Failed" and a.path.exists()  # type: ignore[union-attr]
+    assert track.load_run(a.path).name == "the-baseline"  # type: ignore[arg-type]
+    with pytest.raises(TrackingError, match="--add LABEL"):
+        ember("runs", "label", "base")
+    with pytest.raises(TrackingError, match="cannot name a folder"):
+        ember("runs", "rename", "base", "a/b")
+    live = track.create_run(name="live")
+    with pytest.raises(TrackingError, match="open in this process"):
+        ember("runs", "note", "live", "x")
+    live.finish()
+    before = (a.path / "run.json").read_bytes()  # type: ignore[operator]
+    with pytest.raises(TrackingError, match="label"):
+        ember("runs", "label", "base", "--add", "")
+    assert (a.path / "run.json").read_bytes() == before  # type: ignore[operator]
+
+
 def test_bad_run_reference_is_reported_by_main_with_exit_code_2(
     two_runs: tuple[track.Run, track.Run], capsys: pytest.CaptureFixture[str]
 ) -> None:

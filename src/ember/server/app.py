@@ -22,7 +22,7 @@ from ember.server import API_PREFIX
 from ember.server.api import errors
 from ember.server.api.guard import Hardened, HostCheck
 from ember.server.api.wire import SafeJSONResponse
-from ember.server.services import blobs
+from ember.server.services import blobs, runs
 from ember.server.services.blobs import BlobStore
 from ember.server.services.series import SeriesReader
 from ember.server.storage.db import check_database, make_engine, make_reader, migrate, prepare, session_factory
@@ -33,7 +33,12 @@ log = logging.getLogger("ember.server")
 
 
 def collect_blobs(app: FastAPI) -> int:
-    """Remove the blobs no artifact lists whose uploads' grace period has passed; return how many."""
+    """Purge the runs whose time in the trash is over, then remove the blobs no artifact lists whose
+    uploads' grace period has passed; return how many blobs."""
+    with app.state.sessions() as session, session.begin():
+        purged = runs.purge_expired(session)
+        if purged:
+            log.info("purged %d runs whose %d days in the trash were over", purged, runs.TRASH_DAYS)
     with app.state.sessions() as session, session.begin():
         return blobs.collect(session, app.state.blobs)
 
@@ -107,6 +112,7 @@ def create_app(settings: Settings, schema: Literal["check", "upgrade", "skip"] =
     api.include_router(run_routes.router)
     api.include_router(image_routes.router)
     api.include_router(run_routes.search)
+    api.include_router(run_routes.trash)
     api.include_router(artifact_routes.blobs)
     api.include_router(artifact_routes.router)
     app.include_router(api)

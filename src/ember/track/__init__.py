@@ -23,7 +23,7 @@ from __future__ import annotations
 from ember.track.api import create_run, load_run
 from ember.track.artifact import Artifact, NoOpArtifact, create_artifact, load_artifact
 from ember.track.hparams import HParams
-from ember.track.run import NoOpRun, Run
+from ember.track.run import NoOpRun, Run, edit_run
 
 
 def login(host: str | None = None, api_key: str | None = None) -> str:
@@ -51,6 +51,7 @@ __all__ = [
     "Run",
     "create_artifact",
     "create_run",
+    "edit_run",
     "load_artifact",
     "load_run",
     "login",

@@ -1,4 +1,4 @@
-"""``ember runs ls|show|compare|export|rm``: the local store from the command line.
+"""``ember runs ls|show|compare|export|rm|rename|label|note``: the local store from the command line.
 
 ``ember.cli`` calls :func:`add_commands`; each sub-command's handler is stored as
 ``args.handler`` and returns the exit code. Bad input raises :class:`~ember.errors.TrackingError`
@@ -24,6 +24,7 @@ from ember.track import export, lineage, local_query, query
 from ember.track._fs import read_json, resolve_home
 from ember.track.best import majority_mode, recorded_modes
 from ember.track.hparams import flatten
+from ember.track.run import edit_run
 from ember.track.store import (
     DAMAGED,
     RunInfo,
@@ -303,13 +304,49 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _edited(args: argparse.Namespace, info: RunInfo, **fields: Any) -> None:
+    """Write the fields into the run's run.json, then (``--server``) onto the same run on the server."""
+    meta = edit_run(info.path, **fields)
+    print(f"changed {', '.join(fields)} of {info.folder}")
+    if args.server:
+        from ember.track.client import Client
+
+        with Client() as client:
+            client.call("PATCH", f"/runs/{meta['id']}", json={k: meta[k] for k in fields})
+        print(f"changed {', '.join(fields)} of run {meta['id']} on {client.creds.host}")
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    """Give a finished run another name (its folder keeps its own)."""
+    info = run_info(resolve(args.run, _home(args)))
+    _edited(args, info, name=args.name)
+    return 0
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    """Add and remove labels on finished runs."""
+    if not args.add and not args.remove:
+        raise TrackingError("label: say what to change with --add LABEL and/or --remove LABEL")
+    for info in [run_info(p) for p in resolve_many(args.runs, _home(args))]:
+        held = [x for x in info.meta.get("labels") or [] if x not in args.remove]
+        _edited(args, info, labels=held + [x for x in args.add if x not in held])
+    return 0
+
+
+def cmd_note(args: argparse.Namespace) -> int:
+    """Set a finished run's description (notes); '' clears it."""
+    info = run_info(resolve(args.run, _home(args)))
+    _edited(args, info, description=args.text)
+    return 0
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``runs`` and its sub-commands (see :data:`ember._subcommands.AddCommands`).
 
     Example:
         >>> main(["runs", "ls"])
     """
-    runs = subparsers.add_parser("runs", help="list, show, compare, export and remove tracked runs")
+    runs = subparsers.add_parser("runs", help="list, show, compare, export, edit and remove tracked runs")
     sub = runs.add_subparsers(dest="runs_command", required=True, metavar="COMMAND")
     store = argparse.ArgumentParser(add_help=False)
     store.add_argument("--store", metavar="DIR", help="store root (default: $EMBER_HOME or ./.ember)")
@@ -348,6 +385,26 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("runs", metavar="RUN", nargs="+", help=run_help)
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(handler=cmd_rm)
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument(
+        "--server",
+        action="store_true",
+        help="also change the same run (by id) on the tracking server you logged into (ember login); "
+        "an edit made there wins over later uploads",
+    )
+    p = sub.add_parser("rename", parents=[store, server], help="give a finished run another name")
+    p.add_argument("run", metavar="RUN", help=run_help)
+    p.add_argument("name", metavar="NAME", help="the new name")
+    p.set_defaults(handler=cmd_rename)
+    p = sub.add_parser("label", parents=[store, server], help="add or remove labels of finished runs")
+    p.add_argument("runs", metavar="RUN", nargs="+", help=run_help)
+    p.add_argument("--add", action="append", default=[], metavar="LABEL", help="a label to add (repeatable)")
+    p.add_argument("--remove", action="append", default=[], metavar="LABEL", help="a label to remove (repeatable)")
+    p.set_defaults(handler=cmd_label)
+    p = sub.add_parser("note", parents=[store, server], help="set a finished run's description (notes)")
+    p.add_argument("run", metavar="RUN", help=run_help)
+    p.add_argument("text", metavar="TEXT", help="the notes ('' clears them)")
+    p.set_defaults(handler=cmd_note)
 
 
 def main(argv: list[str] | None = None) -> int:

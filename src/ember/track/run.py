@@ -17,6 +17,7 @@ from ember.track import _live, lineage
 from ember.track._fs import (
     check_description,
     check_labels,
+    check_name,
     drop_torn_tail,
     hostname,
     lock_folder,
@@ -631,6 +632,55 @@ class NoOpRun(Run):
         if self._state == "open":
             self._state = "finished"
             self._meta.update(status=status, reason=reason, end_time=now_iso())
+
+
+def edit_run(
+    folder: Path, *, name: str | None = None, labels: list[str] | None = None, description: str | None = None
+) -> dict[str, Any]:
+    """Change a finished run's name, labels or description in its ``run.json`` (the fields given).
+
+    Takes the run folder's lock, so a run open in a process (which rewrites ``run.json``) is
+    refused rather than edited behind its back; the folder keeps its name. The next upload
+    sends the change, except for a field already edited on the server (the server's edit wins,
+    see docs/tracking.md "Editing runs").
+
+    Args:
+        folder: the run's folder.
+        name: the new name (the rules of ``create_run``'s).
+        labels: the whole new list of labels.
+        description: the new description (notes).
+
+    Returns:
+        The run.json written.
+
+    Raises:
+        TrackingError: a bad value, a damaged run, or one open or Running in another process.
+
+    Example:
+        >>> edit_run(Path(".ember/runs/mnist_240520_101500_a1b2c3"), labels=["baseline"])
+    """
+    checked: dict[str, Any] = {}
+    if name is not None:
+        checked["name"] = check_name(name, "run name")
+    if labels is not None:
+        checked["labels"] = check_labels(labels)
+    if description is not None:
+        checked["description"] = check_description(description)
+    if _live.is_open(folder):
+        raise TrackingError(f"run {folder} is open in this process; change it through that Run")
+    folder_lock = lock_folder(folder, f"run {folder.name} ({folder})", lambda: _writer_of(folder))
+    try:
+        meta = _read_meta(folder)
+        if effective_status(meta) == "Running":
+            raise TrackingError(
+                f"run {folder} is still Running in pid {meta.get('pid')} on {meta.get('hostname')}; "
+                "change it when it has finished, nothing was changed"
+            )
+        meta.update(checked)
+        write_json_atomic(folder / RUN_FILE, meta)
+        return meta
+    finally:
+        unlock_folder(folder_lock)
 
 
 def _read_meta(folder: Path) -> dict[str, Any]:

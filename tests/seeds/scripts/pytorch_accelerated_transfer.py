@@ -18,7 +18,9 @@ from tests.dist import report
 from tests.seeds.pa_standins import ImageFolder, resize, resnet18
 from torch import nn, optim
 from torch.optim import lr_scheduler
+from torch.utils.data import TensorDataset
 
+from ember.compat.pytorch_accelerated.finetuning import ModelFreezer
 from ember.compat.pytorch_accelerated.trainer import Trainer, TrainerPlaceholderValues
 
 
@@ -43,6 +45,26 @@ def main(data_dir: str, num_epochs: int) -> Trainer:
         create_scheduler_fn=exp_lr_scheduler,
     )
     return trainer
+
+
+def unfreeze_between_train_calls() -> list[float]:
+    """pets_finetune's pattern on a small model: train the head with the body frozen, then
+    ``ModelFreezer.unfreeze``, add the body to the optimizer and train on; the weights after."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    freezer = ModelFreezer(model)
+    freezer.freeze()
+    optimizer = optim.SGD(freezer.get_trainable_parameters(), lr=0.1)
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    g = torch.Generator().manual_seed(rank)  # each process's data differs, so unsynced replicas drift
+    data = TensorDataset(torch.randn(16, 4, generator=g), torch.randint(0, 2, (16,), generator=g))
+    trainer = Trainer(model, loss_func=nn.CrossEntropyLoss(), optimizer=optimizer, callbacks=[])
+    quiet = {"num_workers": 0}
+    trainer.train(train_dataset=data, num_epochs=1, per_device_batch_size=4, train_dataloader_kwargs=quiet)
+    for group in freezer.unfreeze().values():
+        optimizer.add_param_group(group)
+    trainer.train(train_dataset=data, num_epochs=1, per_device_batch_size=4, train_dataloader_kwargs=quiet)
+    return [p.detach().sum().item() for p in model.parameters()]
 
 
 if __name__ == "__main__":
@@ -73,5 +95,6 @@ if __name__ == "__main__":
             "accuracy": accuracy,
             "gathered": trainer.gather(torch.tensor([float(os.environ.get("RANK", "0"))])).tolist(),
             "params": [p.detach().sum().item() for p in trainer.model.parameters()],
+            "unfrozen_params": unfreeze_between_train_calls(),
         }
     )

@@ -79,7 +79,10 @@ def _fresh_rendezvous(index: int) -> None:
 
 def run(spec: str, index: int = 0) -> list[str]:
     """Run ``[NAME=value...] programs/<path> [args]`` as ``__main__`` in its folder, with those
-    environment variables set (as a shell would); the lines it printed or logged."""
+    environment variables set (as a shell would); the lines it printed or logged. ``CWD=dir``
+    among them runs it from ``dir`` instead (for a program that writes into its working folder,
+    as pytorch-accelerated's ``SaveBestModelCallback`` does): its folder still comes first on
+    ``sys.path``, as under ``python path/to/program.py``."""
     words = shlex.split(spec)
     env = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: re.match(r"[A-Z_][A-Z0-9_]*=", w), words))
     path, *args = words[len(env) :]
@@ -95,7 +98,7 @@ def run(spec: str, index: int = 0) -> list[str]:
     sys.path.insert(0, str(program.parent))  # as `python program.py` puts its folder first
     modules = set(sys.modules)
     try:
-        os.chdir(program.parent)
+        os.chdir(env.get("CWD", program.parent))
         sys.argv = [str(program), *args]
         with contextlib.redirect_stdout(out), _cpu_for_cuda_calls():
             runpy.run_path(str(program), run_name="__main__")

@@ -137,9 +137,10 @@ class CallbackDriver(hooks.BaseHook):
             EmberTrainer.evaluate(trainer, LiveEvalLoader(trainer))
         if self._stopping():
             return
-        increment_epoch(trainer.run_history)
         trainer.training_run_epoch_end()
         self._event("on_training_run_epoch_end")
+        if not self._stopped:  # as pytorch-accelerated: after the epoch's last event, and not when it stopped the run
+            increment_epoch(trainer.run_history)
 
     def after_train(self) -> None:
         """``training_run_end`` and ``on_training_run_end`` (also after a stop)."""

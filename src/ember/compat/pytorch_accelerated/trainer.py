@@ -207,6 +207,21 @@ class Trainer(CheckpointMethods, EmberTrainer):
 
     # -- what pytorch-accelerated's trainer exposes -------------------------------------------------
     @property
+    def loss_func(self) -> Callable[..., torch.Tensor]:
+        """The loss function the Engine computes the loss with (``Trainer(loss_func=...)``)."""
+        return self._loss_func
+
+    @loss_func.setter
+    def loss_func(self, value: Callable[..., torch.Tensor]) -> None:
+        if getattr(self, "_loss_func", value) is not value:
+            raise TrainerError(
+                "trainer.loss_func = ...: ember's Engine computes the loss with the loss_func the Trainer was built "
+                "with, so another one would be ignored; to use another loss (e.g. one for evaluation), override "
+                "calculate_eval_batch_loss (or calculate_train_batch_loss) and compute it there"
+            )
+        self._loss_func = value
+
+    @property
     def model(self) -> Any:
         """The model; calling it runs the Engine's forward pass (autocast, DDP, the device)."""
         return self._model

@@ -62,7 +62,9 @@ class LimitBatches:
 
 
 class DataLoaderSlice:
-    """The first ``slice_size`` batches of ``dl`` (its length is ``slice_size``).
+    """The first ``slice_size`` batches of ``dl`` (its length is ``slice_size``); its other
+    attributes are ``dl``'s (``trainer._eval_dataloader.device`` still works under
+    ``PT_ACC_LIMIT_BATCHES``, as pytorch-accelerated's progressive-resizing example reads it).
 
     Args:
         dl: a DataLoader or other iterable.
@@ -77,6 +79,11 @@ class DataLoaderSlice:
 
     def __len__(self) -> int:
         return self.slice_size
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dl":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.dl, name)
 
 
 def _local_rank() -> int:

@@ -1,4 +1,4 @@
-"""``/api/v1/runs``: upload a run (metadata, metrics, stdout, lineage) and read it back."""
+"""``/api/v1/runs``: upload a run (metadata, metrics, stdout, lineage), read it back, edit it, trash it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from ember.server.api.wire import CheckedRoute, SafeJSONResponse
 from ember.server.services import logs, runs
 from ember.server.services.lookup import get_run
 from ember.server.services.series import MAX_BUCKETS
-from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunIn, RunPageOut
+from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunEdit, RunIn, RunPageOut
 
 router = APIRouter(prefix="/runs", tags=["runs"], route_class=CheckedRoute)
 # not GET /runs: '/runs/' must stay a bad run id
 search = APIRouter(prefix="/search", tags=["runs"], route_class=CheckedRoute)
+trash = APIRouter(prefix="/trash", tags=["runs"], route_class=CheckedRoute)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
 
 
@@ -111,6 +112,32 @@ def post_lineage(run_id: str, batch: LineageBatch, uploads: Receiving):
     return {"cursor": uploads.put_lineage("run", run_id, batch)}
 
 
-@router.delete("/{run_id}", summary="Delete a run and its points")
-def delete_run(run_id: str, uploads: Receiving):
-    return uploads.delete_run(run_id)
+@router.patch("/{run_id}", summary="Rename a run, set its labels or its description (edit right)")
+def edit_run(run_id: str, body: RunEdit, user: CurrentUser, session: DbSession):
+    """The fields given are set; an upload of the run's run.json leaves them alone from then on."""
+    return runs.edit_run(session, user, run_id, body)
+
+
+@router.delete("/{run_id}", summary="Move a run to the trash, or with purge=true delete it and its points now")
+def delete_run(
+    run_id: str,
+    user: CurrentUser,
+    session: DbSession,
+    uploads: Receiving,
+    purge: Annotated[bool, Query(description="delete now, in the trash or not, instead of moving it there")] = False,
+):
+    """In the trash a run is hidden everywhere, restorable (``POST /runs/{id}/restore``), and purged
+    after :data:`ember.server.services.runs.TRASH_DAYS` days."""
+    if purge:
+        return uploads.delete_run(run_id)
+    return runs.trash_run(session, user, run_id)
+
+
+@router.post("/{run_id}/restore", summary="Take a run out of the trash")
+def restore_run(run_id: str, user: CurrentUser, session: DbSession):
+    return runs.restore_run(session, user, run_id)
+
+
+@trash.get("", summary="The runs in the trash that you may restore or purge")
+def list_trash(user: CurrentUser, session: DbSession):
+    return {"runs": runs.trash_of(session, user), "purge_after_days": runs.TRASH_DAYS}

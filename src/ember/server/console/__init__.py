@@ -76,7 +76,7 @@ def mount(app: FastAPI, local_user: str | None = None, index: Indexing | None = 
     Raises:
         ServerError: ``local_user`` without a ``token``.
     """
-    from ember.server.console import artifact_pages, compare, data, image_pages, pages, run_pages
+    from ember.server.console import artifact_pages, compare, data, image_pages, pages, run_edits, run_pages
 
     if local_user is not None and not token:
         raise ServerError("mount(local_user=...) needs the launch's token: the console must not open without it")
@@ -91,6 +91,7 @@ def mount(app: FastAPI, local_user: str | None = None, index: Indexing | None = 
     app.include_router(compare.router)
     app.include_router(artifact_pages.router)  # before run_pages: its artifact page is the one with previews
     app.include_router(image_pages.router)
+    app.include_router(run_edits.router)
     app.include_router(run_pages.router)
     app.include_router(data.router)
     app.add_middleware(Compress)

@@ -12,7 +12,7 @@ from ember.server.api.auth import DbSession
 from ember.server.api.responses import file_response, metrics_download
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
-from ember.server.services import liveness
+from ember.server.services import codec, liveness
 from ember.server.services.lookup import get_artifact_file, get_run
 from ember.server.services.series import MAX_BUCKETS
 
@@ -47,6 +47,35 @@ def series(
     head = {"id": run.id, "status": liveness.shown_status(run.status, run.meta)}
     body = request.app.state.series.series_json(session, run.pk, type, head, buckets, start, end)
     response = Response(body, media_type="application/json")
+    secure(response)
+    return response
+
+
+COMPARE_IDS = 100
+"""Runs in one ``/compare/series`` request: the compare page asks for 500 runs in 5 requests."""
+
+
+@router.get("/compare/series")
+def compare_series(
+    type: MetricType,
+    request: Request,
+    session: DbSession,
+    ids: Annotated[list[str], Query(min_length=1, max_length=COMPARE_IDS)],
+    buckets: Annotated[int, Query(ge=10, le=MAX_BUCKETS)] = 1000,
+) -> Response:
+    """The series of one metric type of many runs: ``{"runs": {id: <the run's /series answer>}}``.
+
+    Each run is checked as ``/runs/{id}/series`` checks it (a run the viewer may not see is a
+    404 for the whole request, as for one run) and its answer is the same bytes, kept per run.
+    """
+    user = require_viewer(request, session)
+    parts = []
+    for run_id in dict.fromkeys(ids):
+        run = get_run(session, user, run_id)
+        head = {"id": run.id, "status": liveness.shown_status(run.status, run.meta)}
+        body = request.app.state.series.series_json(session, run.pk, type, head, buckets)
+        parts.append(codec.encode(run.id) + b":" + body)
+    response = Response(b'{"runs":{' + b",".join(parts) + b"}}", media_type="application/json")
     secure(response)
     return response
 

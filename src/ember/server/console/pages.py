@@ -83,7 +83,10 @@ def folder_page(
         return _roots(request, session, user)
     found = folders.folder_view(session, user, path, per_page, page_token)
     folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
-    total = session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id)) or 0
+    total = (
+        session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id, Run.deleted.is_(None)))
+        or 0
+    )
     runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
     token = found["next_page_token"]
     keep = {"path": found["path"], **({"per_page": per_page} if per_page != 50 else {})}

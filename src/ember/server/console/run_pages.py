@@ -141,6 +141,7 @@ def run_page(
         log_q=log_q,
         artifacts=_artifacts(session, user, lineage.edges),
         graph=graph_of("run", run.id, run.name, lineage),
+        can_edit=level(session, user, run) >= Level.EDIT,
     )
 
 

@@ -84,7 +84,7 @@ def folder_page(session: Session, folder: Folder, limit: int, token: str | None)
     runs, runs_at = _take(
         session,
         select(_start_key(), Run.pk, Run.id, Run.name, Run.status, Run.start_time, Run.end_time).where(
-            Run.folder_id == folder.id
+            Run.folder_id == folder.id, Run.deleted.is_(None)
         ),
         (_start_key(), Run.pk),
         where["r"],

@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, ScalarSelect, Select, false, func, or_, select
+from sqlalchemy import ColumnElement, ScalarSelect, Select, and_, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from ember.server.services import filtering, liveness
@@ -81,6 +81,8 @@ def visible_condition(
     shared = select(Share.node_id).where(Share.node_kind == kind, _to(user))
     folders = visible_folder_ids(session, user) if folders is None else folders
     in_folders = model.folder_id.in_(folders) if isinstance(folders, Select) or folders else false()
+    if model is Run:  # a run in the trash is seen by no listing, search or lineage
+        return and_(Run.deleted.is_(None), or_(in_folders, model.pk.in_(shared)))
     return or_(in_folders, model.pk.in_(shared))
 
 

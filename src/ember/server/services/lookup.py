@@ -33,9 +33,15 @@ def _get(session: Session, user: User, model: type[_Node], node_id: str, what: s
     return node
 
 
-def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIEW) -> Run:
-    """The run with this id if the caller has ``needed`` on it (404/403 otherwise)."""
-    return _get(session, user, Run, run_id, "run", needed)
+def get_run(session: Session, user: User, run_id: str, needed: Level = Level.VIEW, trashed: bool = False) -> Run:
+    """The run with this id if the caller has ``needed`` on it (404/403 otherwise).
+
+    A run in the trash answers 404 like a missing one, unless ``trashed`` (restoring, purging).
+    """
+    run = _get(session, user, Run, run_id, "run", needed)
+    if run.deleted is not None and not trashed:
+        raise NotFound(f"run {run_id} does not exist or is not shared with you")
+    return run
 
 
 def get_artifact(session: Session, user: User, artifact_id: str, needed: Level = Level.VIEW) -> Artifact:

@@ -120,6 +120,20 @@ def list_images(session: Session, run_pk: int) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
+def images_of_runs(session: Session, run_pks: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Every image of several runs without their bytes (one query), by run, then name and step; a run
+    with none is absent. The compare page's images side by side."""
+    cols = (RunImage.run_pk, RunImage.name, RunImage.step, RunImage.time, RunImage.width, RunImage.height)
+    out: dict[int, list[dict[str, Any]]] = {}
+    rows = session.execute(
+        select(*cols).where(RunImage.run_pk.in_(run_pks)).order_by(RunImage.run_pk, RunImage.name, RunImage.step)
+    )
+    for row in rows:
+        item = dict(row._mapping)
+        out.setdefault(item.pop("run_pk"), []).append(item)
+    return out
+
+
 def png_bytes(session: Session, run_pk: int, name: str, step: int) -> bytes:
     """One image's PNG (404 when the run has no image ``name`` at ``step``)."""
     data = session.scalar(

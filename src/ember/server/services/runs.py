@@ -1,4 +1,5 @@
-"""Runs: create or update one from its run.json, place a new node in its folder, read one back, delete.
+"""Runs: create or update one from its run.json, place a new node in its folder, read one back,
+edit its name, labels and description, move it to the trash and back, delete.
 
 The service behind the upload protocol's runs (:class:`ember.server.services.upload.Uploads`,
 which ``/api/v1/runs`` and ``ember ui`` call, and its batched :class:`~ember.server.services.upload.NewRuns`):
@@ -9,6 +10,7 @@ a new one goes into, edit on each node a ``replace`` removes.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -17,9 +19,9 @@ from sqlalchemy.orm import Session
 from ember.server.services import codec, edges, ingest, naming, series
 from ember.server.services.lookup import claim_id, get_run
 from ember.server.services.perms import Level, drop_shares, ensure_folder, level, require, shares_of
-from ember.server.storage.domain_errors import Conflict, Invalid, TooLarge
-from ember.server.storage.models import Artifact, ArtifactFile, Folder, Run, User, now
-from ember.server.storage.schemas import Placement, RunIn
+from ember.server.storage.domain_errors import Conflict, Invalid, NotFound, TooLarge
+from ember.server.storage.models import Artifact, ArtifactFile, Folder, Run, User, aware, now
+from ember.server.storage.schemas import Placement, RunEdit, RunIn
 
 STATUSES = ("Running", "Complete", "Failed", "Interrupted", "Preempted")
 MAX_META_BYTES = 1 << 20
@@ -28,6 +30,14 @@ page of the run and every listing holding it reads them whole."""
 SKIPPED = "ember_ui_skipped"
 """The key of ``Run.meta`` listing the metrics lines ``ember ui``'s index skipped (the run page lists
 them): ``["metrics/train.jsonl: ..."]``."""
+TRASH_DAYS = 7
+"""How long a run stays in the trash before the server purges it (its hourly collection)."""
+PURGE_AFTER = timedelta(days=TRASH_DAYS)
+EDITABLE = ("name", "labels", "description")
+"""The fields of a run a user edits on the server; once edited there, an upload leaves them alone."""
+MAX_LABELS = 1000
+MAX_LABEL_CHARS = 100
+MAX_DESCRIPTION_CHARS = 100_000
 
 
 def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
@@ -59,12 +69,16 @@ def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
 
 def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
     """Set a run's columns from its checked run.json (and platform.json, when sent)."""
-    run.name = meta["name"]
+    kept = set(run.edited or ())  # edited on the server: the server's value wins over run.json
+    if "name" not in kept:
+        run.name = meta["name"]
     run.status = meta["status"]
     run.start_time = meta.get("start_time")
     run.end_time = meta.get("end_time")
-    run.labels = [str(x) for x in meta.get("labels", [])]
-    run.description = meta.get("description", "")
+    if "labels" not in kept:
+        run.labels = [str(x) for x in meta.get("labels", [])]
+    if "description" not in kept:
+        run.description = meta.get("description", "")
     run.hparams = meta.get("hparams", {})
     run.meta = meta
     if platform:
@@ -101,7 +115,7 @@ def put_run(session: Session, user: User, run_id: str, body: RunIn) -> dict[str,
     """Create or update a run (by id: the same run is updated in place); ``cursors`` says what the server has."""
     meta = checked_meta(body, naming.node_id(run_id, "run id"))
     run = session.scalar(select(Run).where(Run.id == run_id))
-    if run is not None:
+    if run is not None:  # one in the trash too: it keeps receiving, and stays there until restored
         require(level(session, user, run), Level.EDIT, f"run {run_id}")
         apply_meta(run, meta, body.platform)
         action = "updated"
@@ -136,6 +150,7 @@ def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
         "end_time": run.end_time,
         "labels": run.labels,
         "description": run.description,
+        "edited": list(run.edited or ()),
         "hparams": run.hparams,
         "platform": run.platform,
         "meta": run.meta,
@@ -148,10 +163,108 @@ def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
     }
 
 
-def delete_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
-    """Delete a run the caller may edit, with its points, cursors and grants."""
+def edit_run(session: Session, user: User, run_id: str, body: RunEdit) -> dict[str, Any]:
+    """Change a run's name, labels or description (the fields given); needs edit on the run.
+
+    Each field changed is remembered in ``run.edited``: a later upload of the run's ``run.json``
+    leaves it alone (the server's edit wins), the other fields follow the upload as before.
+
+    Raises:
+        Invalid: 422 for an empty or over-long name, a label over 100 characters or with a
+            comma, more than 1,000 labels, a description over 100,000 characters.
+
+    Example:
+        >>> edit_run(session, alice, run_id, RunEdit(name="baseline", labels=["keep"]))
+    """
     run = get_run(session, user, run_id, Level.EDIT)
+    changed: list[str] = []
+    if body.name is not None:
+        run.name = naming.display_name(body.name.strip(), "name")
+        changed.append("name")
+    if body.labels is not None:
+        run.labels = checked_labels(body.labels)
+        changed.append("labels")
+    if body.description is not None:
+        if len(body.description) > MAX_DESCRIPTION_CHARS:
+            raise Invalid.field("description", f"is {len(body.description)} characters, over {MAX_DESCRIPTION_CHARS}")
+        run.description = body.description
+        changed.append("description")
+    codec.check({"name": run.name, "labels": run.labels, "description": run.description}, "run")
+    run.edited = sorted(set(run.edited or ()) | set(changed))
+    return {"id": run.id, "name": run.name, "labels": run.labels, "description": run.description, "edited": run.edited}
+
+
+def checked_labels(labels: list[str]) -> list[str]:
+    """Labels as a run keeps them: stripped, empty ones dropped, each once in the order given (422 past the limits)."""
+    out: list[str] = []
+    for label in (str(x).strip() for x in labels):
+        if len(label) > MAX_LABEL_CHARS or "," in label:
+            raise Invalid.field(
+                "labels", f"{label[:40]!r}: a label holds at most {MAX_LABEL_CHARS} characters, no comma"
+            )
+        if label and label not in out:
+            out.append(label)
+    if len(out) > MAX_LABELS:
+        raise Invalid.field("labels", f"{len(out)} labels, over the {MAX_LABELS} a run may hold")
+    return out
+
+
+def trash_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
+    """Move a run the caller may edit to the trash: hidden from every page, listing and search,
+    restorable with :func:`restore_run`, purged after :data:`TRASH_DAYS` days (or by
+    :func:`delete_run`). Its points, files and grants are kept until then."""
+    run = get_run(session, user, run_id, Level.EDIT)
+    run.deleted = now()
+    return _trashed(run)
+
+
+def restore_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
+    """Take a run out of the trash (edit on it needed; 404 for one not in the trash)."""
+    run = get_run(session, user, run_id, Level.EDIT, trashed=True)
+    if run.deleted is None:
+        raise NotFound(f"run {run_id} is not in the trash")
+    run.deleted = None
+    return {"id": run.id, "restored": True}
+
+
+def _trashed(run: Run) -> dict[str, Any]:
+    assert run.deleted is not None
+    when = aware(run.deleted)
+    return {
+        "id": run.id,
+        "name": run.name,
+        "trashed": when.isoformat(),
+        "purge_after": (when + PURGE_AFTER).isoformat(),
+    }
+
+
+def trash_of(session: Session, user: User) -> list[dict[str, Any]]:
+    """The runs in the trash the caller may edit (restore or purge), newest deletion first."""
+    rows = session.scalars(select(Run).where(Run.deleted.is_not(None)).order_by(Run.deleted.desc(), Run.pk))
+    out = []
+    for run in rows:
+        if level(session, user, run) >= Level.EDIT:
+            folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id))
+            out.append({**_trashed(run), "folder": folder})
+    return out
+
+
+def purge_expired(session: Session) -> int:
+    """Delete the runs whose time in the trash is over (:data:`TRASH_DAYS`); return how many."""
+    expired = list(session.scalars(select(Run).where(Run.deleted.is_not(None), Run.deleted < now() - PURGE_AFTER)))
+    for run in expired:
+        _purge(session, run)
+    return len(expired)
+
+
+def delete_run(session: Session, user: User, run_id: str) -> dict[str, Any]:
+    """Delete a run the caller may edit (in the trash or not) at once, with its points, cursors and grants."""
+    run = get_run(session, user, run_id, Level.EDIT, trashed=True)
+    _purge(session, run)
+    return {"id": run_id, "deleted": True}
+
+
+def _purge(session: Session, run: Run) -> None:
     ingest.drop_cursors(session, "run", run.id)
     drop_shares(session, "run", run.pk)
     session.delete(run)
-    return {"id": run_id, "deleted": True}

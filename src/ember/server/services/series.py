@@ -20,6 +20,7 @@ blocks than ``buckets`` gets a bucket per block). ``buckets`` is at most :data:`
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import OrderedDict
@@ -58,6 +59,13 @@ def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
     return [{"type": t, "name": n, "count": int(c), "last_step": int(s)} for t, n, c, s in rows]
 
 
+KEEP_BYTES = 64 << 20
+"""The last answers' JSON kept per server process, at most this many bytes: a compare page of 500
+runs x 2 metric types (100 points a metric) or 250 run pages of 3 x 1,000,000 points. Kept by
+bytes, not by count: before, 64 answers, and a 60-run compare page (120 answers) read every one
+again at each view."""
+
+
 class SeriesReader:
     """Chart series of runs, read from the stored block summaries (nothing is kept in memory).
 
@@ -69,10 +77,11 @@ class SeriesReader:
         >>> series.series(session, run.pk, run.id, "train", buckets=1000)
     """
 
-    def __init__(self, sessions: Callable[[], Session] | None = None, keep: int = 64) -> None:
+    def __init__(self, sessions: Callable[[], Session] | None = None, keep_bytes: int = KEEP_BYTES) -> None:
         self._sessions = sessions
-        self._keep = keep
-        self._answers: OrderedDict[tuple[Any, ...], tuple[Any, dict[str, Any], bytes]] = OrderedDict()
+        self._keep_bytes = keep_bytes
+        self._kept_bytes = 0
+        self._answers: OrderedDict[tuple[Any, ...], tuple[Any, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
     def refresh(self, session: Session, run_pk: int, run_id: str, type_: str) -> None:
@@ -112,7 +121,8 @@ class SeriesReader:
             "NaN" | "Infinity" | "-Infinity"]`` (every one for a series sent whole; the infinite
             extremes of a downsampled one).
         """
-        return self._kept(session, run_pk, type_, buckets, start, end)[0]
+        answer: dict[str, Any] = json.loads(self._kept(session, run_pk, type_, buckets, start, end))
+        return answer
 
     def series_json(
         self,
@@ -129,12 +139,12 @@ class SeriesReader:
         The series' JSON is kept with the answer: encoding 3 x 2,000 points costs more than the
         rest of a repeated request.
         """
-        body = self._kept(session, run_pk, type_, buckets, start, end)[1]
+        body = self._kept(session, run_pk, type_, buckets, start, end)
         return codec.encode(head)[:-1] + b"," + body[1:] if head else body
 
     def _kept(
         self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None
-    ) -> tuple[dict[str, Any], bytes]:
+    ) -> bytes:
         version = tuple(
             session.execute(
                 select(func.count(), func.sum(MetricBlock.count), func.max(MetricBlock.last_step)).where(
@@ -147,14 +157,15 @@ class SeriesReader:
             kept = self._answers.get(key)
             if kept is not None and kept[0] == version:
                 self._answers.move_to_end(key)
-                return kept[1], kept[2]
-        answer = self._read(session, run_pk, type_, buckets, start, end)
-        body = codec.encode(answer)
+                return kept[1]
+        body = codec.encode(self._read(session, run_pk, type_, buckets, start, end))
         with self._lock:
-            self._answers[key] = (version, answer, body)
-            while len(self._answers) > self._keep:
-                self._answers.popitem(last=False)
-        return answer, body
+            old = self._answers.pop(key, None)
+            self._kept_bytes += len(body) - (len(old[1]) if old else 0)
+            self._answers[key] = (version, body)
+            while self._kept_bytes > self._keep_bytes and len(self._answers) > 1:
+                self._kept_bytes -= len(self._answers.popitem(last=False)[1][1])
+        return body
 
     def _read(
         self, session: Session, run_pk: int, type_: str, buckets: int, start: int | None, end: int | None

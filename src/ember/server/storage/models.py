@@ -117,6 +117,10 @@ class Run(Base):
     # The stored bytes of its output (the end of its last LogPiece): the per-run limit and the
     # owner's quota read this instead of the pieces (migration 0010).
     log_bytes: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # The fields changed on the server (name, labels, description), which an upload of run.json
+    # leaves alone; and when the run was moved to the trash (NULL: it is not), migration 0011.
+    edited: Mapped[list[str]] = mapped_column(JSON, default=list, server_default="[]")
+    deleted: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
 
 
 class Cursor(Base):

@@ -144,6 +144,15 @@ class RunIn(Placement):
     platform: dict[str, Any] = Field(default_factory=dict)
 
 
+class RunEdit(_Strict):
+    """A change to a run's name, labels or description (``PATCH /runs/{id}``): the fields given
+    are set, the others kept. ``labels`` replaces the whole list."""
+
+    name: str | None = Field(default=None, max_length=100)
+    labels: list[str] | None = Field(default=None, max_length=1000)
+    description: str | None = Field(default=None, max_length=100_000)
+
+
 class FileIn(_Strict):
     """One file of an artifact (its bytes are uploaded as a blob first)."""
 

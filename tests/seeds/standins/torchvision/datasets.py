@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image  # imported with torchvision, as the real one does (programs use PIL.Image after `import PIL`)
 
 
 class _Synthetic:
@@ -62,3 +63,56 @@ class CIFAR10(_Synthetic):
     classes = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
     shape = (32, 32, 3)
     lengths = (50000, 10000)
+
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+class ImageFolder:
+    """torchvision's ``ImageFolder``: ``root/<class>/<image>`` read with PIL as RGB, the classes
+    sorted by name; ``classes``, ``class_to_idx``, ``samples`` and ``targets`` as torchvision's."""
+
+    def __init__(self, root: str | Path, transform: Callable[[Any], Any] | None = None,
+                 target_transform: Callable[[Any], Any] | None = None) -> None:  # fmt: skip
+        self.root, self.transform, self.target_transform = str(root), transform, target_transform
+        folder = Path(root)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no image folder at {folder}")
+        self.classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self.samples = [(str(f), i) for i, name in enumerate(self.classes) for f in sorted((folder / name).iterdir())
+                        if f.suffix.lower() in IMG_EXTENSIONS]  # fmt: skip
+        if not self.samples:
+            raise FileNotFoundError(f"no images in the class folders of {folder}")
+        self.targets = [label for _, label in self.samples]
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        path, label = self.samples[index]
+        with Image.open(path) as raw:
+            image = raw.convert("RGB")
+        target = label if self.target_transform is None else self.target_transform(label)
+        return (image if self.transform is None else self.transform(image)), target
+
+
+def write_image_files(folder: str | Path, names: list[str], size: int = 16, seed: int = 0) -> None:
+    """Write small RGB images ``folder/<name>`` (the suffix picks the format): the test's
+    "download" for ``ImageFolder`` and for programs that read image files themselves. The image
+    of the ``k``-th class (its folder, or for a name in no folder what precedes its last ``_``,
+    as in ``Abyssinian_1.jpg``) has a bright ``k``-th band of rows, so a small model learns it."""
+
+    def label_of(name: str) -> str:
+        return Path(name).parent.name or name.rsplit("_", 1)[0]
+
+    classes = sorted({label_of(name) for name in names})
+    rng = np.random.default_rng(seed)
+    for name in names:
+        label = classes.index(label_of(name))
+        image = rng.integers(0, 96, size=(size, size, 3), dtype=np.uint8)
+        rows = max(1, size // len(classes))
+        image[label * rows : (label + 1) * rows] = 255
+        path = Path(folder) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(path)

@@ -72,33 +72,54 @@ class RandomHorizontalFlip:
         return x.flip(-1) if float(torch.rand(())) < self.p else x
 
 
-class Resize:
-    """Resize the shorter side to ``size`` (bilinear)."""
+def _pair(size: int | Sequence[int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
-    def __init__(self, size: int) -> None:
+
+class Resize:
+    """Resize the shorter side to ``size``, or to ``(h, w)`` (bilinear)."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
         self.size = size
 
     def __call__(self, image: Any) -> torch.Tensor:
         x = _image(image)
         h, w = x.shape[-2:]
-        scale = self.size / min(h, w)
-        out = torch.nn.functional.interpolate(x[None], size=(round(h * scale), round(w * scale)), mode="bilinear")
-        return out[0]
+        if isinstance(self.size, int):
+            scale = self.size / min(h, w)
+            out_size = (round(h * scale), round(w * scale))
+        else:
+            out_size = _pair(self.size)
+        return torch.nn.functional.interpolate(x[None], size=out_size, mode="bilinear")[0]
+
+
+class CenterCrop:
+    """The central ``size`` x ``size`` (or ``(h, w)``) part."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = _pair(size)
+
+    def __call__(self, image: Any) -> torch.Tensor:
+        x = _image(image)
+        (h, w), (th, tw) = x.shape[-2:], self.size
+        top, left = (h - th) // 2, (w - tw) // 2
+        return x[..., top : top + th, left : left + tw]
 
 
 class RandomResizedCrop:
-    """A random crop of 30-100% of the area, resized to ``size`` x ``size``."""
+    """A random crop of ``scale`` (30-100%) of the area, resized to ``size`` x ``size`` (or ``(h, w)``)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.3, 1.0)) -> None:
+        self.size, self.scale = _pair(size), scale
 
     def __call__(self, image: Any) -> torch.Tensor:
         x = _image(image)
         h, w = x.shape[-2:]
-        side = max(1, int(min(h, w) * (0.3 + 0.7 * float(torch.rand(()))) ** 0.5))
+        low, high = self.scale
+        side = max(1, int(min(h, w) * (low + (high - low) * float(torch.rand(()))) ** 0.5))
         top, left = int(torch.randint(0, h - side + 1, ())), int(torch.randint(0, w - side + 1, ()))
         crop = x[..., top : top + side, left : left + side]
-        return torch.nn.functional.interpolate(crop[None], size=(self.size, self.size), mode="bilinear")[0]
+        return torch.nn.functional.interpolate(crop[None], size=self.size, mode="bilinear")[0]
 
 
 class AutoAugmentPolicy:

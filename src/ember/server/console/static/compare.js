@@ -1,12 +1,14 @@
-// ember console, the compare page: every shared metric in a grid, hparams -> metric (parallel
-// coordinates and a scatter). The page's runs, colours, summaries and best-value modes come in
-// #compare-data; series are fetched per run and metric type. Charts are drawn only through draw()
-// below, so the chart library can change in one place.
+// ember console, the compare page: every shared metric in a grid of uPlot line charts (the run
+// page's library), hparams -> metric (parallel coordinates and a scatter, drawn with plotly
+// through draw() below). The page's runs, colours, summaries, best values and modes come in
+// #compare-data; series are fetched a metric type at a time for 100 runs a request. Run names
+// are the users' text: set as textContent, escaped for plotly.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
   const data = JSON.parse($("compare-data").textContent);
-  const state = { x: "step", smoothing: 0, log: false };
+  const params = new URLSearchParams(window.location.search);
+  const state = { x: "step", smoothing: 0, log: false, group: data.hparams.includes(params.get("group")) ? params.get("group") : "" };
 
   // Plotly renders a subset of HTML in titles, legends and hover labels: names are the users'
   // text, so they are escaped to show as typed.
@@ -35,71 +37,268 @@
     });
   }
 
-  // ---- series, fetched once per (run, type), a few at a time ----
-  const series = new Map();
-  const queue = [];
-  let active = 0;
-  function pump() {
-    while (active < 6 && queue.length) {
-      const job = queue.shift(); active += 1;
-      fetch(job.url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then((r) => (r.ok ? r.json() : Promise.reject(new Error(r.status + " " + r.statusText))))
-        .then(job.resolve, job.reject)
-        .finally(() => { active -= 1; pump(); });
-    }
-  }
-  function seriesOf(runId, type) {
-    const key = runId + "|" + type;
-    if (!series.has(key)) {
-      const url = data.prefix + "/runs/" + encodeURIComponent(runId) + "/series?type=" + encodeURIComponent(type);
-      series.set(key, new Promise((resolve, reject) => { queue.push({ url, resolve, reject }); pump(); }));
-    }
-    return series.get(key);
+  async function getJSON(url) {
+    const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!r.ok) throw new Error((await r.json().catch(() => ({}))).detail || r.status + " " + r.statusText);
+    return r.json();
   }
 
-  // ---- the grid: one chart per shared metric, every run in its colour, the best point starred ----
-  const lineRuns = data.runs.slice(0, data.line_runs);
-  async function drawMetric(div) {
-    const metric = div.dataset.metric, cut = metric.indexOf("/");
-    const type = metric.slice(0, cut), name = metric.slice(cut + 1);
-    const traces = [];
-    let best = null, ties = [];  // ties: one point per other run that holds best.y as well
-    for (const run of lineRuns) {
-      if (!(metric in run.metrics)) continue;
-      const s = (await seriesOf(run.id, type)).metrics[name];
-      if (!s) continue;
-      const x = state.x === "epoch" ? s.epoch : s.step;
-      const y = ema(s.value, state.smoothing);
-      traces.push({ x: x, y: y, name: esc(run.name), type: "scatter", mode: s.value.length < 60 ? "lines+markers" : "lines",
-                    line: { width: 1.6, color: run.color }, marker: { size: 4, color: run.color }, connectgaps: false,
-                    showlegend: false, hovertemplate: esc(run.name) + "<br>%{x}: %{y:.4g}<extra></extra>" });
-      s.value.forEach((v, i) => {
-        if (v === null || !isFinite(v)) return;
-        const point = { x: s.step[i], xs: x[i], y: v, run: run };
-        if (best === null || better(metric, v, best.y)) { best = point; ties = []; }
-        else if (v === best.y && run !== best.run && !ties.some((t) => t.run === run)) ties.push(point);
-      });
+  // ---- series: one metric type of every run, 100 runs a request, each downsampled to its share ----
+  const byType = new Map();  // type -> Promise of { run id: that run's series answer }
+  function typeSeries(type) {
+    if (!byType.has(type)) {
+      const ids = data.runs.map((r) => r.id), asks = [];
+      for (let i = 0; i < ids.length; i += 100) {
+        asks.push(getJSON(data.prefix + "/compare/series?type=" + encodeURIComponent(type) + "&buckets=" + data.buckets +
+          ids.slice(i, i + 100).map((id) => "&ids=" + encodeURIComponent(id)).join("")));
+      }
+      byType.set(type, Promise.all(asks).then((parts) => Object.assign({}, ...parts.map((part) => part.runs))));
     }
-    const stars = best ? [best, ...ties] : [];  // every run that holds the best value
-    for (const b of stars) {
-      traces.push({ x: [b.xs], y: [b.y], type: "scatter", mode: "markers", showlegend: false, name: "best",
-                    marker: { symbol: "star", size: 15, color: b.run.color, line: { color: "#111", width: 1 } },
-                    hovertemplate: "best (" + data.modes[metric] + "): " + esc(b.run.name) + "<br>" + fmt(b.y) + " at step " + b.x + "<extra></extra>" });
-    }
-    div.dataset.traces = String(traces.length - stars.length);
-    div.dataset.colors = JSON.stringify(traces.filter((t) => t.name !== "best").map((t) => t.line.color));
-    div.dataset.bestRun = stars.map((b) => b.run.id).join(" ");
-    div.dataset.bestValue = best ? String(best.y) : "";
-    const title = esc(metric) + (best ? "  <span style='font-size:11px;color:#555'>best " + fmt(best.y) + " · " + stars.map((b) => esc(b.run.name)).join(", ") + "</span>" : "");
-    await draw(div, traces, { title: { text: title, font: { size: 14 } }, showlegend: false,
-                              xaxis: { title: { text: state.x }, zeroline: false },
-                              yaxis: { type: state.log ? "log" : "linear", zeroline: false } });
+    return byType.get(type);
   }
+
+  // ---- the line charts (uPlot, as the run page): every run in its colour, the best point starred ----
+  // The best value and the runs holding it come from the server, over every run compared (the
+  // table's ★); each star sits on that run's recorded point of that value, whatever the smoothing.
+  const AXES = { step: "step", epoch: "epoch", relative: "relative time (s)" };
+  const hidden = new Set();  // run ids switched off in the legend
+  const views = [];
+  function xsOf(s) {
+    if (state.x === "epoch") return s.epoch || [];
+    if (state.x === "relative") {
+      const t0 = Math.min(...(s.time || []).filter((t) => t !== null));
+      return (s.time || []).map((t) => (t === null ? null : t - t0));
+    }
+    return s.step;
+  }
+
+  // A 5-pointed star at each best point of a shown run (uPlot draws lines only).
+  function starsPlugin(view) {
+    return { hooks: { draw: (u) => {
+      const ctx = u.ctx, px = devicePixelRatio;
+      ctx.save();
+      for (const star of view.stars) {
+        if (!u.series[star.series].show) continue;
+        const cx = u.valToPos(star.x, "x", true), cy = u.valToPos(star.y, "y", true);
+        ctx.beginPath();
+        for (let k = 0; k < 10; k++) {
+          const r = (k % 2 ? 3.2 : 8) * px, a = -Math.PI / 2 + (k * Math.PI) / 5;
+          ctx.lineTo(cx + r * Math.cos(a), cy + r * Math.sin(a));
+        }
+        ctx.closePath();
+        ctx.fillStyle = star.run.color; ctx.fill();
+        ctx.lineWidth = 1.2 * px; ctx.strokeStyle = "#111"; ctx.stroke();
+      }
+      ctx.restore();
+    } } };
+  }
+
+  // What the cursor is on: the best point under it, else the run whose line is picked out.
+  function hoverText(view, u) {
+    const left = u.cursor.left, top = u.cursor.top;
+    if (left === undefined || left < 0) { view.hover.textContent = ""; return; }
+    for (const star of view.stars) {
+      const dx = u.valToPos(star.x, "x") - left, dy = u.valToPos(star.y, "y") - top;
+      if (u.series[star.series].show && dx * dx + dy * dy < 100) {
+        view.hover.textContent = "best (" + data.modes[view.metric] + "): " + star.run.name + " · " + fmt(star.y) + " at step " + star.step;
+        return;
+      }
+    }
+    const i = view.focus, idx = u.cursor.idx;
+    if (!i || idx === null || idx === undefined) { view.hover.textContent = ""; return; }
+    const mean = view.grouped ? i - ((i - 1) % 3) : i;  // a band's edge: its group's mean
+    const v = u.data[mean][idx];
+    const label = view.grouped ? u.series[mean].label + " mean" : view.tables[i - 1].run.name;
+    view.hover.textContent = label + " · " + AXES[state.x] + " " + fmt(u.data[0][idx]) + ": " + (v === null || v === undefined ? "—" : fmt(v));
+  }
+
+  function build(div) {
+    const metric = div.dataset.metric, cut = metric.indexOf("/");
+    const view = { metric: metric, type: metric.slice(0, cut), name: metric.slice(cut + 1), div: div, plot: null,
+                   log: null, smoothing: null, stars: [], tables: [], focus: null };
+    const head = document.createElement("div"); head.className = "chart-head";
+    const title = document.createElement("span"); title.className = "chart-title"; title.textContent = metric;
+    const bestNote = document.createElement("span"); bestNote.className = "chart-best small";
+    const log = document.createElement("label"); log.className = "small";
+    const logBox = document.createElement("input"); logBox.type = "checkbox"; logBox.className = "chart-log";
+    log.append(logBox, " log");
+    const smooth = document.createElement("label"); smooth.className = "small";
+    const smoothIn = document.createElement("input"); smoothIn.type = "number"; smoothIn.className = "chart-smoothing";
+    smoothIn.min = "0"; smoothIn.max = "0.99"; smoothIn.step = "0.1"; smoothIn.placeholder = "page";
+    smooth.append("smoothing ", smoothIn);
+    head.append(title, bestNote, log, smooth);
+    const hover = document.createElement("div"); hover.className = "chart-hover";
+    const plot = document.createElement("div"); plot.className = "chart-plot";
+    div.append(head, hover, plot);
+    logBox.addEventListener("change", () => { view.log = logBox.checked; drawMetric(view).catch(showError); });
+    smoothIn.addEventListener("input", () => {
+      view.smoothing = smoothIn.value === "" ? null : Math.min(0.99, Math.max(0, Number(smoothIn.value)));
+      drawMetric(view).catch(showError);
+    });
+    Object.assign(view, { bestNote: bestNote, logBox: logBox, hover: hover, plotDiv: plot });
+    return view;
+  }
+
+  // ---- grouped runs: one band per value of an hparam (seeds folded), mean ± std at each x ----
+  const groupKey = (run) => JSON.stringify(run.hparams[state.group] === undefined ? null : run.hparams[state.group]);
+  function groupsOf() {
+    const out = new Map();
+    for (const run of data.runs) {
+      const key = groupKey(run);
+      if (!out.has(key)) {
+        const value = run.hparams[state.group];
+        out.set(key, { key: key, label: state.group + "=" + (value === null || value === undefined ? "—" : String(value)), runs: [] });
+      }
+      out.get(key).runs.push(run);
+    }
+    Array.from(out.values()).forEach((g, i) => { g.color = data.runs[i].color; });
+    return out;
+  }
+  // Per group: [mean, mean + std, mean - std] over its runs that have a value at each x (std: the
+  // population's, 0 for one run), on the page's x column.
+  function groupStats(tables, xs, group) {
+    const at = new Map(xs.map((x, i) => [x, i]));
+    const sum = new Float64Array(xs.length), sq = new Float64Array(xs.length), n = new Uint32Array(xs.length);
+    for (const t of tables) {
+      if (!group.runs.includes(t.run)) continue;
+      t.x.forEach((x, i) => { const v = t.y[i]; if (v === null) return; const j = at.get(x); sum[j] += v; sq[j] += v * v; n[j] += 1; });
+    }
+    const mean = new Array(xs.length), hi = new Array(xs.length), lo = new Array(xs.length);
+    for (let j = 0; j < xs.length; j++) {
+      if (!n[j]) continue;
+      const m = sum[j] / n[j], sd = Math.sqrt(Math.max(0, sq[j] / n[j] - m * m));
+      mean[j] = m; hi[j] = m + sd; lo[j] = m - sd;
+    }
+    return [mean, hi, lo];
+  }
+  function groupedPlot(view, tables, xs) {
+    const groups = Array.from(groupsOf().values()).filter((g) => tables.some((t) => g.runs.includes(t.run)));
+    const cols = [xs], series = [{ label: AXES[state.x] }], bands = [];
+    for (const g of groups) {
+      const [mean, hi, lo] = groupStats(tables, xs, g);
+      const k = cols.length, show = !hidden.has(g.key);
+      const count = tables.filter((t) => g.runs.includes(t.run)).length;
+      cols.push(mean, hi, lo);
+      series.push({ label: g.label + " (" + count + ")", stroke: g.color, width: 2, show: show, spanGaps: true },
+                  { label: g.label + " +std", stroke: "transparent", width: 0, show: show, spanGaps: true, points: { show: false } },
+                  { label: g.label + " -std", stroke: "transparent", width: 0, show: show, spanGaps: true, points: { show: false } });
+      bands.push({ series: [k + 1, k + 2], fill: g.color.startsWith("#") ? g.color + "33" : g.color.replace("hsl(", "hsla(").replace(")", ", 0.2)") });
+    }
+    view.groups = groups;
+    view.div.dataset.groups = JSON.stringify(groups.map((g) => [g.label, tables.filter((t) => g.runs.includes(t.run)).length]));
+    return { cols: cols, series: series, bands: bands };
+  }
+
+  async function drawMetric(view) {
+    const answers = await typeSeries(view.type);
+    const log = view.log === null ? state.log : view.log;
+    const smoothing = view.smoothing === null ? state.smoothing : view.smoothing;
+    view.logBox.checked = log;
+    const tables = [];
+    for (const run of data.runs) {
+      const s = answers[run.id] && answers[run.id].metrics[view.name];
+      if (!s) continue;
+      const xs = xsOf(s), idx = [];
+      for (let i = 0; i < xs.length; i++) if (xs[i] !== null && xs[i] !== undefined) idx.push(i);
+      idx.sort((a, b) => xs[a] - xs[b]);
+      const raw = idx.map((i) => { const v = s.value[i]; return v === null || (log && v <= 0) ? null : v; });
+      tables.push({ run: run, x: idx.map((i) => xs[i]), raw: raw, y: ema(raw, smoothing), step: idx.map((i) => s.step[i]) });
+    }
+    // One x column for every run (uPlot's shape): where a run has no point, undefined (the line
+    // goes on); a NaN or infinite value is null (a gap).
+    const xs = Array.from(new Set(tables.flatMap((t) => t.x))).sort((a, b) => a - b);
+    const at = new Map(xs.map((x, i) => [x, i]));
+    const cols = [xs].concat(tables.map((t) => { const col = new Array(xs.length); t.x.forEach((x, i) => { col[at.get(x)] = t.y[i]; }); return col; }));
+    const best = data.best[view.metric];
+    view.stars = [];
+    for (const [k, t] of tables.entries()) {
+      if (!best || !best.runs.includes(t.run.id)) continue;
+      let near = -1;
+      t.raw.forEach((v, i) => { if (v !== null && (near < 0 || Math.abs(v - best.value) < Math.abs(t.raw[near] - best.value))) near = i; });
+      if (near >= 0) view.stars.push({ series: k + 1, run: t.run, x: t.x[near], y: t.raw[near], step: t.step[near] });
+    }
+    view.tables = tables;
+    const div = view.div;
+    div.dataset.traces = String(tables.length);
+    div.dataset.colors = JSON.stringify(tables.map((t) => t.run.color));
+    div.dataset.bestRun = best ? best.runs.join(" ") : "";
+    div.dataset.stars = view.stars.map((st) => st.run.id).join(" ");
+    div.dataset.bestValue = best ? String(best.value) : "";
+    const names = best ? best.runs.map((id) => data.runs.find((r) => r.id === id).name) : [];
+    view.bestNote.textContent = best ? "best " + fmt(best.value) + " · " + names.slice(0, 3).join(", ") + (names.length > 3 ? " +" + (names.length - 3) : "") : "";
+    view.bestNote.title = best ? "the best " + view.metric + " (" + data.modes[view.metric] + ") of all " + data.runs.length + " runs: " + names.join(", ") : "";
+    if (view.plot) { view.plot.destroy(); view.plot = null; }
+    const width = Math.max(200, view.plotDiv.clientWidth || div.clientWidth || 400);
+    let series = [{ label: AXES[state.x] }].concat(tables.map((t) => ({
+      label: t.run.name, stroke: t.run.color, width: 1.4, show: !hidden.has(t.run.id),
+      points: { show: t.x.length < 60, size: 4 } })));
+    let plotCols = cols, bands = [];
+    view.grouped = Boolean(state.group);
+    div.dataset.groups = "";
+    if (view.grouped) {  // no stars: the runs' own lines are not drawn; the best stays named above
+      ({ cols: plotCols, series: series, bands: bands } = groupedPlot(view, tables, xs));
+      view.stars = [];
+      div.dataset.stars = "";
+    }
+    view.plot = new uPlot({
+      width: width, height: 250, series: series, bands: bands, plugins: [starsPlugin(view)],
+      scales: { x: { time: false }, y: { distr: log ? 3 : 1 } },
+      axes: [{ label: AXES[state.x], labelSize: 18, size: 36 }, { size: 56 }],
+      legend: { show: false }, focus: { alpha: 0.15 },
+      cursor: { focus: { prox: 24 }, drag: { x: true, y: false, setScale: true } },
+      hooks: {
+        setSeries: [(u, i, opts) => { if (opts && "focus" in opts) { view.focus = i; legendHot(!i ? null : view.grouped ? view.groups[Math.floor((i - 1) / 3)].key : view.tables[i - 1].run.id); } }],
+        setCursor: [(u) => hoverText(view, u)],
+      },
+    }, plotCols, view.plotDiv);
+    div.uplot = view.plot;  // for the tests and the browser's console
+    div.dataset.drawn = "1";
+  }
+
+  function legendHot(id) {
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("hot", (li.dataset.run || li.dataset.group) === id);
+  }
+  // The legend: a run an entry, or, grouped, a group an entry with its count of runs.
+  const runLegend = $("compare-legend") ? Array.from($("compare-legend").children) : [];
+  function renderLegend() {
+    const legend = $("compare-legend");
+    if (!legend) return;
+    hidden.clear();
+    if (!state.group) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
+    else {
+      legend.replaceChildren(...Array.from(groupsOf().values()).map((g) => {
+        const li = document.createElement("li"), sw = document.createElement("span");
+        li.dataset.group = g.key; li.tabIndex = 0;
+        sw.className = "swatch"; sw.style.background = g.color;
+        li.append(sw, g.label + " (" + g.runs.length + " run" + (g.runs.length > 1 ? "s" : "") + ")");
+        return li;
+      }));
+    }
+    const count = $("legend-count");
+    if (count) count.textContent = String(legend.children.length);
+  }
+  function toggleGroup(key) {
+    if (hidden.has(key)) hidden.delete(key); else hidden.add(key);
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("off", hidden.has(li.dataset.group));
+    const count = $("legend-count");
+    if (count) count.textContent = String($("compare-legend").children.length - hidden.size);
+    return drawGrid();
+  }
+  // The legend filters: a click hides a run's lines (and its star) in every chart, another shows them.
+  function toggleRun(runId) {
+    if (hidden.has(runId)) hidden.delete(runId); else hidden.add(runId);
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("off", hidden.has(li.dataset.run));
+    for (const view of views) {
+      if (!view.plot) continue;
+      const k = view.tables.findIndex((t) => t.run.id === runId);
+      if (k >= 0) view.plot.setSeries(k + 1, { show: !hidden.has(runId) });
+    }
+    const count = $("legend-count");
+    if (count) count.textContent = String(data.runs.length - hidden.size);
+  }
+  function showError(e) { $("chart-note").textContent = "charts could not load: " + e.message; }
   function drawGrid() {
-    const divs = Array.from(document.querySelectorAll("#compare-grid .chart"));
-    return Promise.all(divs.map((div) => drawMetric(div).catch((e) => {
-      $("chart-note").textContent = "charts could not load: " + e.message;
-    })));
+    return Promise.all(views.map((view) => drawMetric(view).catch(showError)));
   }
 
   // ---- hparams -> metric: parallel coordinates and a scatter over every run ----
@@ -200,7 +399,26 @@
   }
 
   function wire() {
+    for (const div of document.querySelectorAll("#compare-grid .chart")) views.push(build(div));
     const on = (id, event, fn) => { if ($(id)) $(id).addEventListener(event, fn); };
+    const pick = (li) => (li.dataset.group !== undefined ? toggleGroup(li.dataset.group) : toggleRun(li.dataset.run));
+    on("compare-legend", "click", (e) => { const li = e.target.closest("li"); if (li) pick(li); });
+    on("compare-legend", "keydown", (e) => { const li = e.target.closest("li"); if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); pick(li); } });
+    on("cmp-group", "change", (e) => {
+      state.group = e.target.value;
+      const url = new URL(window.location.href);
+      if (state.group) url.searchParams.set("group", state.group); else url.searchParams.delete("group");
+      window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
+      renderLegend();
+      drawGrid();
+    });
+    if ($("cmp-group")) $("cmp-group").value = state.group;
+    if (state.group) renderLegend();
+    let resize = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resize);
+      resize = setTimeout(() => { for (const v of views) if (v.plot) v.plot.setSize({ width: Math.max(200, v.plotDiv.clientWidth), height: 250 }); }, 100);
+    });
     on("cmp-x", "change", (e) => { state.x = e.target.value; drawGrid(); });
     on("cmp-log", "change", (e) => { state.log = e.target.checked; drawGrid(); drawSweep(); });
     on("cmp-smoothing", "input", (e) => { state.smoothing = Number(e.target.value); $("cmp-smoothing-value").textContent = e.target.value; drawGrid(); });

@@ -52,7 +52,36 @@
     form.addEventListener("change", () => { if (ticked()) note.hidden = true; });
   }
 
+  // Labels and the trash for the runs ticked in the table: one POST form (with the CSRF token) per click.
+  function bulkEdit() {
+    const bar = $("bulk");
+    if (!bar) return;
+    for (const button of bar.querySelectorAll("[data-bulk]")) {
+      button.addEventListener("click", () => {
+        const ids = [...document.querySelectorAll("#runs-table input[name=ids]:checked")].map((b) => b.value);
+        const label = $("bulk-label").value.trim();
+        let note = $("bulk-note");
+        if (!note) { note = document.createElement("span"); note.id = "bulk-note"; note.className = "error small"; bar.append(note); }
+        note.textContent = !ids.length ? "Tick the runs first." : button.dataset.bulk !== "trash" && !label ? "Type the label first." : "";
+        if (note.textContent) return;
+        const form = document.createElement("form");
+        form.method = "post";
+        form.action = bar.dataset.action;
+        const fields = [["csrf", bar.dataset.csrf], ["action", button.dataset.bulk], ["label", label],
+          ["back", location.pathname + location.search], ...ids.map((id) => ["ids", id])];
+        for (const [name, value] of fields) {
+          const input = document.createElement("input");
+          input.type = "hidden"; input.name = name; input.value = value;
+          form.append(input);
+        }
+        document.body.append(form);
+        form.submit();
+      });
+    }
+  }
+
   columnChooser();
   filterError();
   compareGuard();
+  bulkEdit();
 })();
