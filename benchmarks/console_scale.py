@@ -6,9 +6,14 @@ Two parts, each in fresh processes so that one cannot warm another:
   ``platform.json``, a line of ``stdout.log`` and 20 ``train`` points each). ``ember ui`` is started
   in its own process (real uvicorn, real HTTP) and polled every 0.1 s from its start: when the
   runs page first answers, when its first page holds the 50 newest runs, when every run is
-  indexed; then, once indexed, the median and p90 of 20 warm requests of the runs page (``/ui/runs``,
+  listed and counted, when every run's points are read; then, once indexed, the median and p90
+  of 20 warm requests of the runs page (``/ui/runs``,
   the target), the page of a folder (``/ui/folders?path=/local/default``) and the last page of the
   runs table; and the process's CPU while idle for ``--idle-seconds`` (10 s; the index's passes).
+* ``big``: the store of issue 33 item 4: 65 runs of 20 points and, newest, one of ``--big-points``
+  (1,000,000). ``ember ui --data DIR`` started, polled as above: when the folder page counts all
+  66 runs, when every run's points are read; then stopped (SIGTERM) and started again on the same
+  ``DIR``: the same two times (a restart reads only what follows its cursors).
 * ``folders``: a server with 100 to 10,000 runs in one folder (filled straight into its tables,
   as ``console_runs_table.py`` does); in process (``TestClient``, no network), the median of
   ``--repeat`` answers of ``GET /api/v1/folders`` (its first page, and its last page reached by
@@ -16,6 +21,7 @@ Two parts, each in fresh processes so that one cannot warm another:
 
     .venv/bin/python -m benchmarks.console_scale                      # both, 100-10,000 runs
     .venv/bin/python -m benchmarks.console_scale ui --sizes 100 5000
+    .venv/bin/python -m benchmarks.console_scale big
     .venv/bin/python -m benchmarks.console_scale --src /tmp/old/src   # another checkout (before/after)
 
 The load average (``os.getloadavg()``) is printed before and after: the machine is shared.
@@ -68,6 +74,20 @@ def write_store(home: Path, runs: int) -> list[str]:
     return names[::-1]
 
 
+def _poll(http: httpx.Client, proc: subprocess.Popen[bytes], log: Path, path: str) -> httpx.Response | None:
+    """``path`` from the `ember ui` process once it answers (logged in through the link it printed), else None."""
+    if proc.poll() is not None:
+        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
+    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
+    try:
+        if entry and not http.cookies:
+            http.get(entry.group(0))
+        page = http.get(path) if http.cookies else None
+    except httpx.HTTPError:
+        return None
+    return page if page is not None and page.status_code == 200 else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -93,7 +113,7 @@ def _timed(http: httpx.Client, url: str, repeat: int = 20) -> tuple[float, float
 
 def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
     print("ember ui: seconds from the process's start; warm pages: median / p90 of 20, milliseconds")
-    print(f"{'runs':>7}  {'1st page':>8}  {'newest 50':>9}  {'all indexed':>11}  {'/ui/runs':>13}  "
+    print(f"{'runs':>7}  {'1st page':>8}  {'newest 50':>9}  {'all listed':>11}  {'all points':>10}  {'/ui/runs':>13}  "
           f"{'folder page':>13}  {'last page':>13}  {'idle CPU':>8}")  # fmt: skip
     for size in sizes:
         home = tmp / f"ui-{size}"
@@ -109,16 +129,8 @@ def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
             first = complete = done = None
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
                 while done is None:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"ember ui exited: {log.read_text()[-2000:]}")
-                    entry = re.search(r"http://127\.0\.0\.1:\d+/ui/\?token=\S+", log.read_text())
-                    try:
-                        if entry and not http.cookies:
-                            http.get(entry.group(0))
-                        page = http.get("/ui/runs") if http.cookies else None
-                    except httpx.HTTPError:
-                        page = None
-                    if page is not None and page.status_code == 200:
+                    page = _poll(http, proc, log, "/ui/runs")
+                    if page is not None:
                         now = time.monotonic() - began
                         first = first if first is not None else now
                         shown = re.findall(r'class="run-link" href="[^"]+">([^<]*)</a>', page.text)
@@ -128,6 +140,10 @@ def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
                             done = now
                             break
                     time.sleep(0.1)
+                print(f"{size:>7,}  listed and counted at {done:.1f} s; reading the points...", flush=True)
+                while 'id="indexing"' in http.get("/ui/runs").text:  # the runs' points still being read
+                    time.sleep(0.1)
+                points = time.monotonic() - began
                 runs = _timed(http, "/ui/runs")
                 folder = _timed(http, "/ui/folders?path=/local/default")
                 last = _timed(http, f"/ui/runs?page={(size + 49) // 50}")
@@ -139,13 +155,56 @@ def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
             proc.wait(30)
         warm = "  ".join("{:>6.0f} / {:<4.0f}".format(*(t * 1e3 for t in pair)) for pair in (runs, folder, last))
         newest_s = complete if complete is not None else float("nan")
-        print(f"{size:>7,}  {first:>8.1f}  {newest_s:>9.1f}  {done:>11.1f}  {warm}  {idle:>7.1%}", flush=True)
+        print(
+            f"{size:>7,}  {first:>8.1f}  {newest_s:>9.1f}  {done:>11.1f}  {points:>10.1f}  {warm}  {idle:>7.1%}",
+            flush=True,
+        )
         shutil.rmtree(home)
 
 
 def _python(src: Path, code: str) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter (``src`` and this checkout on the path); it prints one JSON line."""
     return python_json(code, env={"PYTHONPATH": f"{src}{os.pathsep}{ROOT}"})
+
+
+def big(src: Path, tmp: Path, points: int, runs: int = 65) -> None:
+    print(f"ember ui: {runs} runs of 20 points and one of {points:,}, newest; seconds from the process's start")
+    home, data = tmp / "big", tmp / "big-data"
+    write_store(home, runs + 1)
+    (newest,) = (home / "runs").glob(f"run{runs:05d}_*")
+    with open(newest / "metrics" / "train.jsonl", "w") as f:
+        for first in range(0, points, 100_000):
+            chunk = range(first, min(first + 100_000, points))
+            f.write("".join(_POINT.format(s=k, t=1.7e9 + k, l=1.0 / (k + 1), a=k * 1e-6) for k in chunk))
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    for start in ("cold start", "restart on --data"):
+        port = _free_port()
+        argv = [sys.executable, "-m", "ember.server.cli", "ui", "--store", str(home), "--port", str(port)]
+        log = tmp / "big.log"
+        began = time.monotonic()
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([*argv, "--data", str(data)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        counted = None
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
+                while True:
+                    page = _poll(http, proc, log, "/ui/folders?path=/local/default")
+                    if page is not None:
+                        text = page.text
+                        if (
+                            counted is None
+                            and f"({runs + 1:,} in this folder" in text
+                            and "Reading the store" not in text
+                        ):
+                            counted = time.monotonic() - began
+                        if 'id="indexing"' not in text:
+                            break
+                    time.sleep(0.1)
+            read = time.monotonic() - began
+        finally:
+            proc.terminate()
+            proc.wait(60)
+        print(f"{start:>18}: all {runs + 1} runs counted {counted:.1f} s, every point read {read:.1f} s", flush=True)
 
 
 def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
@@ -199,16 +258,17 @@ def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("parts", nargs="*", metavar="PART", help="ui, folders (default: both)")
+    parser.add_argument("parts", nargs="*", metavar="PART", help="ui, big, folders (default: ui, folders)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 5_000, 10_000], help="runs")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--big-points", type=int, default=1_000_000, help="points of the big run (part big)")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long ember ui's idle CPU is measured")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the ember source tree to measure")
     args = parser.parse_args()
     args.parts = args.parts or ["ui", "folders"]
-    unknown = set(args.parts) - {"ui", "folders"}
+    unknown = set(args.parts) - {"ui", "big", "folders"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}: choose among ui, folders")
+        parser.error(f"unknown parts {sorted(unknown)}: choose among ui, big, folders")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"ember from {args.src}; load average {load}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="ember-console-scale-"))
@@ -216,6 +276,8 @@ def main() -> int:
     try:
         if "ui" in args.parts:
             ui(args.src, args.sizes, tmp, args.idle_seconds)
+        if "big" in args.parts:
+            big(args.src, tmp, args.big_points)
         if "folders" in args.parts:
             folders(args.src, args.sizes, args.repeat, tmp)
     finally:

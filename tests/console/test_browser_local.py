@@ -372,3 +372,79 @@ def test_the_first_page_answers_while_the_store_is_read_and_says_how_far_it_has_
         p.page.context.close()
         proc.terminate()
         proc.wait(60)
+
+
+# `ember ui` whose reading of one run's metrics waits until the file ``gate`` exists: the run of a million
+# points whose reading takes long, for as long as the test needs, whatever the machine's speed.
+SLOW_RUN = """
+import sys
+from pathlib import Path
+from ember.server.cli import main
+from ember.server.local import index
+from ember.track import client
+gate, slow = Path(sys.argv[1]), sys.argv[2]
+index.BIG_BYTES = 8000  # the slow run is "big": its points are read after the others'
+send = client._send_metrics
+def gated(receiver, run_id, file, cursor):
+    while file.parent.parent.name.startswith(slow) and not gate.exists():
+        gate.parent.joinpath("waiting").touch()
+        __import__("time").sleep(0.05)
+    return send(receiver, run_id, file, cursor)
+client._send_metrics = gated
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_every_run_is_listed_before_the_points_of_a_big_one_are_read_and_a_busy_port_fails_at_once(
+    browser: Any, tmp_path: Path
+) -> None:
+    """The newest run's metrics take long to read (held until the test lets go): the other runs are listed
+    and counted meanwhile, its own row too, its chart fills in once read (before: the newest run was read
+    whole first and the folder said "(0)" until it was). A second `ember ui` on the same port exits at
+    once with the error and prints no link (before: it printed the link and lingered)."""
+    store, gate, port = tmp_path / "store", tmp_path / "gate", free_port()
+    big = write_runs(store, 7, points=30)[-1]  # r00006 is the newest: read first
+    with open(big / "metrics" / "train.jsonl", "a") as f:  # and the biggest: its points last
+        f.writelines(
+            json.dumps({"step": s, "time": 1.7e9 + s, "metrics": {"loss": 0.5}}) + "\n" for s in range(30, 200)
+        )
+    argv = [sys.executable, "-c", SLOW_RUN, str(gate), "r00006", *ui_argv(store, port)[3:]]
+    proc, entry = start_ui(argv, tmp_path / "ui.log")
+    p = new_context_page(browser, f"http://127.0.0.1:{port}")
+    try:
+        enter(p, {"entry": entry})
+        deadline = time.monotonic() + 30
+        while (len(_names(p)) < 7 or not (tmp_path / "waiting").exists()) and time.monotonic() < deadline:
+            p.page.wait_for_timeout(250)
+            p.goto("/ui/folders?path=/local/default")
+        assert (tmp_path / "waiting").exists(), "the big run's metrics were not being read"
+        assert len(_names(p)) == 7, _names(p)  # before: none while the big run was read
+        assert "(7 in this folder, newest first)" in p.page.inner_text("h2:has-text('Runs')")
+        note = p.page.locator("#indexing")
+        assert (note.get_attribute("data-indexed"), note.get_attribute("data-reading")) == ("7", "1")
+        assert "Every run is listed; reading the metrics of 1 run" in note.inner_text()
+        p.check("local-listed-before-points")
+        p.goto("/ui/runs?folder=/local/default")
+        assert "(7)" in p.page.inner_text("h1")
+        p.page.click("a.run-link:has-text('r00005')")
+        wait_points(p, "#chart-train-loss", "30")  # a small run's points are read meanwhile
+
+        second = subprocess.run(ui_argv(store, port), capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2, second
+        assert f"cannot listen on 127.0.0.1:{port}" in second.stderr and "token=" not in second.stdout, second
+
+        gate.touch()
+        deadline = time.monotonic() + 30
+        p.goto("/ui/runs?folder=/local/default")
+        while p.page.locator("#indexing").count() and time.monotonic() < deadline:
+            p.page.wait_for_timeout(250)
+            p.page.reload()
+        assert p.page.locator("#indexing").count() == 0  # every run read: the note is gone
+        p.page.click("a.run-link:has-text('r00006')")
+        wait_points(p, "#chart-train-loss", "200")
+        p.check()
+    finally:
+        gate.touch()  # the index thread lets go: the process stops at once
+        p.page.context.close()
+        proc.terminate()
+        proc.wait(60)

@@ -275,3 +275,21 @@ def test_a_compound_filter_keeps_only_the_runs_that_meet_every_condition(browser
     assert p.page.evaluate("document.activeElement.selectionStart") == 37
     p.check("runs-filter-column")
     p.page.context.close()
+
+
+def test_compare_selected_with_nothing_ticked_says_so_beside_the_button(browser: Any, sweep: dict[str, Any]) -> None:
+    """Before: it opened /ui/compare with no run. Now the page stays and says what to do; a tick clears it."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+    note = p.page.locator("#compare-none")
+    assert not note.is_visible()
+    p.page.click("#compare")
+    assert note.is_visible() and "No run is ticked" in note.inner_text()
+    assert "/ui/runs" in p.page.url and "/ui/compare" not in p.page.url
+    p.check("runs-compare-none")
+    p.page.locator("#runs-table input[name=ids]").first.check()
+    assert not note.is_visible()
+    with p.page.expect_navigation():
+        p.page.click("#compare")
+    assert "/ui/compare?ids=" in p.page.url
+    p.page.context.close()

@@ -444,6 +444,7 @@ def upload_run(
     conflict_strategy: str = "new",
     client: RunReceiver | None = None,
     artifacts: bool = True,
+    points: bool = True,
 ) -> dict[str, Any]:
     """Upload (or continue uploading) one run folder and the artifacts it is linked to.
 
@@ -458,6 +459,9 @@ def upload_run(
             stored credentials, or a server's own receiver in process; with ``artifacts``, one that
             receives artifacts too (a :class:`~ember.track.receiver.Receiver`).
         artifacts: also upload the artifacts found through the run's lineage.
+        points: also send its files (metrics, lineage, output, images); False sends its
+            ``run.json`` and platform only, and a later upload sends the files from the cursors
+            (``ember ui`` lists every run first, then reads their points).
 
     Returns:
         ``{"id", "action", "folder", "cursors"}`` as the receiver reports after the upload.
@@ -478,7 +482,7 @@ def upload_run(
         body: RunBody = {**place, "run": meta, "platform": platform}
         rid = str(meta["id"])
         answer = receiver.put_run(rid, body)
-        if answer["action"] == "skipped":
+        if answer["action"] == "skipped" or not points:
             return dict(answer)
         cursors: dict[str, int] = answer["cursors"]
         for file in sorted((run_dir / "metrics").glob("*.jsonl")):

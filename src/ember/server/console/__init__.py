@@ -38,6 +38,7 @@ class Progress:
             ones included); damaged: how many are listed ``Damaged``.
         artifact_errors: ``"<folder>: <why>"`` for artifacts the console could not take.
         failure: what the last pass failed with, when it did (it is tried again).
+        reading: runs listed whose files (metrics, output...) are still being read.
     """
 
     runs: int
@@ -45,6 +46,7 @@ class Progress:
     damaged: int
     artifact_errors: tuple[str, ...] = ()
     failure: str | None = None
+    reading: int = 0
 
     @property
     def done(self) -> bool:

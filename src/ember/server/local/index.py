@@ -3,11 +3,15 @@
 Pages never wait for the store: they read the database as it is, so a page costs the same
 whatever the store's size. One thread (:class:`StoreIndex`) brings the database up to date:
 
-- **At start** the run folders are listed (names only) and indexed newest first (by the time
-  in a folder's name), a batch per transaction: the first page answers at once, shows the newest
-  runs within a second, and says how far indexing has got until it is done. New runs are read as
-  the upload sends them, to the batched receiver that writes them together
-  (:class:`ember.server.services.upload.NewRuns`).
+- **At start** the run folders are listed (names only) and their metadata indexed newest first
+  (by the time in a folder's name), a batch per transaction: the first page answers at once,
+  shows the newest runs within a second, and says how far indexing has got until it is done.
+  New runs' ``run.json`` and platform are read as the upload sends them, to the batched receiver
+  that writes them together (:class:`ember.server.services.upload.NewRuns`), so every run is
+  listed and counted before any run's points are read: a run of a million points no longer
+  holds back the others. Then each listed run's files (metrics, lineage, output, images) are
+  sent from its cursors, newest run first, to the receiver in process; a restart with
+  ``--data`` sends only what follows the stored cursors.
 - **Then, every second,** what may have changed, at a cost that does not grow with the store
   (:mod:`ember.server.local.scan`): a folder is read again only when its files changed, and
   then only what follows the stored cursors is sent, request by request, to the server's own
@@ -53,6 +57,8 @@ INTERVAL_S = 1.0
 BATCH_S = 0.25
 """Indexing work per transaction: pages see the progress after each."""
 PASS_S = 1.0
+BIG_BYTES = 8 << 20
+"""A run whose metrics files hold more bytes (about 100,000 points) has its points read after the others'."""
 """Indexing work per pass on a cold start, before the live runs are checked again."""
 _ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -67,6 +73,7 @@ class _Outcome:
     error: str | None
     live: bool
     first: bool
+    listed_only: bool = False  # its metadata is written, its files are still to read
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ class StoreIndex:
         self._artifact_errors: dict[str, str] = {}
         self._failure: str | None = None
         self._pruned = False
+        self._reading: list[str] = []  # the runs whose points are being read now
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,7 +144,14 @@ class StoreIndex:
         """How far indexing has got (cheap: counters, whatever the store's size)."""
         errors = tuple(f"{name}: {why}" for name, why in list(self._artifact_errors.items())[:20])
         runs = self._runs
-        return Progress(len(runs.entries), runs.indexed, len(self._damaged), errors, self._failure)
+        return Progress(
+            len(runs.entries),
+            runs.indexed,
+            len(self._damaged),
+            errors,
+            self._failure,
+            len(runs.points) + len(runs.big) + len(self._reading),
+        )
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -151,7 +166,7 @@ class StoreIndex:
                 self._stop.wait(self.interval)
 
     def step(self) -> bool:
-        """One pass (see the module); True when folders are still waiting to be indexed."""
+        """One pass (see the module); True when folders are still waiting to be indexed or read."""
         with self._lock:
             now = time.monotonic()
             deadline = now + PASS_S
@@ -160,9 +175,11 @@ class StoreIndex:
             self._write_runs(self._runs.changed(now), gone, deadline)
             if not self._pruned and not self._runs.pending:
                 self._prune()
+            if not self._runs.pending:
+                self._read_points(deadline)
             gone = self._artifacts.discover()
             self._write_artifacts(self._artifacts.changed(now), gone, deadline)
-            return bool(self._runs.pending or self._artifacts.pending)
+            return bool(self._runs.pending or self._runs.points or self._runs.big or self._artifacts.pending)
 
     def _write_runs(self, changed: list[str], gone: list[Entry], deadline: float) -> None:
         """Index the changed runs, drop the gone ones, then index pending ones until ``deadline``.
@@ -206,6 +223,39 @@ class StoreIndex:
             for outcome in outcomes:
                 self._remember(outcome)
 
+    def _read_points(self, deadline: float) -> None:
+        """Send the files of listed runs (newest first) from their cursors until ``deadline``, at least one.
+
+        One transaction per :data:`BATCH_S` of work, as :meth:`_write_runs`. Runs of more than
+        :data:`BIG_BYTES` of metrics come after the others: a run of a million points takes its
+        own time, but every run is listed and counted by then, and the small runs' charts drawn.
+        """
+        kind = self._runs
+        first = True
+        while (kind.points or kind.big) and (first or time.monotonic() < deadline):
+            queue = kind.points or kind.big
+            first = False
+            taken: list[str] = []
+            outcomes: list[_Outcome] = []
+            self._reading = taken
+            try:
+                with self.app.state.sessions() as session, session.begin():
+                    user = session.scalar(select(User).where(User.name == self.user))
+                    assert user is not None, f"ember ui's user {self.user!r} is missing from its database"
+                    uploads = self._uploads(session, user)
+                    ends = time.monotonic() + BATCH_S
+                    claimed: dict[str, str] = {}
+                    while queue and (not taken or time.monotonic() < min(ends, deadline)):
+                        taken.append(queue.pop(0))
+                        outcomes.append(self._update(session, user, uploads, self._check(taken[-1], claimed)))
+            except BaseException:
+                queue[:0] = taken
+                raise
+            finally:
+                self._reading = []
+            for outcome in outcomes:
+                self._remember(outcome)
+
     def _prune(self) -> None:
         """Once every folder is indexed: drop the runs a kept database (``--data``) holds of folders gone since."""
         with self.app.state.sessions() as session, session.begin():
@@ -244,27 +294,31 @@ class StoreIndex:
         claimed[node] = name
         return _Found(name, entry, sig, info.meta, node, reason, info.status == "Running")
 
-    def _update(self, session: Session, user: User, uploads: Uploads, found: _Found) -> _Outcome:
-        """Bring a run the database may hold up to date, request by request (each a savepoint)."""
+    def _update(self, session: Session, user: User, uploads: Uploads, found: _Found, points: bool = True) -> _Outcome:
+        """Bring a run the database may hold up to date, request by request (each a savepoint).
+
+        ``points=False``: its ``run.json`` only (a cold start lists every run first); the outcome
+        queues its files for :meth:`_read_points`.
+        """
         reason = found.reason
         if reason is None and found.signature is not None:
             if found.entry.error is not None and self._ids.get(found.node) == found.name:
                 forget_run(uploads, found.node)  # mended: read again whole, into the folder its run.json names
             try:
-                salvage.upload(found.entry.path, found.node, uploads)
+                salvage.upload(found.entry.path, found.node, uploads, points)
             except TrackingError as e:  # UploadError too: the server's code refused part of it
                 reason = str(e)
             except Exception as e:  # a bug must cost this run only: it is listed with the error
                 log.exception("ember ui: indexing %s failed", found.entry.path)
                 reason = f"ember ui could not index it ({type(e).__name__}: {e})"
-        return self._settle(session, user, uploads, found, reason)
+        return self._settle(session, user, uploads, found, reason, listed_only=not points)
 
     def _read(self, found: _Found, new: NewRuns) -> tuple[_Found, Recorded]:
-        """Read a new run as the upload sends it, to the batched receiver (nothing is written yet)."""
+        """Read a new run's metadata as the upload sends it, to the batched receiver (nothing is written yet)."""
         recorded = new.open(found.name)
         if found.reason is None and found.signature is not None:
             try:
-                upload_run(found.entry.path, None, True, "new", new, artifacts=False)
+                upload_run(found.entry.path, None, True, "new", new, artifacts=False, points=False)
             except TrackingError as e:  # a damaged line, a body the server would refuse
                 recorded.error = str(e)
             except Exception as e:  # a bug must cost this run only: it is listed with the error
@@ -275,7 +329,10 @@ class StoreIndex:
     def _write_new(
         self, session: Session, user: User, uploads: Uploads, new: NewRuns, fresh: list[tuple[_Found, Recorded]]
     ) -> list[_Outcome]:
-        """Write runs read by :meth:`_read`: those new to the database together (:meth:`NewRuns.write`)."""
+        """Write runs read by :meth:`_read`: those new to the database together (:meth:`NewRuns.write`).
+
+        Each is listed only: its files follow in :meth:`_read_points`.
+        """
         if not fresh:
             return []
         ids = [found.node for found, _ in fresh]
@@ -294,14 +351,25 @@ class StoreIndex:
         outcomes = []
         for found, rec in fresh:
             if found.reason is None and found.node in held:
-                outcomes.append(self._update(session, user, uploads, found))
+                outcomes.append(self._update(session, user, uploads, found, points=False))
                 continue
             reason = found.reason or (written.get(found.name) if rec.run is not None else rec.error)
-            outcomes.append(self._settle(session, user, uploads, found, reason))
+            outcomes.append(self._settle(session, user, uploads, found, reason, listed_only=True))
         return outcomes
 
-    def _settle(self, session: Session, user: User, uploads: Uploads, found: _Found, reason: str | None) -> _Outcome:
-        """List a run ``Damaged`` when it is; drop the row of an id it no longer has; what to remember of it."""
+    def _settle(
+        self,
+        session: Session,
+        user: User,
+        uploads: Uploads,
+        found: _Found,
+        reason: str | None,
+        listed_only: bool = False,
+    ) -> _Outcome:
+        """List a run ``Damaged`` when it is; drop the row of an id it no longer has; what to remember of it.
+
+        ``listed_only``: only its metadata was written; unless it is Damaged its files are read next.
+        """
         entry = found.entry
         if found.signature is None:  # gone: the next listing drops it
             return _Outcome(found.name, None, entry.node_id, entry.error, False, False)
@@ -312,7 +380,8 @@ class StoreIndex:
         if entry.node_id not in (None, found.node) and self._ids.get(entry.node_id or "") == found.name:
             forget_run(uploads, entry.node_id or "")
         live = reason is None and found.running
-        return _Outcome(found.name, found.signature, found.node, reason, live, entry.signature is None)
+        first = entry.signature is None
+        return _Outcome(found.name, found.signature, found.node, reason, live, first, listed_only and reason is None)
 
     def _remember(self, outcome: _Outcome) -> None:
         """What was committed of one run folder."""
@@ -324,14 +393,19 @@ class StoreIndex:
             log.warning("ember ui: %s is listed as Damaged: %s", entry.path, outcome.error)
         if entry.node_id not in (None, outcome.node_id) and self._ids.get(entry.node_id or "") == name:
             del self._ids[entry.node_id or ""]
-        kind.indexed += outcome.first
-        entry.signature, entry.node_id, entry.error = outcome.signature, outcome.node_id, outcome.error
+        kind.indexed += not entry.listed
+        entry.listed, entry.node_id, entry.error = True, outcome.node_id, outcome.error
         if outcome.node_id is not None:
             self._ids[outcome.node_id] = name
         if outcome.error is None:
             self._damaged.discard(name)
         else:
             self._damaged.add(name)
+        if outcome.listed_only:  # its files next, in the order listed (newest first), the big ones last
+            sizes = (f[2] for f in (outcome.signature or ())[1:] if str(f[0]).startswith("metrics/"))
+            (kind.big if sum(sizes) > BIG_BYTES else kind.points).append(name)
+            return
+        entry.signature = outcome.signature
         if outcome.live or not outcome.first:  # a live run, or one that changed: watched closely for a while
             kind.watch(name, STALE_AFTER_S if outcome.live else HOT_S)
 
@@ -364,7 +438,7 @@ class StoreIndex:
             entry = kind.entries[name]
             first = entry.signature is None
             kind.indexed += first
-            entry.signature = signature(entry.path)
+            entry.signature, entry.listed = signature(entry.path), True
             try:
                 entry.node_id = str(upload_artifact(entry.path, "default", True, "new", client)["id"])
                 entry.error = None

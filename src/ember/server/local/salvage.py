@@ -29,8 +29,12 @@ MAX_NOTES = 20
 """Skipped lines named per run (the count of the others is kept)."""
 
 
-def upload(path: Path, run_id: str, uploads: Uploads) -> None:
+def upload(path: Path, run_id: str, uploads: Uploads, points: bool = True) -> None:
     """Upload a run folder in process, skipping damaged metrics lines (noted on the run) instead of stopping.
+
+    Args:
+        path: the run folder; run_id: the id it is indexed under; uploads: the receiver in process.
+        points: False sends its ``run.json`` only (the notes of lines skipped before are kept).
 
     Raises:
         TrackingError: what the upload raises when the damage is not a metrics line (a bad
@@ -38,8 +42,10 @@ def upload(path: Path, run_id: str, uploads: Uploads) -> None:
     """
     notes = _notes(uploads, run_id)
     try:
-        upload_run(path, None, True, "new", uploads, artifacts=False)
+        upload_run(path, None, True, "new", uploads, artifacts=False, points=points)
     except UploadError:
+        if not points:
+            raise
         found = _salvage(path, run_id, uploads)
         if not found:
             raise

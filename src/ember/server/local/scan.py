@@ -71,9 +71,11 @@ class Entry:
     """One run or artifact folder, and what it was when last indexed.
 
     Attributes:
-        signature: its :func:`signature` then (None: not indexed yet).
+        signature: its :func:`signature` then (None: not indexed yet, or listed with its points
+            still to read).
         node_id: the id it is indexed under; error: why it is listed Damaged (or was refused).
         hot_until: checked file by file on every pass until then (``time.monotonic()``).
+        listed: its metadata is in the database (it is listed and counted), its points perhaps not yet.
     """
 
     path: Path
@@ -81,6 +83,7 @@ class Entry:
     node_id: str | None = None
     hot_until: float = 0.0
     error: str | None = None
+    listed: bool = False
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Folders:
     Example:
         >>> runs = Folders(Path(".ember"), "runs", "run.json")
         >>> gone = runs.discover()          # new folders join runs.pending, newest last
+        >>> # listed (metadata only): they join runs.points, whose files are read after every folder is listed
         >>> changed = runs.changed(time.monotonic())
     """
 
@@ -98,6 +102,8 @@ class Folders:
     meta_file: str
     entries: dict[str, Entry] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)  # not indexed yet; the next one last
+    points: list[str] = field(default_factory=list)  # listed, their points not read yet; the next one first
+    big: list[str] = field(default_factory=list)  # the same for runs of many points: read after the others
     waiting: set[str] = field(default_factory=set)  # folders without their metadata file yet
     hot: set[str] = field(default_factory=set)
     order: list[str] = field(default_factory=list)  # the rotation
@@ -127,8 +133,10 @@ class Folders:
         gone = [self.entries.pop(n) for n in list(self.entries) if n not in names]
         if gone:
             self.pending = [n for n in self.pending if n in self.entries]
+            self.points = [n for n in self.points if n in self.entries]
+            self.big = [n for n in self.big if n in self.entries]
             self.hot = {n for n in self.hot if n in self.entries}
-            self.indexed -= sum(1 for e in gone if e.signature is not None)
+            self.indexed -= sum(1 for e in gone if e.listed)
         self.waiting &= names
         new = sorted(names - self.entries.keys() - self.waiting)
         ready = [n for n in new if (parent / n / self.meta_file).is_file()]

@@ -19,6 +19,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 from pathlib import Path
 from types import FrameType
@@ -109,13 +110,22 @@ def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | No
         port: the loopback port.
         data: where the throw-away server keeps its database (default: a temporary folder,
             removed on exit).
+
+    Raises:
+        ServerError: ``port`` is taken (checked first: nothing is printed or created), or the
+            store holds no runs/ or artifacts/.
     """
     import uvicorn
 
+    listening = listen(port)
     # uvicorn stops on SIGTERM, then raises the signal again with the handler it found: the
     # default one would kill the process before the temporary folder is removed.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="ember-ui-"))
+    try:
+        folder = Path(data) if data else Path(tempfile.mkdtemp(prefix="ember-ui-"))
+    except BaseException:
+        listening.close()
+        raise
     try:
         app, url = build_app(store, port, folder)
         print(
@@ -125,10 +135,37 @@ def serve(store: str | os.PathLike[str] | None, port: int = 8766, data: str | No
         )
         app.state.console_index.start()
         try:
-            uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+            config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+            uvicorn.Server(config).run(sockets=[listening])
         finally:
             app.state.console_index.stop()
     finally:
+        listening.close()
         if not data:
             shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def listen(port: int) -> socket.socket:
+    """A socket bound to ``127.0.0.1:port``, taken before anything else so that a busy port fails at once.
+
+    Before, ``ember ui`` printed its link, started indexing and only then found the port taken
+    (uvicorn logged it and the process lingered with its index thread).
+
+    Raises:
+        ServerError: the port is in use (or may not be bound), naming it and the fix.
+    """
+    from ember.server.storage.settings import ServerError
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if os.name != "nt":  # as uvicorn binds: a port in TIME_WAIT after a restart is free to use
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as e:
+        sock.close()
+        raise ServerError(
+            f"ember ui cannot listen on 127.0.0.1:{port}: {e.strerror or e} (another ember ui or server on it?); "
+            "stop that one or pass --port N"
+        ) from None
+    return sock

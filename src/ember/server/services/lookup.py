@@ -75,11 +75,26 @@ def claim_id(session: Session, kind: str, node_id: str) -> None:
     Raises:
         Conflict: the other kind holds ``node_id``.
     """
+    refused = claim_ids(session, kind, [node_id]).get(node_id)
+    if refused is not None:
+        raise refused
+
+
+def claim_ids(session: Session, kind: str, node_ids: list[str]) -> dict[str, Conflict]:
+    """:func:`claim_id` for many ids at once (one query): the refusal of each id the other kind holds.
+
+    Example:
+        >>> refused = claim_ids(session, "run", ids)   # {} when every id is free
+    """
     if session.get_bind().dialect.name == "postgresql":
-        session.execute(text(f"SELECT pg_advisory_xact_lock({_ID_LOCK}, hashtext(:id))"), {"id": node_id})
+        for node_id in sorted(set(node_ids)):  # one order for every transaction: no deadlock between them
+            session.execute(text(f"SELECT pg_advisory_xact_lock({_ID_LOCK}, hashtext(:id))"), {"id": node_id})
     other, other_kind = (Artifact, "an artifact") if kind == "run" else (Run, "a run")
-    if session.scalar(select(other.pk).where(other.id == node_id)) is not None:
-        raise Conflict(
+    taken = set(session.scalars(select(other.id).where(other.id.in_(node_ids)))) if node_ids else set()
+    return {
+        node_id: Conflict(
             f"the id {node_id} is taken by {other_kind}: {'a run' if kind == 'run' else 'an artifact'} needs an id "
             "of its own (ember gives each run and artifact a fresh one: was this one copied?)"
         )
+        for node_id in taken
+    }

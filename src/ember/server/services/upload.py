@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from ember.server.services import artifacts, codec, edges, ingest, logs, naming, run_images, runs
 from ember.server.services import blobs as blob_rules
 from ember.server.services.blobs import BlobStore
-from ember.server.services.lookup import claim_id, get_artifact, get_run
+from ember.server.services.lookup import claim_ids, get_artifact, get_run
 from ember.server.services.perms import Level, ensure_folder
 from ember.server.services.run_images import ImagesBatch
 from ember.server.storage.domain_errors import DomainError, Invalid
@@ -330,13 +330,16 @@ class NewRuns:
         outcome: dict[str, str | None] = {}
         folders: dict[str, Folder | DomainError] = {}
         kept: list[tuple[Recorded, Run]] = []
-        for rec in self.runs if only is None else only:
+        recorded = self.runs if only is None else only
+        refused = claim_ids(session, "run", [rec.run_id for rec in recorded if rec.run is not None])
+        for rec in recorded:
             outcome[rec.name] = rec.error
             if rec.run is None:
                 continue
             try:
                 meta = runs.checked_meta(rec.run, rec.run_id)
-                claim_id(session, "run", rec.run_id)
+                if rec.run_id in refused:
+                    raise refused[rec.run_id]
                 if rec.run.folder not in folders:
                     try:
                         with session.begin_nested():

@@ -39,6 +39,19 @@
     box.setSelectionRange(at, at);
   }
 
+  // "Compare selected" with nothing ticked says so beside the button instead of opening an empty comparison.
+  function compareGuard() {
+    const button = $("compare"), note = $("compare-none");
+    if (!button || !note) return;
+    const form = button.form, ticked = () => form.querySelector("input[name=ids]:checked") !== null;
+    form.addEventListener("submit", (e) => {
+      if (ticked()) return;
+      e.preventDefault();
+      note.hidden = false;
+    });
+    form.addEventListener("change", () => { if (ticked()) note.hidden = true; });
+  }
+
   // Labels and the trash for the runs ticked in the table: one POST form (with the CSRF token) per click.
   function bulkEdit() {
     const bar = $("bulk");
@@ -69,5 +82,6 @@
 
   columnChooser();
   filterError();
+  compareGuard();
   bulkEdit();
 })();
