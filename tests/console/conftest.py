@@ -64,9 +64,10 @@ class Checked:
         self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"{r.status}: {r.url}"))
 
     def _failed(self, request: Any) -> None:
-        # The browser cancels the favicon's fetch when the next page is opened before it arrived (under
-        # load): not the app's failure. A failed answer is a response >= 400, recorded above.
-        if request.url.endswith("/favicon.svg") and request.failure == "net::ERR_ABORTED":
+        # A request the browser cancels (net::ERR_ABORTED: the next page opened before the favicon or an
+        # image's samples arrived, under load) is not the app's failure; a failed answer is a response
+        # >= 400, recorded above, and any other network failure is recorded here.
+        if request.failure == "net::ERR_ABORTED":
             return
         self.errors.append(f"request failed: {request.url} ({request.failure})")
 
