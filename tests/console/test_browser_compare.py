@@ -71,10 +71,15 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 
 def _open_compare(p: Checked, folder: str, count: int, timeout: float = 120.0) -> None:
-    """Open the compare page of a folder once `ember ui` has indexed its ``count`` runs."""
+    """Open the compare page of a folder once `ember ui` has indexed its ``count`` runs and their points
+    (it lists every run first and reads the points after: ``#indexing-points`` says so meanwhile)."""
     deadline = time.monotonic() + timeout
+
+    def indexing() -> bool:
+        return f"Compare {count} runs" not in p.page.inner_text("h1") or p.page.locator("#indexing-points").count() > 0
+
     p.goto(f"/ui/compare?folder=/local/{folder}")
-    while f"Compare {count} runs" not in p.page.inner_text("h1") and time.monotonic() < deadline:
+    while indexing() and time.monotonic() < deadline:
         p.page.wait_for_timeout(500)
         p.goto(f"/ui/compare?folder=/local/{folder}")
     assert f"Compare {count} runs" in p.page.inner_text("h1")
