@@ -111,7 +111,9 @@ def _timed(http: httpx.Client, url: str, repeat: int = 20) -> tuple[float, float
     return statistics.median(times), times[int(0.9 * (len(times) - 1))]
 
 
-def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
+def ui(
+    src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0, counted_only: bool = False, poll_s: float = 0.1
+) -> None:
     print("ember ui: seconds from the process's start; warm pages: median / p90 of 20, milliseconds")
     print(f"{'runs':>7}  {'1st page':>8}  {'newest 50':>9}  {'all listed':>11}  {'all points':>10}  {'/ui/runs':>13}  "
           f"{'folder page':>13}  {'last page':>13}  {'idle CPU':>8}")  # fmt: skip
@@ -127,34 +129,45 @@ def ui(src: Path, sizes: list[int], tmp: Path, idle_s: float = 10.0) -> None:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             first = complete = done = None
+            polls, done_cpu = 0, 0.0
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as http:
                 while done is None:
                     page = _poll(http, proc, log, "/ui/runs")
                     if page is not None:
+                        polls += 1
                         now = time.monotonic() - began
                         first = first if first is not None else now
                         shown = re.findall(r'class="run-link" href="[^"]+">([^<]*)</a>', page.text)
                         if complete is None and shown == newest:
                             complete = now
                         if f"({size})" in page.text and "Reading the store" not in page.text:
-                            done = now
+                            done, done_cpu = now, _cpu_s(proc.pid)
                             break
-                    time.sleep(0.1)
+                    time.sleep(poll_s)
                 print(f"{size:>7,}  listed and counted at {done:.1f} s; reading the points...", flush=True)
-                while 'id="indexing"' in http.get("/ui/runs").text:  # the runs' points still being read
-                    time.sleep(0.1)
-                points = time.monotonic() - began
-                runs = _timed(http, "/ui/runs")
-                folder = _timed(http, "/ui/folders?path=/local/default")
-                last = _timed(http, f"/ui/runs?page={(size + 49) // 50}")
-                cpu = _cpu_s(proc.pid)
-                time.sleep(idle_s)
-                idle = (_cpu_s(proc.pid) - cpu) / idle_s
+                if not counted_only:
+                    while 'id="indexing"' in http.get("/ui/runs").text:  # the runs' points still being read
+                        time.sleep(0.1)
+                    points = time.monotonic() - began
+                    runs = _timed(http, "/ui/runs")
+                    folder = _timed(http, "/ui/folders?path=/local/default")
+                    last = _timed(http, f"/ui/runs?page={(size + 49) // 50}")
+                    cpu = _cpu_s(proc.pid)
+                    time.sleep(idle_s)
+                    idle = (_cpu_s(proc.pid) - cpu) / idle_s
         finally:
             proc.terminate()
             proc.wait(30)
-        warm = "  ".join("{:>6.0f} / {:<4.0f}".format(*(t * 1e3 for t in pair)) for pair in (runs, folder, last))
         newest_s = complete if complete is not None else float("nan")
+        if counted_only:
+            print(
+                f"{size:>7,}  first page {first:.1f} s, newest 50 {newest_s:.1f} s, all counted {done:.1f} s "
+                f"(ember ui's CPU by then: {done_cpu:.1f} s; {polls} pages polled)",
+                flush=True,
+            )
+            shutil.rmtree(home)
+            continue
+        warm = "  ".join("{:>6.0f} / {:<4.0f}".format(*(t * 1e3 for t in pair)) for pair in (runs, folder, last))
         print(
             f"{size:>7,}  {first:>8.1f}  {newest_s:>9.1f}  {done:>11.1f}  {points:>10.1f}  {warm}  {idle:>7.1%}",
             flush=True,
@@ -262,6 +275,10 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 5_000, 10_000], help="runs")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-points", type=int, default=1_000_000, help="points of the big run (part big)")
+    parser.add_argument(
+        "--counted-only", action="store_true", help="part ui: stop once every run is listed and counted"
+    )
+    parser.add_argument("--poll", type=float, default=0.1, help="part ui: seconds between polls of the runs page")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long ember ui's idle CPU is measured")
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the ember source tree to measure")
     args = parser.parse_args()
@@ -275,7 +292,7 @@ def main() -> int:
     began = time.perf_counter()
     try:
         if "ui" in args.parts:
-            ui(args.src, args.sizes, tmp, args.idle_seconds)
+            ui(args.src, args.sizes, tmp, args.idle_seconds, args.counted_only, args.poll)
         if "big" in args.parts:
             big(args.src, tmp, args.big_points)
         if "folders" in args.parts:

@@ -25,8 +25,9 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 
+from ember.server.local.index import StoreIndex
 from ember.server.local.ui import build_app
-from tests.console._data import write_runs
+from tests.console._data import stored_rows, write_runs
 from tests.console.test_index import BASE, enter, names
 from tests.server.conftest import free_port
 
@@ -67,6 +68,42 @@ def test_ember_ui_starts_again_on_the_same_data_folder(tmp_path: Path) -> None:
         assert sorted(names(client.get("/ui/runs").text)) == ["r00001", "r00002", "r00007"]
         series = client.get(f"/ui/runs/{_run_id(client, 'r00001')}/series", params={"type": "train"}).json()
         assert series["metrics"]["loss"]["step"] == [0, 1, 2, 3, 4]  # read again from its cursors, nothing twice
+
+
+def test_a_restart_reads_only_the_run_folders_that_changed_and_stores_what_a_cold_start_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33, item 4: a restart on ``--data`` lists an unchanged folder from the manifest of what it
+    read last time (its files' sizes, inodes and times), without opening it; a folder changed while
+    ember ui was stopped is read again, and the database then holds what a cold start on the same
+    store writes."""
+    store, data = tmp_path / "store", tmp_path / "data"
+    paths = write_runs(store, 5, points=5)
+    (paths[4] / "run.json").write_text("[]")  # Damaged from the start: listed with its reason
+    client, _ = _index(store, data)
+    with client:
+        assert "status damaged" in client.get("/ui/runs", params={"q": "r00004"}).text
+    with open(paths[1] / "metrics" / "train.jsonl", "a") as f:  # while ember ui is stopped: points appended,
+        f.writelines(json.dumps({"step": s, "time": 1.7e9 + s, "metrics": {"loss": 0.5}}) + "\n" for s in (5, 6))
+    meta = json.loads((paths[2] / "run.json").read_text())
+    (paths[2] / "run.json").write_text(json.dumps({**meta, "name": "renamed", "labels": ["edited"]}))  # edited,
+    (paths[3] / "run.json").write_text("{not json")  # damaged, and one added
+    write_runs(store, 1, first=7, points=5)
+    checked: list[str] = []
+    check = StoreIndex._check
+    monkeypatch.setattr(StoreIndex, "_check", lambda self, name, seen: checked.append(name) or check(self, name, seen))
+    client, _ = _index(store, data)
+    changed = [paths[1], paths[2], paths[3], *store.glob("runs/r00007_*")]
+    assert sorted(set(checked)) == sorted(p.name for p in changed)
+    with client:
+        assert "status damaged" in client.get("/ui/runs", params={"q": "r00004"}).text  # still, with its reason
+        assert "it holds [] (list), not an object" in client.get(f"/ui/runs/{_run_id(client, 'r00004')}").text
+        series = client.get(f"/ui/runs/{_run_id(client, 'r00001')}/series", params={"type": "train"}).json()
+        assert series["metrics"]["loss"]["step"] == [0, 1, 2, 3, 4, 5, 6]
+        restarted = stored_rows(client.app)
+    cold, _ = _index(store, tmp_path / "cold")
+    assert restarted == stored_rows(cold.app)
+    assert "renamed" in restarted["runs"].__repr__() and len(restarted["runs"]) == 6
 
 
 def test_a_damaged_metrics_line_is_skipped_with_a_note_and_the_rest_of_the_run_is_shown(tmp_path: Path) -> None:

@@ -332,14 +332,20 @@ def refuse_links(folder: Path, what: str) -> None:
     (``stdout.log`` pointing at ``~/.ssh/id_rsa``, a ``files/`` folder pointing at ``/``) would
     send a file from elsewhere on this machine, so nothing is sent.
     """
-    for parent, dirs, files in os.walk(folder):  # linked folders are listed, never entered
-        for name in sorted(dirs + files):
-            path = Path(parent) / name
-            if path.is_symlink():
+    todo = [os.fspath(folder)]
+    while todo:  # each folder's entries by name, then its subfolders; linked folders are listed, never entered
+        try:
+            with os.scandir(todo.pop()) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:  # gone or unreadable, as os.walk skips it: reading its files says why
+            continue
+        for entry in entries:  # the kind comes with the listing (d_type): no stat per entry
+            if entry.is_symlink():
                 raise UploadError(
-                    f"{path} is a symbolic link: a {what} folder is uploaded only as the regular files and "
-                    "folders in it (a link would send a file from elsewhere); replace the link by a copy"
+                    f"{entry.path} is a symbolic link: a {what} folder is uploaded only as the regular files "
+                    "and folders in it (a link would send a file from elsewhere); replace the link by a copy"
                 )
+        todo += reversed([e.path for e in entries if e.is_dir(follow_symlinks=False)])
 
 
 def _read(path: Path, offset: int, size: int = BATCH_BYTES) -> bytes:

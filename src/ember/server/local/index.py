@@ -38,7 +38,7 @@ from sqlalchemy import select
 
 from ember.errors import TrackingError
 from ember.server.console import Progress
-from ember.server.local import salvage
+from ember.server.local import manifest, salvage
 from ember.server.local.damaged import damaged_id, forget_artifact, forget_run, mark_damaged
 from ember.server.local.scan import HOT_S, Entry, Folders, signature
 from ember.server.services.upload import NewRuns, Recorded, Uploads
@@ -74,6 +74,7 @@ class _Outcome:
     live: bool
     first: bool
     listed_only: bool = False  # its metadata is written, its files are still to read
+    kept: bool = False  # unchanged since the manifest's row (a restart): nothing was read
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class StoreIndex:
         self._failure: str | None = None
         self._pruned = False
         self._reading: list[str] = []  # the runs whose points are being read now
+        self._kept: dict[str, manifest.Kept] | None = None  # the manifest's rows, until each folder is seen
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,6 +170,8 @@ class StoreIndex:
     def step(self) -> bool:
         """One pass (see the module); True when folders are still waiting to be indexed or read."""
         with self._lock:
+            if self._kept is None:
+                self._kept = self._load_manifest()
             now = time.monotonic()
             deadline = now + PASS_S
             gone = self._runs.discover()
@@ -202,6 +206,7 @@ class StoreIndex:
                     for entry in gone:
                         if entry.node_id is not None and self._ids.get(entry.node_id) == entry.path.name:
                             forget_run(uploads, entry.node_id)
+                    manifest.forget(session, [entry.path.name for entry in gone])
                     ends = time.monotonic() + BATCH_S
                     claimed: dict[str, str] = {}
                     while todo and time.monotonic() < ends:  # changed runs: request by request
@@ -211,8 +216,13 @@ class StoreIndex:
                     # New runs: read, then written together; at least one per transaction.
                     while kind.pending and (not taken or time.monotonic() < min(ends, deadline)):
                         taken.append(kind.pending.pop())
-                        fresh.append(self._read(self._check(taken[-1], claimed), new))
+                        unchanged = self._unchanged(taken[-1], claimed)
+                        if unchanged is not None:
+                            outcomes.append(unchanged)
+                        else:
+                            fresh.append(self._read(self._check(taken[-1], claimed), new))
                     outcomes += self._write_new(session, user, uploads, new, fresh)
+                    self._save_manifest(session, outcomes)
             except BaseException:
                 kind.pending.extend(reversed(taken))
                 raise
@@ -248,6 +258,7 @@ class StoreIndex:
                     while queue and (not taken or time.monotonic() < min(ends, deadline)):
                         taken.append(queue.pop(0))
                         outcomes.append(self._update(session, user, uploads, self._check(taken[-1], claimed)))
+                    self._save_manifest(session, outcomes)
             except BaseException:
                 queue[:0] = taken
                 raise
@@ -265,7 +276,41 @@ class StoreIndex:
             for run_id in list(session.scalars(select(Run.id).where(Run.owner_id == user.id))):
                 if run_id not in self._ids:
                     forget_run(uploads, run_id)
+            manifest.forget(session, [name for name in manifest.names(session) if name not in self._runs.entries])
         self._pruned = True
+        self._kept = {}
+
+    def _load_manifest(self) -> dict[str, manifest.Kept]:
+        """The manifest's rows (:mod:`ember.server.local.manifest`) whose runs the database still holds."""
+        with self.app.state.sessions() as session, session.begin():
+            kept = manifest.load(session)
+            user = session.scalar(select(User).where(User.name == self.user))
+            held = set(session.scalars(select(Run.id).where(Run.owner_id == user.id))) if user is not None else set()
+        return {name: k for name, k in kept.items() if k.node_id in held}
+
+    def _unchanged(self, name: str, claimed: dict[str, str]) -> _Outcome | None:
+        """A folder listed as its manifest row says, when nothing in it changed since (see the manifest); else None."""
+        kept = (self._kept or {}).pop(name, None)
+        if kept is None or kept.live:  # a live run's status moves with time: read again
+            return None
+        holder = claimed.get(kept.node_id) or self._ids.get(kept.node_id)
+        if holder not in (None, name):
+            return None
+        entry = self._runs.entries[name]
+        sig = signature(entry.path)
+        if sig is None or manifest.digest(sig) != kept.signature:
+            return None
+        claimed[kept.node_id] = name
+        return _Outcome(name, sig, kept.node_id, kept.error, False, True, kept=True)
+
+    def _save_manifest(self, session: Session, outcomes: list[_Outcome]) -> None:
+        """Rows for the folders indexed whole in this transaction (see the manifest)."""
+        rows = {
+            o.name: manifest.Kept(manifest.digest(o.signature), o.node_id, o.error, o.live)
+            for o in outcomes
+            if o.signature is not None and o.node_id is not None and not (o.listed_only or o.kept)
+        }
+        manifest.save(session, rows)
 
     def _uploads(self, session: Session, user: User) -> Uploads:
         """The server's receiver in process, on the pass's transaction: the user's own store, unbounded."""
