@@ -67,23 +67,31 @@ def checked_meta(body: RunIn, run_id: str) -> dict[str, Any]:
     return meta
 
 
-def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
-    """Set a run's columns from its checked run.json (and platform.json, when sent)."""
-    kept = set(run.edited or ())  # edited on the server: the server's value wins over run.json
-    if "name" not in kept:
-        run.name = meta["name"]
-    run.status = meta["status"]
-    run.start_time = meta.get("start_time")
-    run.end_time = meta.get("end_time")
-    if "labels" not in kept:
-        run.labels = [str(x) for x in meta.get("labels", [])]
-    if "description" not in kept:
-        run.description = meta.get("description", "")
-    run.hparams = meta.get("hparams", {})
-    run.meta = meta
+def meta_columns(meta: dict[str, Any], platform: dict[str, Any], edited: Any = ()) -> dict[str, Any]:
+    """A run's columns from its checked run.json (and platform.json, when sent); the fields in ``edited``
+    (changed on the server: the server's value wins over run.json) are left out."""
+    columns: dict[str, Any] = {
+        "name": meta["name"],
+        "status": meta["status"],
+        "start_time": meta.get("start_time"),
+        "end_time": meta.get("end_time"),
+        "labels": [str(x) for x in meta.get("labels", [])],
+        "description": meta.get("description", ""),
+        "hparams": meta.get("hparams", {}),
+        "meta": meta,
+        "uploaded": now(),
+    }
     if platform:
-        run.platform = platform
-    run.uploaded = now()
+        columns["platform"] = platform
+    for name in set(edited or ()) & set(EDITABLE):
+        del columns[name]
+    return columns
+
+
+def apply_meta(run: Run, meta: dict[str, Any], platform: dict[str, Any]) -> None:
+    """Set a run's columns from its checked run.json (and platform.json, when sent): :func:`meta_columns`."""
+    for name, value in meta_columns(meta, platform, run.edited).items():
+        setattr(run, name, value)
 
 
 def place(
