@@ -13,7 +13,7 @@ from ember.server.api.responses import file_response, metrics_download
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
 from ember.server.services import codec, liveness
-from ember.server.services.lookup import get_artifact_file, get_run
+from ember.server.services.lookup import get_artifact_file, get_run, get_runs
 from ember.server.services.series import MAX_BUCKETS
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
@@ -69,12 +69,10 @@ def compare_series(
     404 for the whole request, as for one run) and its answer is the same bytes, kept per run.
     """
     user = require_viewer(request, session)
-    parts = []
-    for run_id in dict.fromkeys(ids):
-        run = get_run(session, user, run_id)
-        head = {"id": run.id, "status": liveness.shown_status(run.status, run.meta)}
-        body = request.app.state.series.series_json(session, run.pk, type, head, buckets)
-        parts.append(codec.encode(run.id) + b":" + body)
+    runs = get_runs(session, user, list(dict.fromkeys(ids)))
+    heads = {run.pk: {"id": run.id, "status": liveness.shown_status(run.status, run.meta)} for run in runs}
+    bodies = request.app.state.series.series_json_many(session, type, heads, buckets)
+    parts = [codec.encode(run.id) + b":" + bodies[run.pk] for run in runs]
     response = Response(b'{"runs":{' + b",".join(parts) + b"}}", media_type="application/json")
     secure(response)
     return response
