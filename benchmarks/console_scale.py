@@ -1,6 +1,6 @@
 """``ember ui`` and the folder listing as the store grows (issue 18, items 10 and 13).
 
-Two parts, each in fresh processes so that one cannot warm another:
+The parts, each in fresh processes so that one cannot warm another:
 
 * ``ui``: stores of 100 to 10,000 runs (written directly in ember's layout: ``run.json``,
   ``platform.json``, a line of ``stdout.log`` and 20 ``train`` points each). ``ember ui`` is started
@@ -14,6 +14,10 @@ Two parts, each in fresh processes so that one cannot warm another:
   (1,000,000). ``ember ui --data DIR`` started, polled as above: when the folder page counts all
   66 runs, when every run's points are read; then stopped (SIGTERM) and started again on the same
   ``DIR``: the same two times (a restart reads only what follows its cursors).
+* ``index``: ``ember ui``'s index in process for stores of N runs (no HTTP, no page polled, so
+  the CPU seconds hardly move with the machine's load): CPU and wall seconds until every run is
+  listed and counted on a cold start, and again on a restart on the same ``--data`` (after every
+  point was read), which reads only what changed (here nothing).
 * ``folders``: a server with 100 to 10,000 runs in one folder (filled straight into its tables,
   as ``console_runs_table.py`` does); in process (``TestClient``, no network), the median of
   ``--repeat`` answers of ``GET /api/v1/folders`` (its first page, and its last page reached by
@@ -22,6 +26,7 @@ Two parts, each in fresh processes so that one cannot warm another:
     .venv/bin/python -m benchmarks.console_scale                      # both, 100-10,000 runs
     .venv/bin/python -m benchmarks.console_scale ui --sizes 100 5000
     .venv/bin/python -m benchmarks.console_scale big
+    .venv/bin/python -m benchmarks.console_scale index --sizes 5000
     .venv/bin/python -m benchmarks.console_scale --src /tmp/old/src   # another checkout (before/after)
 
 The load average (``os.getloadavg()``) is printed before and after: the machine is shared.
@@ -220,6 +225,39 @@ def big(src: Path, tmp: Path, points: int, runs: int = 65) -> None:
         print(f"{start:>18}: all {runs + 1} runs counted {counted:.1f} s, every point read {read:.1f} s", flush=True)
 
 
+def index(src: Path, sizes: list[int], tmp: Path) -> None:
+    """``ember ui``'s index in process, no HTTP: CPU and wall seconds to list and count every run of a cold
+    start, then (every point read, the app built again on the same ``--data``) of a restart."""
+    print("ember ui's index in process (no pages polled): listing and counting every run, CPU / wall seconds")
+    print(f"{'runs':>7}  {'cold start':>15}  {'restart':>15}")
+    for size in sizes:
+        home = tmp / f"index-{size}"
+        write_store(home, size)
+        result = _python(
+            src,
+            f"""
+            import json, time
+            from pathlib import Path
+            from ember.server.local.ui import build_app
+            home, data = Path({str(home)!r}), Path({str(tmp)!r}) / "index-data-{size}"
+            times = []
+            for start in range(2):
+                app, _ = build_app(home, 8766, data)
+                index = app.state.console_index
+                cpu, wall = time.process_time(), time.perf_counter()
+                while index._runs.pending or index._runs.indexed < {size}:
+                    index.step()
+                times.append((time.process_time() - cpu, time.perf_counter() - wall))
+                while index.step():  # every point read before the restart
+                    pass
+            print(json.dumps({{"times": times}}))
+            """,
+        )
+        (cold_cpu, cold_wall), (again_cpu, again_wall) = result["times"]
+        print(f"{size:>7,}  {cold_cpu:>6.2f} / {cold_wall:<6.2f}  {again_cpu:>6.2f} / {again_wall:<6.2f}", flush=True)
+        shutil.rmtree(home)
+
+
 def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
     print(f"GET /api/v1/folders of a folder of N runs: median of {repeat}, in process")
     print(f"{'runs':>7}  {'first page ms':>13}  {'KB':>7}  {'runs in it':>10}  {'last page ms':>12}  {'pages':>5}")
@@ -271,7 +309,7 @@ def folders(src: Path, sizes: list[int], repeat: int, tmp: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("parts", nargs="*", metavar="PART", help="ui, big, folders (default: ui, folders)")
+    parser.add_argument("parts", nargs="*", metavar="PART", help="ui, big, index, folders (default: ui, folders)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 5_000, 10_000], help="runs")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--big-points", type=int, default=1_000_000, help="points of the big run (part big)")
@@ -283,9 +321,9 @@ def main() -> int:
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="the ember source tree to measure")
     args = parser.parse_args()
     args.parts = args.parts or ["ui", "folders"]
-    unknown = set(args.parts) - {"ui", "big", "folders"}
+    unknown = set(args.parts) - {"ui", "big", "index", "folders"}
     if unknown:
-        parser.error(f"unknown parts {sorted(unknown)}: choose among ui, big, folders")
+        parser.error(f"unknown parts {sorted(unknown)}: choose among ui, big, index, folders")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"ember from {args.src}; load average {load}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="ember-console-scale-"))
@@ -295,6 +333,8 @@ def main() -> int:
             ui(args.src, args.sizes, tmp, args.idle_seconds, args.counted_only, args.poll)
         if "big" in args.parts:
             big(args.src, tmp, args.big_points)
+        if "index" in args.parts:
+            index(args.src, args.sizes, tmp)
         if "folders" in args.parts:
             folders(args.src, args.sizes, args.repeat, tmp)
     finally:
