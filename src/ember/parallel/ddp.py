@@ -54,12 +54,17 @@ def rewrap_data_parallel(ddp: DistributedDataParallel) -> DistributedDataParalle
     rebuild at the same micro-step, as every rank runs the same program.
     """
     cap = None if ddp.bucket_bytes_cap_default else ddp.bucket_bytes_cap / 2**20
+    # torch 2.13 renamed broadcast_buffers (and warns on the old name); earlier versions know only it
+    buffers: dict[str, Any] = (
+        {"forward_sync_buffers": ddp.forward_sync_buffers}
+        if hasattr(ddp, "forward_sync_buffers")
+        else {"broadcast_buffers": ddp.broadcast_buffers}
+    )
     new = DistributedDataParallel(
         ddp.module,
         device_ids=ddp.device_ids,
         output_device=ddp.output_device,
         dim=ddp.dim,
-        broadcast_buffers=ddp.broadcast_buffers,
         init_sync=False,
         process_group=ddp.process_group,
         bucket_cap_mb=cap,
@@ -67,6 +72,7 @@ def rewrap_data_parallel(ddp: DistributedDataParallel) -> DistributedDataParalle
         gradient_as_bucket_view=ddp.gradient_as_bucket_view,
         static_graph=ddp.static_graph,
         mixed_precision=ddp.mixed_precision,
+        **buffers,
     )
     for hook, state in ddp._comm_hooks:  # ordered_mean, or the user's: DDP keeps the list of what was registered
         new.register_comm_hook(state, hook)
