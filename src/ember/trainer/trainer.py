@@ -352,14 +352,18 @@ class Trainer(TrainerState):
         the next epoch). Call it to run a batch through the schedule without the loop.
 
         Returns:
-            A :class:`~ember.trainer.schedule.Steps` holding this trainer's step methods.
+            A :class:`~ember.trainer.schedule.Steps` holding this trainer's step methods (the
+            forward and loss they run by default, where a subclass does not override them).
 
         Example:
             >>> result = trainer.schedule.forward_backward(trainer.schedule_steps(), batch, boundary=True)
             >>> trainer.engine.step()
         """
         self._criterion_loss = self.engine.has_criterion and not _overridden(self, "compute_loss")
-        return Steps(self.engine, self.train_step, self.eval_step, type(self).__name__)
+        # Trainer's own train_step/eval_step are _forward: hand that over, one call less per batch.
+        train = self._forward if not _overridden(self, "train_step") else self.train_step
+        evaluate = self._forward if not _overridden(self, "eval_step") else self.eval_step
+        return Steps(self.engine, train, evaluate, type(self).__name__)
 
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self, run: FitPlan) -> None:
@@ -467,9 +471,10 @@ class Trainer(TrainerState):
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
         """:meth:`train_step` and :meth:`eval_step`: the forward pass and the loss."""
-        output, label, size = _batch.forward(self.engine, batch, move=self._batches_to_device)
+        engine = self.engine
+        output, label, size = _batch.forward(engine, batch, move=self._batches_to_device)
         if label is not None and self._criterion_loss:  # compute_loss is the Engine's criterion: call it directly
-            loss = self.engine.criterion(output, label)
+            loss = engine.criterion(output, label)
         else:
             loss = self.compute_loss(output, label)
         return {"loss": loss, "output": output, "label": label, "batch_size": size}
