@@ -41,12 +41,12 @@ def sweep(browser: Any, ui: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
         hparams = {**consts, "lr": lr, "config": {"opt": {"name": "adam", "beta": 0.9 if i else 0.99}}}
         run = track.create_run(name=f"sweep-{i}", home=ui["store"], folder="sweep", hparams=hparams)
         for step in range(10):
-            metrics = {"loss": 1 / (step + 1) + lr, "acc": step / 10, "grad_norm": 3.0 - step * 0.2 + i}
+            metrics = {"loss": 1 / (step + 1) + lr, "acc": step / 10 + i / 100, "grad_norm": 3.0 - step * 0.2 + i}
             run.log("train", metrics, step=step)
         run.finish()
     crashed_start = _write_crashed(ui["store"])
     p = new_page(browser, ui)
-    _wait_for(p, SWEEP, lambda rows: rows == ["sweep-0 Complete 0.9", "sweep-1 Complete 0.9", "sweep-2 Complete 0.9"])
+    _wait_for(p, SWEEP, lambda rows: rows == ["sweep-0 Complete 0.9", "sweep-1 Complete 0.91", "sweep-2 Complete 0.92"])
     _wait_for(p, CRASHED, lambda rows: rows == ["crashed-0 Crashed 0.5"])
     p.page.context.close()
     return {**ui, "crashed_start": crashed_start}
@@ -116,7 +116,7 @@ def test_a_sweep_shows_the_hparams_that_vary_and_each_metrics_last_best_min_and_
     norm = row.locator("td[data-col='m:train/grad_norm']")
     assert norm.locator(".last").inner_text() == "3.2" and norm.locator(".best").inner_text() == "3.2"
     assert norm.locator(".min").inner_text() == "3.2" and norm.locator(".max").inner_text() == "5"
-    assert row.locator("td[data-col='m:train/acc'] .best").inner_text() == "0.9"  # acc: the maximum
+    assert row.locator("td[data-col='m:train/acc'] .best").inner_text() == "0.92"  # acc: the maximum
     assert "best (min)" in p.page.inner_text("#runs-table th[data-col='m:train/grad_norm']")
     _follow(p, "#runs-table th[data-col='hp:config.opt.beta'] a")  # a nested hparam sorts
     assert "sort=hp%3Aconfig.opt.beta" in p.page.url
@@ -292,4 +292,53 @@ def test_compare_selected_with_nothing_ticked_says_so_beside_the_button(browser:
     with p.page.expect_navigation():
         p.page.click("#compare")
     assert "/ui/compare?ids=" in p.page.url
+    p.page.context.close()
+
+
+def test_a_best_max_column_sorts_best_first_and_best_min_and_max_sort_on_both_pages(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    """Issue 33, item 8: the first click on a "best (max)" header sorted the worst first; best, min and
+    max did not sort at all; the folder page's headers did not sort."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']")  # acc: best (max)
+    assert "sort=-m%3Atrain%2Facc" in p.page.url  # the first click: descending, the best first
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-2", "sweep-1", "sweep-0"]  # 0.92 0.91 0.9
+    assert p.page.inner_text("#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']") == "train/acc ▼"
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']")  # again: reversed
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0", "sweep-1", "sweep-2"]
+    _follow(p, "#runs-table a[data-sort='m:train/grad_norm.best']")  # grad_norm: best (min), the minima 1.2 2.2 3.2
+    assert "sort=m%3Atrain%2Fgrad_norm.best" in p.page.url
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0", "sweep-1", "sweep-2"]
+    _follow(p, "#runs-table a[data-sort='m:train/loss.max']")  # loss maxima at step 0: 1.1, 1.01, 1.001
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-2", "sweep-1", "sweep-0"]
+    p.check("runs-sorted-by-best")
+    p.goto("/ui/folders?path=/local/sweep")  # the folder page: the same headers, sorting its own runs
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc.best']")
+    assert "/ui/folders?path=%2Flocal%2Fsweep&sort=-m%3Atrain%2Facc.best" in p.page.url
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-2", "sweep-1", "sweep-0"]
+    _follow(p, "#runs-table th a[data-sort='name']")
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0", "sweep-1", "sweep-2"]
+    assert "sorted by a header" in p.page.inner_text("main")
+    p.check("folder-sorted")
+    p.page.context.close()
+
+
+def test_the_page_log_scale_puts_a_loss_on_a_log_axis_and_never_an_accuracy(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    """Issue 33, item 8: the run page's log scale put every chart on a log axis, accuracy too."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+    _follow(p, "#runs-table a.run-link")
+    p.page.wait_for_selector("#chart-train-acc[data-drawn='1']")
+    distr = "el => el.uplot.scales.y.distr"
+    p.page.check("#log-scale")
+    p.page.wait_for_function("document.querySelector('#chart-train-loss').uplot.scales.y.distr === 3")
+    assert p.page.locator("#chart-train-acc").evaluate(distr) == 1  # a maximised score stays linear
+    assert p.page.locator("#chart-train-grad_5f_norm").evaluate(distr) == 3  # minimised by the name rule
+    p.page.locator("#chart-train-acc input.chart-log").check()  # its own box puts it on a log axis
+    p.page.wait_for_function("document.querySelector('#chart-train-acc').uplot.scales.y.distr === 3")
+    p.check("run-log-scale")
     p.page.context.close()

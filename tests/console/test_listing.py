@@ -74,6 +74,20 @@ def test_sorts_and_filters_by_a_metrics_last_value(runs: Server) -> None:
     assert row["hparams"] == {"lr": 0.1, "opt": "adam"} and row["labels"] == ["l0"]
 
 
+def test_sorts_by_a_metrics_best_min_and_max_as_the_filter_reads_them(runs: Server) -> None:
+    """Issue 33, item 8: the filter read ``m:val/acc.best``, the sort only the last value. Best is the
+    run's recorded mode, else the name rule (acc: the maximum), as in a filter."""
+    assert _names(runs, sort="-m:val/acc.best") == ["r2", "r0", "r1", "r5", "r4", "r3"]  # 0.95 0.9 0.8 0.2 0.1
+    assert _names(runs, sort="m:val/acc.min") == ["r4", "r5", "r0", "r1", "r2", "r3"]  # 0.1 0.2 0.5 0.6 0.95
+    assert _names(runs, sort="-m:val/acc.max") == ["r2", "r0", "r1", "r5", "r4", "r3"]
+    assert _names(runs, sort="m:val/acc.last") == _names(runs, sort="m:val/acc")
+    _put(runs, 6, {"lr": 0.2}, [0.05, 0.99], metric_modes={"val/acc": "min"})  # recorded: its best is 0.05
+    assert _names(runs, sort="m:val/acc.best")[:2] == ["r6", "r4"]
+    assert _names(runs, where="m:val/acc.best < 0.1", sort="m:val/acc.best") == ["r6"]  # the value the filter reads
+    r = runs.req("GET", "/search/runs", params={"sort": '-m:"val/acc".median'})
+    assert r.status_code == 422 and "read as .last, .best, .min or .max" in r.text, r.text
+
+
 def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) -> None:
     page = runs.req("GET", "/search/runs", params={"sort": "name"}).json()
     status = {r["name"]: r["status"] for r in page["runs"]}

@@ -75,6 +75,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if not infos:
             print(f"no run in {home / 'runs'} matches the filter: " + "; ".join(selection.why_none))
             return 0
+    if args.sort:
+        infos = local_query.sort_runs(infos, args.sort)
     rows = []
     damaged = 0
     for info in infos:
@@ -360,6 +362,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="only the runs that match, e.g. 'm:val/acc.best > 0.9 and hp:lr < 1e-3' (docs/tracking.md, "
         "'Filtering runs': and/or/not, = != < <= > >= ~ in; hp:, m:TYPE/NAME[.best|.min|.max], status, label, "
         "name, start); given twice, both must hold",
+    )
+    p.add_argument(
+        "--sort",
+        metavar="KEY",
+        help="order the runs by name, status, start, duration, folder, hp:KEY or m:TYPE/NAME (its last value; "
+        "m:TYPE/NAME.best, .min, .max as --filter reads them); --sort=-KEY descending; runs without it last "
+        "(default: by start, oldest first)",
     )
     p.set_defaults(handler=cmd_ls)
     p = sub.add_parser("show", parents=[store], help="hparams, platform, metrics summary and lineage")
