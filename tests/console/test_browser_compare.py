@@ -248,7 +248,12 @@ def test_artifact_files_are_previewed_inline_and_never_as_html(browser: Any, sit
     assert png.headers["x-content-type-options"] == "nosniff" and "sandbox" in png.headers["content-security-policy"]
     for name in ("trap.png", "page.html", "logo.svg"):
         assert p.page.request.get(site["url"] + f"{base}/{name}").status == 415, name
+    # issue 33, item 10: filed beside the run that wrote it (gan, in media), not in /local/default
+    assert p.page.locator("dt:text('Folder') + dd").inner_text() == "/local/media"
+    assert p.page.locator("nav.crumbs").inner_text().split() == ["/", "local", "/", "media"]
     p.check("artifact-previews")
+    p.goto("/ui/folders?path=/local/media")
+    assert p.page.locator("ul.folders a", has_text="media-files").count() == 1
     p.page.context.close()
 
 

@@ -103,6 +103,9 @@ def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) 
     assert _names(runs, status="Running") == ["r4"]
     crashed = next(r for r in page["runs"] if r["name"] == "r5")
     assert crashed["duration"] == pytest.approx(4 * 3600.0, abs=1.0)  # start (5 h ago) to its last heartbeat (1 h ago)
+    running = next(r for r in page["runs"] if r["name"] == "r4")  # issue 33, item 10: elapsed so far, not None
+    assert running["duration"] == pytest.approx((datetime.now(timezone.utc) - NOW).total_seconds() + 6 * 3600, abs=60)
+    assert _names(runs, sort="-duration", status="Running") == ["r4"]
     assert _names(runs, sort="status") == ["r0", "r1", "r2", "r3", "r5", "r4"]  # Complete < Crashed < Running
 
 

@@ -84,11 +84,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
         damaged += damage is not None
         status = DAMAGED if damage is not None else info.status
         start = rp.fmt_time(info.meta.get("start_time"))
-        rows.append([info.folder, status, start, format_duration(info.duration()), rp.shorten(last, 60)])
+        rows.append([info.folder, status, start, _duration_text(info), rp.shorten(last, 60)])
     print(rp.table(["NAME", "STATUS", "STARTED", "DURATION", "LAST METRICS"], rows))
     if damaged:
         print(f"{damaged} damaged run(s): `ember runs show NAME` says why", file=sys.stderr)
     return 0
+
+
+def _duration_text(info: RunInfo) -> str:
+    """A run's duration; a Crashed run's says it ends at its last record (as the console says)."""
+    text = format_duration(info.duration())
+    return f"{text} (until its last record)" if info.status == "Crashed" and text != "-" else text
 
 
 def _platform_lines(platform: dict[str, Any]) -> list[list[str]]:
@@ -155,7 +161,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
         ["ended", rp.fmt_time(meta.get("end_time"))],
-        ["duration", format_duration(info.duration())],
+        ["duration", _duration_text(info)],
         ["labels", ", ".join(meta.get("labels", [])) or "-"],
         ["description", meta.get("description") or "-"],
         ["host", f"{meta.get('hostname')} (pid {meta.get('pid')})"],

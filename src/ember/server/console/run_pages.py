@@ -28,6 +28,7 @@ from ember.server.services.runs import SKIPPED
 from ember.server.services.series import metric_counts
 from ember.server.storage.models import Artifact, ArtifactFile, Folder, User
 from ember.track.best import metric_mode, recorded_modes
+from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TYPE_ORDER = {"train": 0, "val": 1, "test": 2}
@@ -136,12 +137,13 @@ def run_page(
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
-        duration=liveness.duration_s(start, end),
+        duration=liveness.duration_s(start, end, status == "Running"),
         started=_when(start),
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
         types=_types(found),
         modes=_modes(run.meta, found),
+        hparams=flatten(run.hparams) if isinstance(run.hparams, dict) else {},
         system=system,
         packages=_packages(system),
         git=platform.get("git") or {},

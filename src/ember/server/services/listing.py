@@ -305,8 +305,10 @@ def _sort_value(key: str, live: dict[int, tuple[str, Any]]) -> Callable[[Sequenc
         return operator.itemgetter(6)
     if key == "status":
         return lambda r: _status(r, live)
-    if key == "duration":
-        return lambda r: liveness.duration_s(r[3], live[r[0]][1] if r[0] in live else r[4])
+    if key == "duration":  # a Running run's: so far
+        return lambda r: liveness.duration_s(
+            r[3], live[r[0]][1] if r[0] in live else r[4], _status(r, live) == "Running"
+        )
     return operator.itemgetter({"name": 1, "start": 3, "folder": 5}[key])
 
 
@@ -325,7 +327,7 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> dict[str, Mode
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
         r["metrics"] = summary.values.get(r["pk"], {})
-        r["duration"] = liveness.duration_s(r["start_time"], r["end_time"])
+        r["duration"] = liveness.duration_s(r["start_time"], r["end_time"], r["status"] == "Running")
         r.pop("pk")
     return summary.modes
 

@@ -143,7 +143,9 @@
 
   function options(view, shape, width) {
     const time = state.x === "time";
-    const series = [{ label: AXES[state.x] }, { label: "value", stroke: "#1f5fbf", width: 1.5,
+    // wall time hovers to the second (uPlot's default stops at the minute)
+    const x = time ? { label: AXES[state.x], value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" } : { label: AXES[state.x] };
+    const series = [x, { label: "value", stroke: "#1f5fbf", width: 1.5,
       alpha: shape.smoothing ? 0.3 : 1, points: { show: shape.cols[0].length < 60, size: 5 } }];
     if (shape.smoothing) series.push({ label: "smoothed", stroke: "#1f5fbf", width: 2 });
     return {
