@@ -3,6 +3,7 @@ and PostgreSQL: hparam and metric sorts and filters, missing values, Crashed run
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -86,6 +87,27 @@ def test_sorts_by_a_metrics_best_min_and_max_as_the_filter_reads_them(runs: Serv
     assert _names(runs, where="m:val/acc.best < 0.1", sort="m:val/acc.best") == ["r6"]  # the value the filter reads
     r = runs.req("GET", "/search/runs", params={"sort": '-m:"val/acc".median'})
     assert r.status_code == 422 and "read as .last, .best, .min or .max" in r.text, r.text
+
+
+def test_the_folder_page_sorts_its_own_runs_for_those_who_may_view_them(runs: Server) -> None:
+    """Issue 33, item 8: the folder page's headers sort its runs (not its sub-folders'), by the server."""
+    body = {"folder": "t/sub", "make_folder": True, "run": {"id": "f" * 32, "name": "deeper", "status": "Complete"}}
+    assert runs.req("PUT", f"/runs/{'f' * 32}", json=body).status_code == 200
+    runs.console_login()
+    page = runs.client.get("/ui/folders", params={"path": "/alice/t", "sort": "-m:val/acc.best", "per_page": 2})
+    assert page.status_code == 200
+    names = re.findall(r'class="run-link" href="[^"]+">([^<]+)<', page.text)
+    assert names == ["r2", "r0"]  # 0.95 and 0.9, the best first; never "deeper" (in t/sub)
+    assert "runs: page 1 of 3" in page.text and "sort=-m%3Aval%2Facc.best&amp;page=2" in page.text
+    assert re.findall(
+        r'class="run-link" href="[^"]+">([^<]+)<',
+        runs.client.get(
+            "/ui/folders", params={"path": "/alice/t", "sort": "-m:val/acc.best", "per_page": 2, "page": 3}
+        ).text,
+    ) == ["r4", "r3"]  # 0.1, then the run without val/acc
+    runs.add_user("bob")
+    runs.console_login("bob")  # a folder not shared with him: the same answer as one that does not exist
+    assert runs.client.get("/ui/folders", params={"path": "/alice/t", "sort": "name"}).status_code == 404
 
 
 def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) -> None:
