@@ -254,7 +254,12 @@ def test_artifact_files_are_previewed_inline_and_never_as_html(browser: Any, sit
     assert png.headers["x-content-type-options"] == "nosniff" and "sandbox" in png.headers["content-security-policy"]
     for name in ("trap.png", "page.html", "logo.svg"):
         assert p.page.request.get(site["url"] + f"{base}/{name}").status == 415, name
+    # issue 33, item 10: filed beside the run that wrote it (gan, in media), not in /local/default
+    assert p.page.locator("dt:text('Folder') + dd").inner_text() == "/local/media"
+    assert p.page.locator("nav.crumbs").inner_text().split() == ["/", "local", "/", "media"]
     p.check("artifact-previews")
+    p.goto("/ui/folders?path=/local/media")
+    assert p.page.locator("ul.folders a", has_text="media-files").count() == 1
     p.page.context.close()
 
 
@@ -389,4 +394,70 @@ def test_runs_grouped_by_an_hparam_are_bands_with_counts_kept_in_the_url(browser
     p.check("compare-grouped")
     RESULTS.mkdir(parents=True, exist_ok=True)
     p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped.png"))
+    p.page.context.close()
+
+
+def test_smoothing_draws_the_raw_line_beneath_log_spares_accuracy_and_settings_stay_in_the_url(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    """Issue 33, item 8: smoothed, the compare page drew only the smoothed lines; its log scale put
+    accuracy on a log axis; a reload forgot smoothing, x axis, log boxes, hidden runs and the sweep's choices."""
+    p = new_page(browser, site)
+    _open_compare(p, "cmp", 12)
+    ids = _ids(p)
+    p.page.locator("#cmp-smoothing").evaluate(
+        "el => { el.value = '0.9'; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    loss = _chart(p, "train/loss")
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.data[1][1] > 1.4"
+    )
+    # cmp-005's raw line between steps 1 and 2 (1.0 -> 0.667; the smoothed lines are above 1.3 there):
+    # drawn faint in its colour, where before the canvas was white or a grey grid line
+    tint = loss.evaluate(
+        """el => { const u = el.uplot, x = Math.round(u.valToPos(1.25, 'x', true));
+                   const y = Math.round(u.valToPos(1 - 0.25 / 3, 'y', true));
+                   const px = u.ctx.getImageData(x - 2, y - 2, 5, 5).data;
+                   let most = 0;
+                   for (let i = 0; i < px.length; i += 4) {
+                     const c = [px[i], px[i + 1], px[i + 2]];
+                     most = Math.max(most, Math.max(...c) - Math.min(...c));
+                   }
+                   return most; }"""
+    )
+    assert tint > 8, tint  # a colour, not white or grey
+    loss.scroll_into_view_if_needed()
+    star = loss.evaluate(  # the best point as recorded (2/6 at step 5), not the smoothed value there
+        """el => { const u = el.uplot, r = u.over.getBoundingClientRect();
+        return [r.left + u.valToPos(5, 'x'), r.top + u.valToPos(2 / 6, 'y')]; }"""
+    )
+    p.page.mouse.move(star[0] - 30, star[1])
+    p.page.mouse.move(star[0] - 1.5, star[1], steps=3)
+    assert loss.locator(".chart-hover").inner_text() == "best (min): cmp-005 · 0.3333 at step 5"
+    p.page.check("#cmp-log")  # the page's log scale: the losses, never an accuracy
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.scales.y.distr === 3"
+    )
+    distr = "el => el.uplot.scales.y.distr"
+    assert _chart(p, "train/acc").evaluate(distr) == 1 and _chart(p, "val/acc").evaluate(distr) == 1
+    _chart(p, "val/acc").locator("input.chart-log").check()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-smoothed-raw-beneath.png"))
+    p.page.locator("#compare-legend li", has_text="cmp-004").click()
+    p.page.select_option("#cmp-x", "relative")
+    p.page.select_option("#cmp-value", "last")
+    url = p.page.url
+    assert "smoothing=0.9" in url and "log=1" in url and "chart_log=val%2Facc" in url and "x=relative" in url
+    assert f"hide={ids['cmp-004']}" in url and "value=last" in url
+    p.page.goto(url)  # a shared link (or a reload) shows the same page
+    p.page.wait_for_selector("body[data-compare-ready='1']")
+    assert p.page.input_value("#cmp-smoothing") == "0.9" and p.page.is_checked("#cmp-log")
+    assert p.page.input_value("#cmp-x") == "relative" and p.page.input_value("#cmp-value") == "last"
+    assert _chart(p, "val/acc").evaluate(distr) == 3 and _chart(p, "train/acc").evaluate(distr) == 1
+    assert _chart(p, "val/acc").locator("input.chart-log").is_checked()
+    shown = "(el, name) => el.uplot.series.find(s => s.label === name).show"
+    assert _chart(p, "train/loss").evaluate(shown, "cmp-004") is False
+    assert "off" in (p.page.locator("#compare-legend li", has_text="cmp-004").get_attribute("class") or "")
+    assert p.page.inner_text("#legend-count") == "11"
+    p.check("compare-settings-in-url")
     p.page.context.close()

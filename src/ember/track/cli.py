@@ -76,6 +76,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if not infos:
             print(f"no run in {home / 'runs'} matches the filter: " + "; ".join(selection.why_none))
             return 0
+    if args.sort:
+        infos = local_query.sort_runs(infos, args.sort)
     rows = []
     damaged = 0
     for info in infos:
@@ -83,11 +85,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
         damaged += damage is not None
         status = DAMAGED if damage is not None else info.status
         start = rp.fmt_time(info.meta.get("start_time"))
-        rows.append([info.folder, status, start, format_duration(info.duration()), rp.shorten(last, 60)])
+        rows.append([info.folder, status, start, _duration_text(info), rp.shorten(last, 60)])
     print(rp.table(["NAME", "STATUS", "STARTED", "DURATION", "LAST METRICS"], rows))
     if damaged:
         print(f"{damaged} damaged run(s): `ember runs show NAME` says why", file=sys.stderr)
     return 0
+
+
+def _duration_text(info: RunInfo) -> str:
+    """A run's duration; a Crashed run's says it ends at its last record (as the console says)."""
+    text = format_duration(info.duration())
+    return f"{text} (until its last record)" if info.status == "Crashed" and text != "-" else text
 
 
 def _platform_lines(platform: dict[str, Any]) -> list[list[str]]:
@@ -154,7 +162,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
         ["ended", rp.fmt_time(meta.get("end_time"))],
-        ["duration", format_duration(info.duration())],
+        ["duration", _duration_text(info)],
         ["labels", ", ".join(meta.get("labels", [])) or "-"],
         ["description", meta.get("description") or "-"],
         ["host", f"{meta.get('hostname')} (pid {meta.get('pid')})"],
@@ -402,6 +410,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="only the runs that match, e.g. 'm:val/acc.best > 0.9 and hp:lr < 1e-3' (docs/tracking.md, "
         "'Filtering runs': and/or/not, = != < <= > >= ~ in; hp:, m:TYPE/NAME[.best|.min|.max], status, label, "
         "name, start); given twice, both must hold",
+    )
+    p.add_argument(
+        "--sort",
+        metavar="KEY",
+        help="order the runs by name, status, start, duration, folder, hp:KEY or m:TYPE/NAME (its last value; "
+        "m:TYPE/NAME.best, .min, .max as --filter reads them); --sort=-KEY descending; runs without it last "
+        "(default: by start, oldest first)",
     )
     p.set_defaults(handler=cmd_ls)
     p = sub.add_parser("show", parents=[store], help="hparams, platform, metrics summary and lineage")

@@ -76,20 +76,30 @@ def folder_page(
     path: Annotated[str | None, Query(max_length=1024)] = None,
     page_token: Annotated[str | None, Query(max_length=2000)] = None,
     per_page: Annotated[int, Query(ge=1, le=500)] = 50,
+    sort: Annotated[str, Query(max_length=300)] = "-start",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
 ) -> Response:
-    """A folder a page at a time, from ``GET /api/v1/folders``'s pages: "next page" follows its token."""
+    """A folder a page at a time, from ``GET /api/v1/folders``'s pages: "next page" follows its token.
+
+    Its runs come newest first, a page per token; sorted by a header (``sort``, as the runs table
+    sorts: ``-m:val/acc.best``...), the folder's own runs (not its sub-folders') come from
+    :func:`ember.server.services.listing.list_runs`, numbered pages (``page``)."""
     user = require_viewer(request, session)
     if not path or path == "/":
         return _roots(request, session, user)
     found = folders.folder_view(session, user, path, per_page, page_token)
-    folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
-    total = (
-        session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id, Run.deleted.is_(None)))
-        or 0
-    )
-    runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
+    if sort != "-start":
+        runs = listing.list_runs(
+            session, user, folder=found["path"], beneath=False, sort=sort, page=page, per_page=per_page
+        )
+    else:
+        folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
+        where = (Run.folder_id == folder_id, Run.deleted.is_(None))
+        total = session.scalar(select(func.count()).select_from(Run).where(*where)) or 0
+        runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
     token = found["next_page_token"]
     keep = {"path": found["path"], **({"per_page": per_page} if per_page != 50 else {})}
+    keep_sorted = {**keep, **({"sort": sort} if sort != "-start" else {})}
     return render(
         request,
         "folder.html",
@@ -98,14 +108,16 @@ def folder_page(
         crumbs=crumbs(found["path"]),
         runs=runs,
         found=runs,
-        sortable=False,
+        sortable=True,
+        sort_page="folders",
         columns_key=found["path"],
-        params={},
-        sort="-start",
+        params=keep,
+        sort=sort,
+        run_pages=max(1, -(-runs.total // runs.per_page)) if sort != "-start" else 0,
         children=[(p.rsplit("/", 1)[-1], p) for p in found["folders"]],
         own=found["access"] == "own",
-        next_page=f"{PREFIX}/folders?{urlencode({**keep, 'page_token': token})}" if token else None,
-        first_page=f"{PREFIX}/folders?{urlencode(keep)}" if page_token else None,
+        next_page=f"{PREFIX}/folders?{urlencode({**keep_sorted, 'page_token': token})}" if token else None,
+        first_page=f"{PREFIX}/folders?{urlencode(keep_sorted)}" if page_token else None,
     )
 
 

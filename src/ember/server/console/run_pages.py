@@ -27,6 +27,8 @@ from ember.server.services.perms import Level, level
 from ember.server.services.runs import SKIPPED
 from ember.server.services.series import metric_counts
 from ember.server.storage.models import Artifact, ArtifactFile, Folder, User
+from ember.track.best import metric_mode, recorded_modes
+from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TYPE_ORDER = {"train": 0, "val": 1, "test": 2}
@@ -63,6 +65,14 @@ def _output(session: Session, run_pk: int, search: str, start: int | None, befor
 def _types(counts: list[dict[str, Any]]) -> list[str]:
     """A run's metric types: train, val, test, then the others by name."""
     return sorted({c["type"] for c in counts}, key=lambda t: (TYPE_ORDER.get(t, 3), t))
+
+
+def _modes(meta: Any, counts: list[dict[str, Any]]) -> dict[str, str]:
+    """Each metric's mode (``min``/``max``: the run's recorded one, else the name rule): the page's log
+    scale draws only the minimised ones on a log axis (never an accuracy)."""
+    recorded = recorded_modes(meta)
+    keys = (f"{c['type']}/{c['name']}" for c in counts)
+    return {k: metric_mode(k, recorded.get(k)) for k in keys}
 
 
 def _when(value: str | None) -> dict[str, str] | None:
@@ -127,11 +137,13 @@ def run_page(
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
-        duration=liveness.duration_s(start, end),
+        duration=liveness.duration_s(start, end, status == "Running"),
         started=_when(start),
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
         types=_types(found),
+        modes=_modes(run.meta, found),
+        hparams=flatten(run.hparams) if isinstance(run.hparams, dict) else {},
         system=system,
         packages=_packages(system),
         git=platform.get("git") or {},

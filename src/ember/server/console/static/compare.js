@@ -93,6 +93,41 @@
     } } };
   }
 
+  // Smoothed, each shown run's raw line is drawn faint beneath its smoothed one (as on the run page),
+  // before uPlot draws the series; the stars sit on raw points, the values recorded.
+  function rawPlugin(view) {
+    return { hooks: { drawAxes: (u) => {
+      if (!view.smoothed || view.grouped) return;
+      const ctx = u.ctx, b = u.bbox;
+      ctx.save();
+      ctx.beginPath(); ctx.rect(b.left, b.top, b.width, b.height); ctx.clip();
+      ctx.globalAlpha = 0.3; ctx.lineWidth = devicePixelRatio;
+      view.tables.forEach((t, k) => {
+        if (!u.series[k + 1].show) return;
+        ctx.strokeStyle = t.run.color; ctx.beginPath();
+        let pen = false;
+        t.x.forEach((x, i) => {
+          if (t.raw[i] === null) { pen = false; return; }
+          const px = u.valToPos(x, "x", true), py = u.valToPos(t.raw[i], "y", true);
+          if (pen) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+          pen = true;
+        });
+        ctx.stroke();
+      });
+      ctx.restore();
+    } } };
+  }
+  // The y range of a smoothed chart holds the raw values too (their spikes are drawn beneath).
+  function rawRange(view, log) {
+    return (u, lo, hi) => {
+      for (const [k, t] of view.tables.entries()) {
+        if (!u.series[k + 1].show) continue;
+        for (const v of t.raw) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      }
+      return log ? uPlot.rangeLog(lo, hi, 10, true) : uPlot.rangeNum(lo, hi, 0.1, true);
+    };
+  }
+
   // What the cursor is on: the best point under it, else the run whose line is picked out.
   function hoverText(view, u) {
     const left = u.cursor.left, top = u.cursor.top;
@@ -135,7 +170,7 @@
       view.smoothing = smoothIn.value === "" ? null : Math.min(0.99, Math.max(0, Number(smoothIn.value)));
       drawMetric(view).catch(showError);
     });
-    Object.assign(view, { bestNote: bestNote, logBox: logBox, hover: hover, plotDiv: plot });
+    Object.assign(view, { bestNote: bestNote, logBox: logBox, smoothIn: smoothIn, hover: hover, plotDiv: plot });
     return view;
   }
 
@@ -189,9 +224,13 @@
     return { cols: cols, series: series, bands: bands };
   }
 
+  // The page's log scale puts a minimised metric (a loss) on a log axis, never a maximised one (an
+  // accuracy): that takes the chart's own log box.
+  const pageLog = (metric) => data.modes[metric] === "min";
+
   async function drawMetric(view) {
     const answers = await typeSeries(view.type);
-    const log = view.log === null ? state.log : view.log;
+    const log = view.log === null ? state.log && pageLog(view.metric) : view.log;
     const smoothing = view.smoothing === null ? state.smoothing : view.smoothing;
     view.logBox.checked = log;
     const tables = [];
@@ -218,6 +257,7 @@
       if (near >= 0) view.stars.push({ series: k + 1, run: t.run, x: t.x[near], y: t.raw[near], step: t.step[near] });
     }
     view.tables = tables;
+    view.smoothed = smoothing > 0;
     const div = view.div;
     div.dataset.traces = String(tables.length);
     div.dataset.colors = JSON.stringify(tables.map((t) => t.run.color));
@@ -241,8 +281,8 @@
       div.dataset.stars = "";
     }
     view.plot = new uPlot({
-      width: width, height: 250, series: series, bands: bands, plugins: [starsPlugin(view)],
-      scales: { x: { time: false }, y: { distr: log ? 3 : 1 } },
+      width: width, height: 250, series: series, bands: bands, plugins: [rawPlugin(view), starsPlugin(view)],
+      scales: { x: { time: false }, y: Object.assign({ distr: log ? 3 : 1 }, view.smoothed && !view.grouped ? { range: rawRange(view, log) } : {}) },
       axes: [{ label: AXES[state.x], labelSize: 18, size: 36 }, { size: 56 }],
       legend: { show: false }, focus: { alpha: 0.15 },
       cursor: { focus: { prox: 24 }, drag: { x: true, y: false, setScale: true } },
@@ -386,7 +426,7 @@
       showlegend: false, xaxis: numeric ? { title: { text: esc(hp) }, type: logX ? "log" : "linear" }
         : { title: { text: esc(hp) }, type: "linear", tickvals: cats.map((_, i) => i), ticktext: cats.map(esc),
             range: [-0.6, cats.length - 0.4], zeroline: false },
-      yaxis: { title: { text: esc(metric) }, type: state.log ? "log" : "linear" } }).then(() => {
+      yaxis: { title: { text: esc(metric) }, type: state.log && pageLog(metric) ? "log" : "linear" } }).then(() => {
       if (!sc.dataset.wired) {
         sc.dataset.wired = "1";
         sc.on("plotly_click", (ev) => {
@@ -396,6 +436,51 @@
       }
     });
     return Promise.all([parDone, scDone]);
+  }
+
+  // ---- the page's settings kept in its address, so a reload or a shared link shows the same page:
+  // x axis, smoothing, log scale (the page's and each chart's own), hidden runs or groups, group by,
+  // and the metric, value and hparam of "Hyper-parameters -> metric". Written on every change. ----
+  const SELECTS = { metric: "cmp-metric", value: "cmp-value", scatter: "cmp-hparam" };
+  function readSettings() {
+    if (AXES[params.get("x")]) state.x = params.get("x");
+    const smoothing = Number(params.get("smoothing"));
+    if (smoothing > 0 && smoothing < 1) state.smoothing = smoothing;
+    state.log = params.get("log") === "1";
+    const view = (metric) => views.find((v) => v.metric === metric);
+    for (const m of params.getAll("chart_log")) if (view(m)) view(m).log = true;
+    for (const m of params.getAll("chart_linear")) if (view(m)) view(m).log = false;
+    for (const pair of params.getAll("chart_smoothing")) {
+      const cut = pair.lastIndexOf(":"), v = Number(pair.slice(cut + 1));
+      const chart = cut > 0 && view(pair.slice(0, cut));
+      if (chart && v >= 0 && v < 1) { chart.smoothing = v; chart.smoothIn.value = String(v); }
+    }
+    if ($("cmp-x")) $("cmp-x").value = state.x;
+    if ($("cmp-smoothing")) { $("cmp-smoothing").value = String(state.smoothing); $("cmp-smoothing-value").textContent = String(state.smoothing); }
+    if ($("cmp-log")) $("cmp-log").checked = state.log;
+    for (const [key, id] of Object.entries(SELECTS)) {
+      const box = $(id), want = params.get(key);
+      if (box && want !== null && Array.from(box.options).some((o) => o.value === want)) box.value = want;
+    }
+    const known = new Set(Array.from(document.querySelectorAll("#compare-legend li")).map((li) => li.dataset.run || li.dataset.group));
+    for (const key of params.getAll("hide")) if (known.has(key)) hidden.add(key);
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("off", hidden.has(li.dataset.run || li.dataset.group));
+    if ($("legend-count")) $("legend-count").textContent = String($("compare-legend").children.length - hidden.size);
+  }
+  function saveSettings() {
+    const url = new URL(window.location.href), p = url.searchParams;
+    for (const key of ["x", "smoothing", "log", "chart_log", "chart_linear", "chart_smoothing", "hide", "group", ...Object.keys(SELECTS)]) p.delete(key);
+    if (state.x !== "step") p.set("x", state.x);
+    if (state.smoothing) p.set("smoothing", String(state.smoothing));
+    if (state.log) p.set("log", "1");
+    for (const v of views) {
+      if (v.log !== null) p.append(v.log ? "chart_log" : "chart_linear", v.metric);
+      if (v.smoothing !== null) p.append("chart_smoothing", v.metric + ":" + v.smoothing);
+    }
+    for (const key of hidden) p.append("hide", key);
+    if (state.group) p.set("group", state.group);
+    for (const [key, id] of Object.entries(SELECTS)) if ($(id) && $(id).selectedIndex > 0) p.set(key, $(id).value);
+    window.history.replaceState(null, "", url);
   }
 
   function wire() {
@@ -423,6 +508,8 @@
     on("cmp-log", "change", (e) => { state.log = e.target.checked; drawGrid(); drawSweep(); });
     on("cmp-smoothing", "input", (e) => { state.smoothing = Number(e.target.value); $("cmp-smoothing-value").textContent = e.target.value; drawGrid(); });
     for (const id of ["cmp-metric", "cmp-value", "cmp-hparam"]) on(id, "change", drawSweep);
+    readSettings();
+    for (const section of ["metrics", "sweep"]) for (const event of ["change", "input", "click", "keydown"]) on(section, event, saveSettings);
   }
 
   wire();
