@@ -52,7 +52,7 @@ def _settle(p: Checked) -> None:
     """A run or compare page fetches its images after load: wait until they are in, so that leaving
     the page aborts no request (which :class:`Checked` would record as an error)."""
     if "/ui/runs/" in p.page.url or "/ui/compare" in p.page.url:
-        p.page.wait_for_load_state("networkidle")
+        p.settle()
 
 
 def _go(p: Checked, path: str) -> None:

@@ -97,7 +97,7 @@ def _follow(p: Checked, selector: str) -> None:
     """Click what leads to another page and wait for that page (not the one the click left)."""
     with p.page.expect_navigation():
         p.page.click(selector)
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
 
 
 def _visible_headers(p: Checked, kind: str) -> list[str]:

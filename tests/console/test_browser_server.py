@@ -81,7 +81,7 @@ def login(p: Checked, key: str) -> None:
     p.check("login")
     p.page.fill("#api_key", key)
     p.page.click("button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
 
 
 def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site: dict[str, Any]) -> None:
@@ -100,19 +100,19 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     p.check("runs")
     p.page.fill("input[name=where]", "hp:lr<0.08")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-1"]
     p.page.fill("input[name=where]", "")
     p.page.fill("input[name=q]", "tiny-0")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-0"]
     p.check("runs-filtered")
 
     p.page.click("a.run-link")
     p.page.wait_for_selector("#chart-train-loss[data-drawn]")
     p.page.wait_for_selector("#chart-val-acc[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
     assert p.page.get_attribute("#chart-val-acc", "data-points") == "3"
     drawn = p.page.evaluate("document.getElementById('chart-train-loss').uplot.data[0].length")
@@ -128,12 +128,12 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     assert p.page.evaluate("document.getElementById('chart-train-loss').uplot.scales.y.distr") == 3  # log
     p.page.fill("#log_q", "step 19")
     p.page.click("#log button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.inner_text("pre.log").strip() == "step 19 loss 0.6798"
     p.check()
 
     p.page.click("#lineage a.node-link[data-kind=artifact]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "/ui/artifacts/" in p.page.url and "model.pt" in p.page.inner_text("#files")
     p.check("artifact")
 
@@ -142,13 +142,13 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
         box.check()
     p.page.click("#compare")
     p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#compare-grid .chart[data-metric='train/loss']", "data-traces") == "2"
     assert "lr" in p.page.locator("#compare-runs thead th.hparam").all_inner_texts()
     p.check("compare")
 
     p.page.click("#logout")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "/ui/login" in p.page.url
     p.goto("/ui/runs")
     assert "/ui/login" in p.page.url  # the session is gone
