@@ -436,7 +436,7 @@ def test_grouped_by_several_keys_on_the_compare_page_and_the_runs_table(browser:
     p.goto("/ui/runs?folder=/local/grid")
     p.page.fill("input[name=group]", "opt,lr")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "group=opt%2Clr" in p.page.url
     rows = p.page.locator("#runs-table tr.group-row")
     assert sorted(rows.evaluate_all("els => els.map(e => [e.dataset.label, e.dataset.runs])")) == [

@@ -279,11 +279,11 @@ def test_lineage_depth_walks_the_chain_and_ends_the_cycle(browser: Any, site: di
     RESULTS.mkdir(parents=True, exist_ok=True)
     p.page.locator("#lineage").screenshot(path=str(RESULTS / "lineage-depth-1.png"))
     p.page.click("#lineage-depth a[data-depth='2']")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert drawn() == {"step-1": -2, "step-2": -1, "step-5": -1, "step-4": 1, "branch": 1}
     p.goto(f"/ui/runs/{ids['step-1']}")
     p.page.click("#lineage-depth a[data-depth='all']")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#lineage", "data-depth") == "all" and "lineage_depth=all" in p.page.url
     assert drawn() == {"step-2": 1, "step-3": 2, "step-4": 3, "branch": 3, "step-5": 4}  # the chain, once
     assert p.page.locator("#lineage path.edge").count() == 6 and p.page.locator("#lineage-more").count() == 0
@@ -291,7 +291,7 @@ def test_lineage_depth_walks_the_chain_and_ends_the_cycle(browser: Any, site: di
     assert not p.errors, p.errors
     p.page.locator("#lineage").screenshot(path=str(RESULTS / "lineage-all.png"))
     p.page.click(f"#lineage a.node-link[data-id='{ids['branch']}']")  # walk on from a node: the same depth is asked
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#lineage", "data-depth") == "1" and drawn()["step-3"] == -1
     response = p.goto(f"/ui/runs/{ids['step-1']}?lineage_depth=deep")
     assert response.status == 422 and "depth" in p.page.inner_text("body")

@@ -41,7 +41,7 @@ def test_one_group_per_combination_in_table_order_with_mean_and_std_of_finite_va
 
 def test_keys_are_checked() -> None:
     assert parse_keys(" opt, lr ,opt,", ["lr", "opt"]) == ["opt", "lr"]
-    with pytest.raises(Invalid, match="no run here has the hyper-parameter 'nope'.*here: lr, opt"):
+    with pytest.raises(Invalid, match=r"no run here has the hyper-parameter 'nope'.*here: lr, opt"):
         parse_keys("opt,nope", ["lr", "opt"])
     with pytest.raises(Invalid, match=f"at most {MAX_KEYS}"):
         parse_keys(",".join("abcde"), list("abcde"))
