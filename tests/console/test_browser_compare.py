@@ -25,6 +25,14 @@ LRS = [10 ** (-1 - i / 4) for i in range(12)]  # 0.1 ... 0.00018: a log-spaced s
 BIG = 150
 
 
+GRID = [(opt, lr, seed) for opt in ("adam", "sgd") for lr in (0.1, 0.01) for seed in (0, 1)]
+"""Folder ``grid``: two seeds of each optimizer and learning rate."""
+
+
+def _grid_loss(opt: str, lr: float, seed: int, step: int) -> float:
+    return {"adam": 0.0, "sgd": 0.5}[opt] + lr + 0.1 * seed + 1 / (step + 1)
+
+
 def _sweep_run(store: Path, folder: str, i: int, lr: float, steps: int = 6) -> track.Run:
     opt = "adam" if i % 2 else "sgd"
     hparams = {"lr": lr, "epochs": 2, "opt": {"name": opt, "momentum": 0.9}}
@@ -45,6 +53,13 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
         _sweep_run(store, "cmp", i, lr).finish()
     for i in range(BIG):
         _sweep_run(store, "big", i, 10 ** (-1 - (i % 40) / 10), steps=3).finish()
+    for i, (opt, lr, seed) in enumerate(GRID):
+        run = track.create_run(
+            name=f"grid-{i}", home=store, folder="grid", hparams={"opt": opt, "lr": lr, "seed": seed}
+        )
+        for step in range(3):
+            run.log("train", {"loss": _grid_loss(opt, lr, seed, step)}, step=step)
+        run.finish()
     gan = track.create_run(name="gan", home=store, folder="media")
     gan.log("train", {"loss": 1.0}, step=0)
     for step in (0, 10, 20):
@@ -389,7 +404,7 @@ def test_runs_grouped_by_an_hparam_are_bands_with_counts_kept_in_the_url(browser
     )
     p.page.reload()  # the grouping survives a reload: it is in the address
     p.page.wait_for_selector("body[data-compare-ready='1']")
-    assert p.page.input_value("#cmp-group") == "opt.name"
+    assert p.page.locator("#cmp-group-keys button").all_inner_texts() == ["opt.name ×"]
     assert p.page.locator("#compare-legend li").count() == 2
     p.check("compare-grouped")
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -460,4 +475,62 @@ def test_smoothing_draws_the_raw_line_beneath_log_spares_accuracy_and_settings_s
     assert "off" in (p.page.locator("#compare-legend li", has_text="cmp-004").get_attribute("class") or "")
     assert p.page.inner_text("#legend-count") == "11"
     p.check("compare-settings-in-url")
+    p.page.context.close()
+
+
+def test_grouped_by_several_keys_on_the_compare_page_and_the_runs_table(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33 item 6: ``group=opt,lr`` is one group per combination on the compare page (keys added
+    and taken away, kept in the URL) and on the runs table (a row per group with its count and the
+    mean ± std of each metric column, its runs beneath on a click)."""
+    p = new_page(browser, site)
+    _open_compare(p, "grid", len(GRID))
+    groups = "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").dataset.groups"
+    p.page.select_option("#cmp-group", "opt")
+    p.page.wait_for_function(groups)
+    p.page.select_option("#cmp-group", "lr")  # a second key: one group per (opt, lr)
+    p.page.wait_for_function(f"({groups} || '').split('lr=').length === 5")
+    assert "group=opt%2Clr" in p.page.url
+    assert p.page.locator("#cmp-group-keys button").all_inner_texts() == ["opt ×", "lr ×"]
+    legend = sorted(p.page.locator("#compare-legend li").all_inner_texts())
+    assert legend == [f"opt={o} · lr={lr} (2 runs)" for o in ("adam", "sgd") for lr in (0.01, 0.1)]
+    chart = _chart(p, "train/loss")
+    assert chart.evaluate("el => el.uplot.bands.length") == 4
+    p.check()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped-two-keys.png"))
+    p.page.click("#cmp-group-keys button[data-key='opt']")  # take a key away: by lr alone
+    p.page.wait_for_function(f"({groups} || '').split('lr=').length === 3")
+    assert sorted(p.page.locator("#compare-legend li").all_inner_texts()) == ["lr=0.01 (4 runs)", "lr=0.1 (4 runs)"]
+    assert "group=lr" in p.page.url
+
+    # the runs table: grouped by the same keys from its form, kept in the URL and its sort links
+    p.goto("/ui/runs?folder=/local/grid")
+    p.page.fill("input[name=group]", "opt,lr")
+    p.page.click("#filters button[type=submit]")
+    p.settle()
+    assert "group=opt%2Clr" in p.page.url
+    rows = p.page.locator("#runs-table tr.group-row")
+    assert sorted(rows.evaluate_all("els => els.map(e => [e.dataset.label, e.dataset.runs])")) == [
+        [f"opt={o} · lr={lr}", "2"] for o in ("adam", "sgd") for lr in (0.01, 0.1)
+    ]
+    assert p.page.locator("#runs-table tr.group-member:visible").count() == 0  # folded until clicked
+    assert "8 runs in 4 groups by opt,lr" in p.page.inner_text("#group-note")
+    cell = p.page.locator(
+        "#runs-table tr.group-row[data-label='opt=sgd · lr=0.1'] td.group-stat[data-col='m:train/loss']"
+    )
+    lasts = [_grid_loss("sgd", 0.1, seed, 2) for seed in (0, 1)]
+    mean = sum(lasts) / 2
+    assert float(cell.get_attribute("data-last-mean") or "nan") == pytest.approx(mean, rel=1e-12)
+    assert float(cell.get_attribute("data-last-std") or "nan") == pytest.approx(0.05, rel=1e-9)
+    assert cell.get_attribute("data-n") == "2" and "±" in cell.inner_text()
+    p.page.click("#runs-table tr.group-row[data-label='opt=sgd · lr=0.1'] button.group-toggle")
+    members = p.page.locator("#runs-table tr.group-member:visible a.run-link").all_inner_texts()
+    assert sorted(members) == ["grid-4", "grid-5"]
+    assert all("group=opt%2Clr" in h or "group=opt,lr" in h for h in p.page.eval_on_selector_all(
+        "#runs-table thead a.sort", "els => els.map(e => e.href)"))  # fmt: skip
+    p.check()
+    p.page.locator("main").screenshot(path=str(RESULTS / "runs-grouped.png"))
+    p.goto("/ui/runs?folder=/local/grid&group=nope")  # a key no run has: said, the table not grouped
+    assert "no run here has the hyper-parameter 'nope'" in p.page.inner_text("#filter-error")
+    assert p.page.locator("#runs-table tr.group-row").count() == 0 and p.page.locator("a.run-link").count() == 8
     p.page.context.close()

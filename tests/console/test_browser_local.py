@@ -117,6 +117,10 @@ def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dic
     p.settle()
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
     p.check("local-run")
+    p.page.click("#lineage-depth a[data-depth='all']")  # ember ui's index walks lineage as the server does
+    p.settle()
+    assert p.page.get_attribute("#lineage", "data-depth") == "all"
+    assert p.page.get_attribute("#lineage a.node-link[data-kind=artifact]", "data-level") == "1"
     p.page.click("#lineage a.node-link[data-kind=artifact]")
     p.settle()
     assert "/ui/artifacts/" in p.page.url and "model.pt" in p.page.inner_text("#files")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -21,7 +22,7 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
-from ember.server.services import folders, listing
+from ember.server.services import folders, grouping, listing
 from ember.server.services.perms import get_folder
 from ember.server.storage.domain_errors import Invalid
 from ember.server.storage.models import Folder, Run
@@ -151,11 +152,14 @@ def runs_page(
     session: DbSession,
     query: RunSearchQuery,
     where: Annotated[str, Query(max_length=2000)] = "",
+    group: Annotated[str, Query(max_length=400)] = "",
 ) -> Response:
     user = require_viewer(request, session)
     path = query.path(user)
     errors: list[str] = []
     error_at = 0  # the column of a filter error, 1-based
+    if group.strip():  # grouped: the first grouping.MAX_RUNS runs in the table's order, on one page
+        query = replace(query, page=1, per_page=grouping.MAX_RUNS)
     try:
         found = query.runs(session, user, [where])
     except Invalid as e:  # a filter or sort not understood: said beside the field, the form kept
@@ -165,9 +169,10 @@ def runs_page(
     q, label, status = query.q, query.label, query.status
     if (where.strip() or q or label or status) and not errors and found.total == 0:
         errors += listing.why_no_runs(session, user, path, [where], q, label, status)
-    given = {"folder": query.folder, "q": q, "label": label, "status": status, "where": where}
+    groups = _groups(found, group, errors)
+    given = {"folder": query.folder, "q": q, "label": label, "status": status, "where": where, "group": group.strip()}
     params: dict[str, object] = {k: v for k, v in given.items() if v}
-    if query.per_page != 50:
+    if query.per_page != 50 and not groups:
         params["per_page"] = query.per_page
     pages = max(1, -(-found.total // found.per_page))
     return render(
@@ -184,4 +189,17 @@ def runs_page(
         errors=errors,
         error_at=error_at,
         columns_key=path or "",
+        groups=groups,
     )
+
+
+def _groups(found: listing.RunPage, text: str, errors: list[str]) -> list[grouping.Group] | None:
+    """The table's runs grouped by ``?group=`` (None when not grouped, or when a key is wrong: said in ``errors``)."""
+    if not text.strip() or not found.runs:
+        return None
+    try:
+        keys = grouping.parse_keys(text, found.hparam_choices)
+    except Invalid as e:
+        errors.append(e.detail)
+        return None
+    return grouping.group_runs(found.runs, keys, found.metric_choices) if keys else None

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ember._format import format_time
 from ember.server.api.auth import DbSession
-from ember.server.api.wire import SafeJSONResponse
+from ember.server.api.wire import LineageDepth, SafeJSONResponse
 from ember.server.console.assets import VERSION
 from ember.server.console.lineage_pages import graph_of
 from ember.server.console.session import PREFIX, require_viewer
@@ -111,12 +111,13 @@ def run_page(
     log_q: Annotated[str, Query(max_length=200)] = "",
     log_from: LineNumber = None,
     log_before: LineNumber = None,
+    lineage_depth: LineageDepth = "1",
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id)) or ""
     found = metric_counts(session, run.pk)  # from the block summaries
-    lineage = edges.edges_of(session, "run", run.id, run.name, user)
+    lineage = edges.edges_of(session, "run", run.id, run.name, user, edges.parse_depth(lineage_depth))
     platform = run.platform if isinstance(run.platform, dict) else {}
     system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
     status = liveness.shown_status(run.status, run.meta)
@@ -151,7 +152,7 @@ def run_page(
         output=_output(session, run.pk, log_q, log_from, log_before),
         max_hits=logs.MAX_HITS,
         log_q=log_q,
-        artifacts=_artifacts(session, user, lineage.edges),
+        artifacts=_artifacts(session, user, edges.touching(lineage, "run", run.id)),
         graph=graph_of("run", run.id, run.name, lineage),
         can_edit=level(session, user, run) >= Level.EDIT,
     )

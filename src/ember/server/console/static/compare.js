@@ -8,7 +8,7 @@
   const $ = (id) => document.getElementById(id);
   const data = JSON.parse($("compare-data").textContent);
   const params = new URLSearchParams(window.location.search);
-  const state = { x: "step", smoothing: 0, log: false, group: data.hparams.includes(params.get("group")) ? params.get("group") : "" };
+  const state = { x: "step", smoothing: 0, log: false, groups: groupKeysOf(params.get("group")) };
 
   // Plotly renders a subset of HTML in titles, legends and hover labels: names are the users'
   // text, so they are escaped to show as typed.
@@ -174,15 +174,20 @@
     return view;
   }
 
-  // ---- grouped runs: one band per value of an hparam (seeds folded), mean ± std at each x ----
-  const groupKey = (run) => JSON.stringify(run.hparams[state.group] === undefined ? null : run.hparams[state.group]);
+  // ---- grouped runs: one band per combination of the values of some hparams (seeds folded), mean ± std at each x ----
+  // The keys grouped by, from the address (?group=opt,lr): those that differ here, each once.
+  function groupKeysOf(text) {
+    return Array.from(new Set(String(text || "").split(",").map((k) => k.trim()))).filter((k) => data.hparams.includes(k));
+  }
+  const hparamOf = (run, k) => (run.hparams[k] === undefined ? null : run.hparams[k]);
+  const groupKey = (run) => JSON.stringify(state.groups.map((k) => hparamOf(run, k)));
   function groupsOf() {
     const out = new Map();
     for (const run of data.runs) {
       const key = groupKey(run);
       if (!out.has(key)) {
-        const value = run.hparams[state.group];
-        out.set(key, { key: key, label: state.group + "=" + (value === null || value === undefined ? "—" : String(value)), runs: [] });
+        const label = state.groups.map((k) => k + "=" + (hparamOf(run, k) === null ? "—" : String(hparamOf(run, k)))).join(" · ");
+        out.set(key, { key: key, label: label, runs: [] });
       }
       out.get(key).runs.push(run);
     }
@@ -273,7 +278,7 @@
       label: t.run.name, stroke: t.run.color, width: 1.4, show: !hidden.has(t.run.id),
       points: { show: t.x.length < 60, size: 4 } })));
     let plotCols = cols, bands = [];
-    view.grouped = Boolean(state.group);
+    view.grouped = state.groups.length > 0;
     div.dataset.groups = "";
     if (view.grouped) {  // no stars: the runs' own lines are not drawn; the best stays named above
       ({ cols: plotCols, series: series, bands: bands } = groupedPlot(view, tables, xs));
@@ -304,7 +309,7 @@
     const legend = $("compare-legend");
     if (!legend) return;
     hidden.clear();
-    if (!state.group) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
+    if (!state.groups.length) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
     else {
       legend.replaceChildren(...Array.from(groupsOf().values()).map((g) => {
         const li = document.createElement("li"), sw = document.createElement("span");
@@ -316,6 +321,29 @@
     }
     const count = $("legend-count");
     if (count) count.textContent = String(legend.children.length);
+  }
+  function setGroups(keys) {
+    state.groups = keys;
+    const url = new URL(window.location.href);
+    if (keys.length) url.searchParams.set("group", keys.join(",")); else url.searchParams.delete("group");
+    window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
+    showGroupKeys();
+    renderLegend();
+    return drawGrid();
+  }
+  // The keys grouped by, each a button that takes it away; the select then offers the others.
+  function showGroupKeys() {
+    const box = $("cmp-group-keys"), select = $("cmp-group");
+    if (!box || !select) return;
+    box.replaceChildren(...state.groups.map((k) => {
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "group-key"; b.dataset.key = k; b.title = "stop grouping by " + k;
+      b.textContent = k + " ×";
+      return b;
+    }));
+    select.value = "";
+    select.options[0].textContent = state.groups.length ? "+ and by…" : "— each run —";
+    for (const o of select.options) if (o.value) o.disabled = state.groups.includes(o.value);
   }
   function toggleGroup(key) {
     if (hidden.has(key)) hidden.delete(key); else hidden.add(key);
@@ -478,7 +506,7 @@
       if (v.smoothing !== null) p.append("chart_smoothing", v.metric + ":" + v.smoothing);
     }
     for (const key of hidden) p.append("hide", key);
-    if (state.group) p.set("group", state.group);
+    if (state.groups.length) p.set("group", state.groups.join(","));
     for (const [key, id] of Object.entries(SELECTS)) if ($(id) && $(id).selectedIndex > 0) p.set(key, $(id).value);
     window.history.replaceState(null, "", url);
   }
@@ -489,16 +517,14 @@
     const pick = (li) => (li.dataset.group !== undefined ? toggleGroup(li.dataset.group) : toggleRun(li.dataset.run));
     on("compare-legend", "click", (e) => { const li = e.target.closest("li"); if (li) pick(li); });
     on("compare-legend", "keydown", (e) => { const li = e.target.closest("li"); if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); pick(li); } });
-    on("cmp-group", "change", (e) => {
-      state.group = e.target.value;
-      const url = new URL(window.location.href);
-      if (state.group) url.searchParams.set("group", state.group); else url.searchParams.delete("group");
-      window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
-      renderLegend();
-      drawGrid();
+    // "group by" adds a key (one group per combination of their values); a key's button takes it away
+    on("cmp-group", "change", (e) => setGroups(e.target.value ? state.groups.concat([e.target.value]) : []));
+    on("cmp-group-keys", "click", (e) => {
+      const b = e.target.closest("button[data-key]");
+      if (b) setGroups(state.groups.filter((k) => k !== b.dataset.key));
     });
-    if ($("cmp-group")) $("cmp-group").value = state.group;
-    if (state.group) renderLegend();
+    showGroupKeys();
+    if (state.groups.length) renderLegend();
     let resize = null;
     window.addEventListener("resize", () => {
       clearTimeout(resize);
