@@ -126,7 +126,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--saves", type=int, default=3, help="saves per process (the first is reported apart)")
     parser.add_argument("--loads", action="store_true", help="also time loads (one process per size and round)")
+    parser.add_argument("--savers", nargs="+", choices=SAVERS, default=list(SAVERS), help="contenders (default: all)")
     args = parser.parse_args()
+    savers = tuple(args.savers)
     work = Path(tempfile.mkdtemp(prefix="ember-ckpt-sizes-", dir=Path.cwd()))
     os.symlink(ROOT / "benchmarks", work / "benchmarks")  # the subprocesses import the harness from cwd
     print(f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
@@ -136,18 +138,18 @@ def main() -> int:
         print("saves: median over rounds, seconds\n" + header)
         for size in args.sizes:
             hidden = hidden_for(size)
-            firsts: dict[str, list[float]] = {h: [] for h in SAVERS}
-            laters: dict[str, list[float]] = {h: [] for h in SAVERS}
+            firsts: dict[str, list[float]] = {h: [] for h in savers}
+            laters: dict[str, list[float]] = {h: [] for h in savers}
             mb = 0.0
             for r in range(args.rounds):
-                turn = r % len(SAVERS)
-                for how in SAVERS[turn:] + SAVERS[:turn]:
+                turn = r % len(savers)
+                for how in savers[turn:] + savers[:turn]:
                     got = save_times(how, hidden, args.saves, work)
                     times = [float(t) for t in got["times"]]  # type: ignore[union-attr]
                     mb = float(got["mb"])  # type: ignore[arg-type]
                     firsts[how].append(times[0])
                     laters[how].extend(times[1:])
-            for how in SAVERS:
+            for how in savers:
                 first, later = statistics.median(firsts[how]), statistics.median(laters[how] or firsts[how])
                 print(f"{mb:>6.0f}MB  {how:<17}  {first:>12.3f}  {later:>12.3f}  {mb / later:>12,.0f}", flush=True)
         if args.loads:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import socket
 import statistics
 import sys
@@ -38,6 +39,7 @@ from typing import Any
 
 import torch
 
+import ember
 from benchmarks import case_step
 from benchmarks.workloads import Workload
 
@@ -164,7 +166,12 @@ def markdown(record: dict[str, Any]) -> str:
         "",
         f"`{record['command']}`: {record['rounds']} interleaved rounds of one {record['steps_per_run']}-step "
         f"run per contender, one process, one torch thread; process CPU time. Every contender ended "
-        f"with loss {record['final_loss']:.6g}.",
+        f"with loss {record['final_loss']:.6g}."
+        + (
+            f" Load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in record['load_average'])}."
+            if "load_average" in record
+            else ""
+        ),
         "",
         "| contender | µs per step (median) | overhead vs the hand loop | ratio of medians | paired ratio (min–max) "
         "| fastest run: µs per step | ratio of fastest runs |",
@@ -224,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         python=sys.version.split()[0],
         torch=torch.__version__,
         command="python -m benchmarks.overhead " + " ".join(argv if argv is not None else sys.argv[1:]),
+        ember=str(Path(ember.__file__).parent),  # the tree measured: PYTHONPATH=src, else the venv's install
+        load_average=list(os.getloadavg()),
     )
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"{record['date']}-{record['host']}-overhead-{args.model}{'-parts' if args.parts else ''}"

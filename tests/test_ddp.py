@@ -51,3 +51,25 @@ def test_compile_wraps_the_compiled_module_in_ddp_and_trains_like_one_process(ra
         assert r["compiled_graphs"] >= 1, "the forward never went through torch.compile"
         assert r["max_diff_compile"] <= 1e-6 and r["ranks_identical_compile"]
         assert not r["accum1"]["ddp_wraps_compiled"]  # without compile, DDP wraps the bare model
+
+
+def test_parameters_unfrozen_after_initialize_train_like_one_process_and_stay_equal_on_every_rank(
+    ranks: dict[int, dict],
+) -> None:
+    for r in ranks.values():
+        for name in ("unfreeze", "unfreeze_accum2", "unfreeze_zero1"):
+            assert r[f"max_diff_{name}"] <= 1e-6, (name, r[f"max_diff_{name}"])
+            assert r[f"ranks_identical_{name}"], name
+            assert r[name]["rebuilt"], f"{name}: the DDP wrapper was not rebuilt for the unfrozen parameters"
+        assert not r["accum1"]["rebuilt"]  # nothing unfrozen: the DDP wrapper stays
+        # the comm hook registered on the first wrapper is carried over: the late backwards all-reduce too
+        assert all(n >= 1 for n in r["unfreeze"]["allreduces_per_backward"])
+    assert ranks[0]["max_diff_unfreeze_fsdp"] <= 1e-6  # FSDP2 follows requires_grad by itself
+
+
+def test_a_parameter_frozen_after_initialize_raises_before_the_update_on_every_rank(ranks: dict[int, dict]) -> None:
+    for r in ranks.values():
+        frozen = r["frozen_after"]
+        assert frozen["error"] is not None, "DDP silently applied an update it could not average"
+        assert "'0.weight'" in frozen["error"] and "find_unused_parameters=True" in frozen["error"]
+        assert frozen["unchanged"]

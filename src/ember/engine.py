@@ -216,6 +216,8 @@ class Engine:
         else:
             # Under DDP the forward decides whether the backward all-reduces: a micro-step that
             # will not close the accumulation cycle runs its forward under no_sync.
+            if self.parallel.trainable_changed:  # parameters were unfrozen: DDP rebuilt for them
+                self._train_module = self.parallel.follow_trainable()
             module = self._train_module
             no_sync = None if self._closes_cycle() else self.parallel.forward_without_sync()
             self._forward_unsynced = no_sync is not None
@@ -288,8 +290,9 @@ class Engine:
                 self.precision.scale(loss).backward()
         else:
             self.precision.scale(loss).backward()
-        if self.sync_gradients and unsynced:  # a cycle closed early, not announced before its forward
-            self.parallel.sync_gradients_now(self._grad_params)
+        # A cycle closed early and not announced before its forward is averaged here; DDP checks
+        # that its reduction finished and notices parameters unfrozen since it was built.
+        self.parallel.finish_backward(self.sync_gradients, unsynced, self._grad_params)
 
     def run_backward(self, run: Callable[[float], T], *, boundary: bool | None = None) -> T:
         """Count one micro-step whose backward pass happens inside ``run`` (a pipeline schedule).

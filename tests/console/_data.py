@@ -90,3 +90,29 @@ def stored_rows(app: Any) -> dict[str, list[tuple[Any, ...]]]:
     for row in tables["runs"]:  # the live run's heartbeat moves on between the two reads
         row[8] = {k: v for k, v in json.loads(row[8]).items() if k != "heartbeat"}
     return {name: sorted(tuple(map(repr, row)) for row in rows) for name, rows in tables.items()}
+
+
+CHAIN = [f"d{i}" * 16 for i in range(1, 6)]
+"""The runs 'step-1' to 'step-5' of :func:`lineage_graph`, in order."""
+BRANCH = "db" * 16
+
+
+def lineage_graph(send: Any, folder: str = "lineage") -> dict[str, str]:
+    """Runs 'step-1' -> ... -> 'step-5' (a chain), 'step-3' -> 'branch', and 'step-5' -> 'step-3' (a cycle).
+
+    ``send(method, path, json)`` is an authorised API request answering its status code.
+    Returns each run's id by name.
+    """
+    ids = {f"step-{i + 1}": run_id for i, run_id in enumerate(CHAIN)} | {"branch": BRANCH}
+    for name, run_id in ids.items():
+        run = {"id": run_id, "name": name, "status": "Complete"}
+        assert send("PUT", f"/runs/{run_id}", {"folder": folder, "make_folder": True, "run": run}) == 200
+    pairs = [(CHAIN[i], CHAIN[i + 1]) for i in range(4)] + [(CHAIN[2], BRANCH), (CHAIN[4], CHAIN[2])]
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for t, (source, target) in enumerate(pairs):
+        edge = {"time": 1.0 + t, "source": {"kind": "run", "id": source, "name": "s"}}
+        lines.setdefault(source, []).append(edge | {"target": {"kind": "run", "id": target, "name": "t"}})
+    for run_id, edges in lines.items():
+        body = {"start": 0, "end": len(edges), "edges": edges}
+        assert send("POST", f"/runs/{run_id}/lineage", body) == 200
+    return ids

@@ -7,6 +7,7 @@ them (``scripts/chromium.sh`` installs Chromium). One browser per module; pages 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,15 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
+QUIET_S = 0.15
+"""How long a page must have no request in flight to count as settled (Playwright's ``networkidle``
+waits 500 ms after every page and click, which was a fifth of these tests' time)."""
+
+_LINKS_OK: dict[tuple[str, frozenset[tuple[str, str]]], set[str]] = {}
+"""Per site (base URL) and who asks (the cookies but the CSRF one), the in-app links already seen to answer 200, shared
+by the pages of a session: a test that opens the same run page again does not ask its links again."""
+
+
 @dataclass
 class Checked:
     """A browser page that records console errors and checks the app's links on every page."""
@@ -55,15 +65,24 @@ class Checked:
     page: Any
     base: str
     errors: list[str] = field(default_factory=list)
-    checked: set[str] = field(default_factory=set)
+    in_flight: int = 0
 
     def __post_init__(self) -> None:
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("request", self._started)
+        self.page.on("requestfinished", self._ended)
         self.page.on("requestfailed", self._failed)
         self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"{r.status}: {r.url}"))
 
+    def _started(self, request: Any) -> None:
+        self.in_flight += 1
+
+    def _ended(self, request: Any) -> None:
+        self.in_flight = max(0, self.in_flight - 1)
+
     def _failed(self, request: Any) -> None:
+        self._ended(request)
         # A request the browser cancels (net::ERR_ABORTED: the next page opened before the favicon or an
         # image's samples arrived, under load) is not the app's failure; a failed answer is a response
         # >= 400, recorded above, and any other network failure is recorded here.
@@ -73,19 +92,33 @@ class Checked:
 
     def goto(self, path: str) -> Any:
         response = self.page.goto(urljoin(self.base, path))
-        self.page.wait_for_load_state("networkidle")
+        self.settle()
         return response
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait for the page's load event, then until no request of the page has been in flight for
+        :data:`QUIET_S` (the page's own fetches done, as ``networkidle`` but without its 500 ms)."""
+        self.page.wait_for_load_state("load")
+        deadline = time.monotonic() + timeout
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < QUIET_S:
+            assert time.monotonic() < deadline, f"{self.page.url}: {self.in_flight} requests still in flight"
+            self.page.wait_for_timeout(25)  # lets Playwright deliver the request events meanwhile
+            if self.in_flight:
+                quiet_since = time.monotonic()
 
     def check(self, shot: str | None = None) -> None:
         """No console error so far; every in-app link on this page answers 200; a screenshot."""
         assert not self.errors, self.errors
+        who = frozenset((c["name"], c["value"]) for c in self.page.context.cookies() if "csrf" not in c["name"])
+        checked = _LINKS_OK.setdefault((self.base, who), set())
         hrefs = self.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
         for href in hrefs:
             url = urljoin(self.page.url, href)
             parts = urlsplit(url)
-            if parts.netloc != urlsplit(self.base).netloc or url in self.checked:
+            if parts.netloc != urlsplit(self.base).netloc or url in checked:
                 continue
-            self.checked.add(url)
+            checked.add(url)
             r = self.page.request.get(url, max_redirects=5)
             assert r.status == 200, (self.page.url, href, r.status, r.text()[:300])
         if shot:

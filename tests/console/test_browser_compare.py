@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import numpy as np
 import pytest
@@ -22,6 +23,14 @@ from tests.console.test_browser_local import new_page, ui  # noqa: F401  (ui: th
 
 LRS = [10 ** (-1 - i / 4) for i in range(12)]  # 0.1 ... 0.00018: a log-spaced sweep
 BIG = 150
+
+
+GRID = [(opt, lr, seed) for opt in ("adam", "sgd") for lr in (0.1, 0.01) for seed in (0, 1)]
+"""Folder ``grid``: two seeds of each optimizer and learning rate."""
+
+
+def _grid_loss(opt: str, lr: float, seed: int, step: int) -> float:
+    return {"adam": 0.0, "sgd": 0.5}[opt] + lr + 0.1 * seed + 1 / (step + 1)
 
 
 def _sweep_run(store: Path, folder: str, i: int, lr: float, steps: int = 6) -> track.Run:
@@ -44,6 +53,13 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
         _sweep_run(store, "cmp", i, lr).finish()
     for i in range(BIG):
         _sweep_run(store, "big", i, 10 ** (-1 - (i % 40) / 10), steps=3).finish()
+    for i, (opt, lr, seed) in enumerate(GRID):
+        run = track.create_run(
+            name=f"grid-{i}", home=store, folder="grid", hparams={"opt": opt, "lr": lr, "seed": seed}
+        )
+        for step in range(3):
+            run.log("train", {"loss": _grid_loss(opt, lr, seed, step)}, step=step)
+        run.finish()
     gan = track.create_run(name="gan", home=store, folder="media")
     gan.log("train", {"loss": 1.0}, step=0)
     for step in (0, 10, 20):
@@ -72,16 +88,21 @@ def site(ui: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 def _open_compare(p: Checked, folder: str, count: int, timeout: float = 120.0) -> None:
     """Open the compare page of a folder once `ember ui` has indexed its ``count`` runs and their points
-    (it lists every run first and reads the points after: ``#indexing-points`` says so meanwhile)."""
+    (it lists every run first and reads the points after: ``#indexing-points`` says so meanwhile).
+
+    The page is asked aside (not in the browser: before two runs are listed it answers 422, which the
+    page would record as an error) until it is complete, then opened once.
+    """
     deadline = time.monotonic() + timeout
+    url = urljoin(p.base, f"/ui/compare?folder=/local/{folder}")
 
-    def indexing() -> bool:
-        return f"Compare {count} runs" not in p.page.inner_text("h1") or p.page.locator("#indexing-points").count() > 0
+    def indexed() -> bool:
+        r = p.page.request.get(url)
+        return r.status == 200 and f"Compare {count} runs" in r.text() and 'id="indexing-points"' not in r.text()
 
+    while not indexed() and time.monotonic() < deadline:
+        time.sleep(0.5)
     p.goto(f"/ui/compare?folder=/local/{folder}")
-    while indexing() and time.monotonic() < deadline:
-        p.page.wait_for_timeout(500)
-        p.goto(f"/ui/compare?folder=/local/{folder}")
     assert f"Compare {count} runs" in p.page.inner_text("h1")
     p.page.wait_for_selector("body[data-compare-ready='1']", timeout=60_000)
 
@@ -248,7 +269,12 @@ def test_artifact_files_are_previewed_inline_and_never_as_html(browser: Any, sit
     assert png.headers["x-content-type-options"] == "nosniff" and "sandbox" in png.headers["content-security-policy"]
     for name in ("trap.png", "page.html", "logo.svg"):
         assert p.page.request.get(site["url"] + f"{base}/{name}").status == 415, name
+    # issue 33, item 10: filed beside the run that wrote it (gan, in media), not in /local/default
+    assert p.page.locator("dt:text('Folder') + dd").inner_text() == "/local/media"
+    assert p.page.locator("nav.crumbs").inner_text().split() == ["/", "local", "/", "media"]
     p.check("artifact-previews")
+    p.goto("/ui/folders?path=/local/media")
+    assert p.page.locator("ul.folders a", has_text="media-files").count() == 1
     p.page.context.close()
 
 
@@ -378,9 +404,133 @@ def test_runs_grouped_by_an_hparam_are_bands_with_counts_kept_in_the_url(browser
     )
     p.page.reload()  # the grouping survives a reload: it is in the address
     p.page.wait_for_selector("body[data-compare-ready='1']")
-    assert p.page.input_value("#cmp-group") == "opt.name"
+    assert p.page.locator("#cmp-group-keys button").all_inner_texts() == ["opt.name ×"]
     assert p.page.locator("#compare-legend li").count() == 2
     p.check("compare-grouped")
     RESULTS.mkdir(parents=True, exist_ok=True)
     p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped.png"))
+    p.page.context.close()
+
+
+def test_smoothing_draws_the_raw_line_beneath_log_spares_accuracy_and_settings_stay_in_the_url(
+    browser: Any, site: dict[str, Any]
+) -> None:
+    """Issue 33, item 8: smoothed, the compare page drew only the smoothed lines; its log scale put
+    accuracy on a log axis; a reload forgot smoothing, x axis, log boxes, hidden runs and the sweep's choices."""
+    p = new_page(browser, site)
+    _open_compare(p, "cmp", 12)
+    ids = _ids(p)
+    p.page.locator("#cmp-smoothing").evaluate(
+        "el => { el.value = '0.9'; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    loss = _chart(p, "train/loss")
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.data[1][1] > 1.4"
+    )
+    # cmp-005's raw line between steps 1 and 2 (1.0 -> 0.667; the smoothed lines are above 1.3 there):
+    # drawn faint in its colour, where before the canvas was white or a grey grid line
+    tint = loss.evaluate(
+        """el => { const u = el.uplot, x = Math.round(u.valToPos(1.25, 'x', true));
+                   const y = Math.round(u.valToPos(1 - 0.25 / 3, 'y', true));
+                   const px = u.ctx.getImageData(x - 2, y - 2, 5, 5).data;
+                   let most = 0;
+                   for (let i = 0; i < px.length; i += 4) {
+                     const c = [px[i], px[i + 1], px[i + 2]];
+                     most = Math.max(most, Math.max(...c) - Math.min(...c));
+                   }
+                   return most; }"""
+    )
+    assert tint > 8, tint  # a colour, not white or grey
+    loss.scroll_into_view_if_needed()
+    star = loss.evaluate(  # the best point as recorded (2/6 at step 5), not the smoothed value there
+        """el => { const u = el.uplot, r = u.over.getBoundingClientRect();
+        return [r.left + u.valToPos(5, 'x'), r.top + u.valToPos(2 / 6, 'y')]; }"""
+    )
+    p.page.mouse.move(star[0] - 30, star[1])
+    p.page.mouse.move(star[0] - 1.5, star[1], steps=3)
+    assert loss.locator(".chart-hover").inner_text() == "best (min): cmp-005 · 0.3333 at step 5"
+    p.page.check("#cmp-log")  # the page's log scale: the losses, never an accuracy
+    p.page.wait_for_function(
+        "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").uplot.scales.y.distr === 3"
+    )
+    distr = "el => el.uplot.scales.y.distr"
+    assert _chart(p, "train/acc").evaluate(distr) == 1 and _chart(p, "val/acc").evaluate(distr) == 1
+    _chart(p, "val/acc").locator("input.chart-log").check()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-smoothed-raw-beneath.png"))
+    p.page.locator("#compare-legend li", has_text="cmp-004").click()
+    p.page.select_option("#cmp-x", "relative")
+    p.page.select_option("#cmp-value", "last")
+    url = p.page.url
+    assert "smoothing=0.9" in url and "log=1" in url and "chart_log=val%2Facc" in url and "x=relative" in url
+    assert f"hide={ids['cmp-004']}" in url and "value=last" in url
+    p.page.goto(url)  # a shared link (or a reload) shows the same page
+    p.page.wait_for_selector("body[data-compare-ready='1']")
+    assert p.page.input_value("#cmp-smoothing") == "0.9" and p.page.is_checked("#cmp-log")
+    assert p.page.input_value("#cmp-x") == "relative" and p.page.input_value("#cmp-value") == "last"
+    assert _chart(p, "val/acc").evaluate(distr) == 3 and _chart(p, "train/acc").evaluate(distr) == 1
+    assert _chart(p, "val/acc").locator("input.chart-log").is_checked()
+    shown = "(el, name) => el.uplot.series.find(s => s.label === name).show"
+    assert _chart(p, "train/loss").evaluate(shown, "cmp-004") is False
+    assert "off" in (p.page.locator("#compare-legend li", has_text="cmp-004").get_attribute("class") or "")
+    assert p.page.inner_text("#legend-count") == "11"
+    p.check("compare-settings-in-url")
+    p.page.context.close()
+
+
+def test_grouped_by_several_keys_on_the_compare_page_and_the_runs_table(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33 item 6: ``group=opt,lr`` is one group per combination on the compare page (keys added
+    and taken away, kept in the URL) and on the runs table (a row per group with its count and the
+    mean ± std of each metric column, its runs beneath on a click)."""
+    p = new_page(browser, site)
+    _open_compare(p, "grid", len(GRID))
+    groups = "document.querySelector(\"#compare-grid .chart[data-metric='train/loss']\").dataset.groups"
+    p.page.select_option("#cmp-group", "opt")
+    p.page.wait_for_function(groups)
+    p.page.select_option("#cmp-group", "lr")  # a second key: one group per (opt, lr)
+    p.page.wait_for_function(f"({groups} || '').split('lr=').length === 5")
+    assert "group=opt%2Clr" in p.page.url
+    assert p.page.locator("#cmp-group-keys button").all_inner_texts() == ["opt ×", "lr ×"]
+    legend = sorted(p.page.locator("#compare-legend li").all_inner_texts())
+    assert legend == [f"opt={o} · lr={lr} (2 runs)" for o in ("adam", "sgd") for lr in (0.01, 0.1)]
+    chart = _chart(p, "train/loss")
+    assert chart.evaluate("el => el.uplot.bands.length") == 4
+    p.check()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#metrics").screenshot(path=str(RESULTS / "compare-grouped-two-keys.png"))
+    p.page.click("#cmp-group-keys button[data-key='opt']")  # take a key away: by lr alone
+    p.page.wait_for_function(f"({groups} || '').split('lr=').length === 3")
+    assert sorted(p.page.locator("#compare-legend li").all_inner_texts()) == ["lr=0.01 (4 runs)", "lr=0.1 (4 runs)"]
+    assert "group=lr" in p.page.url
+
+    # the runs table: grouped by the same keys from its form, kept in the URL and its sort links
+    p.goto("/ui/runs?folder=/local/grid")
+    p.page.fill("input[name=group]", "opt,lr")
+    p.page.click("#filters button[type=submit]")
+    p.settle()
+    assert "group=opt%2Clr" in p.page.url
+    rows = p.page.locator("#runs-table tr.group-row")
+    assert sorted(rows.evaluate_all("els => els.map(e => [e.dataset.label, e.dataset.runs])")) == [
+        [f"opt={o} · lr={lr}", "2"] for o in ("adam", "sgd") for lr in (0.01, 0.1)
+    ]
+    assert p.page.locator("#runs-table tr.group-member:visible").count() == 0  # folded until clicked
+    assert "8 runs in 4 groups by opt,lr" in p.page.inner_text("#group-note")
+    cell = p.page.locator(
+        "#runs-table tr.group-row[data-label='opt=sgd · lr=0.1'] td.group-stat[data-col='m:train/loss']"
+    )
+    lasts = [_grid_loss("sgd", 0.1, seed, 2) for seed in (0, 1)]
+    mean = sum(lasts) / 2
+    assert float(cell.get_attribute("data-last-mean") or "nan") == pytest.approx(mean, rel=1e-12)
+    assert float(cell.get_attribute("data-last-std") or "nan") == pytest.approx(0.05, rel=1e-9)
+    assert cell.get_attribute("data-n") == "2" and "±" in cell.inner_text()
+    p.page.click("#runs-table tr.group-row[data-label='opt=sgd · lr=0.1'] button.group-toggle")
+    members = p.page.locator("#runs-table tr.group-member:visible a.run-link").all_inner_texts()
+    assert sorted(members) == ["grid-4", "grid-5"]
+    assert all("group=opt%2Clr" in h or "group=opt,lr" in h for h in p.page.eval_on_selector_all(
+        "#runs-table thead a.sort", "els => els.map(e => e.href)"))  # fmt: skip
+    p.check()
+    p.page.locator("main").screenshot(path=str(RESULTS / "runs-grouped.png"))
+    p.goto("/ui/runs?folder=/local/grid&group=nope")  # a key no run has: said, the table not grouped
+    assert "no run here has the hyper-parameter 'nope'" in p.page.inner_text("#filter-error")
+    assert p.page.locator("#runs-table tr.group-row").count() == 0 and p.page.locator("a.run-link").count() == 8
     p.page.context.close()

@@ -32,7 +32,7 @@ def new_page(browser: Any, ui: dict[str, Any], **context: Any) -> Checked:
 
 def enter(p: Checked, ui: dict[str, Any]) -> None:
     p.page.goto(ui["entry"])
-    p.page.wait_for_load_state("networkidle")  # the page's own requests end before the test navigates on
+    p.settle()  # the page's own requests end before the test navigates on
     assert "token" not in p.page.url and "/ui/folders" in p.page.url, p.page.url
 
 
@@ -109,16 +109,20 @@ def test_local_console_needs_no_login_and_shows_everything(browser: Any, ui: dic
     assert sorted(p.page.locator("a.run-link").all_inner_texts()) == ["tiny-0", "tiny-1"]
     p.page.fill("input[name=where]", "hp:lr>0.08")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-0"]
     p.check("local-runs")
     p.page.click("a.run-link")
     p.page.wait_for_selector("#chart-train-loss[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
     p.check("local-run")
+    p.page.click("#lineage-depth a[data-depth='all']")  # ember ui's index walks lineage as the server does
+    p.settle()
+    assert p.page.get_attribute("#lineage", "data-depth") == "all"
+    assert p.page.get_attribute("#lineage a.node-link[data-kind=artifact]", "data-level") == "1"
     p.page.click("#lineage a.node-link[data-kind=artifact]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "/ui/artifacts/" in p.page.url and "model.pt" in p.page.inner_text("#files")
     p.check("local-artifact")
     p.goto("/ui/runs")
@@ -216,11 +220,11 @@ def test_on_a_phone_no_page_is_wider_than_the_screen(browser: Any, ui: dict[str,
     p.goto("/ui/runs?q=tiny-0")
     p.page.click("a.run-link")
     p.page.wait_for_selector("#chart-train-loss[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert _overflow(p) <= 1, ("run page", _overflow(p))
     p.check("phone-run")
     p.page.click("#lineage a.node-link[data-kind=artifact]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert _overflow(p) <= 1, ("artifact page", _overflow(p))
     p.check("phone-artifact")
     p.goto("/ui/runs")
@@ -248,7 +252,7 @@ def test_a_damaged_run_is_listed_with_its_reason_and_a_folder_reads_in_pages(bro
     ).count() == 1 and "1 run folder is damaged" in p.page.inner_text("#indexing")
     p.check("local-runs-damaged")
     p.page.click(f"a.run-link:has-text('{broken.name}')")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.inner_text("#run-status") == "Damaged" and "is not valid JSON" in p.page.inner_text("#run-reason")
     p.check("local-run-damaged")
     p.goto("/ui/folders?path=/local/paged&per_page=2")
@@ -256,7 +260,7 @@ def test_a_damaged_run_is_listed_with_its_reason_and_a_folder_reads_in_pages(bro
     seen = p.page.locator("a.run-link").all_inner_texts()
     while p.page.locator("#next-page").count():
         p.page.click("#next-page")
-        p.page.wait_for_load_state("networkidle")
+        p.settle()
         seen += p.page.locator("a.run-link").all_inner_texts()
     assert seen == [path.name.split("_")[0] for path in reversed(paged)]
     p.check()
@@ -306,7 +310,7 @@ def test_ember_ui_starts_again_on_the_same_data_folder(browser: Any, tmp_path: P
         enter(p, {"entry": entry})  # a new launch, a new token: the link it printed
         wait_listed(p, "/ui/runs", "r00007")
         p.page.reload()
-        p.page.wait_for_load_state("networkidle")
+        p.settle()
         assert sorted(_names(p)) == ["r00000", "r00001", "r00002", "r00007"]
         p.check("local-restarted")
         p.page.click("a.run-link:has-text('r00001')")

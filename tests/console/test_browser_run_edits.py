@@ -20,7 +20,7 @@ from ember import track
 from ember.server.services import admin
 from ember.server.storage.settings import Settings
 from ember.track.cli import main
-from ember.track.client import Client, upload_run
+from ember.track.client import Client, UploadError, upload_run
 from tests.console.conftest import RESULTS, Checked, new_page
 from tests.server.conftest import ServerProcess
 
@@ -52,7 +52,7 @@ def _settle(p: Checked) -> None:
     """A run or compare page fetches its images after load: wait until they are in, so that leaving
     the page aborts no request (which :class:`Checked` would record as an error)."""
     if "/ui/runs/" in p.page.url or "/ui/compare" in p.page.url:
-        p.page.wait_for_load_state("networkidle")
+        p.settle()
 
 
 def _go(p: Checked, path: str) -> None:
@@ -195,6 +195,49 @@ def test_cli_twins_edit_the_local_run_and_the_server(
         upload_run(run.path, "cli", True, "new", client)
         assert client.call("GET", f"/runs/{run.id}")["labels"] == ["server-side"]  # the server's edit wins
     assert "on " + site["url"] in capsys.readouterr().out
+
+
+def test_cli_rm_server_moves_the_run_to_the_trash_or_purges_it_and_a_refusal_keeps_the_folder(
+    site: dict[str, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ember runs rm --server`` removes the folder and the same run on the server: to its trash
+    (restorable), or deleted with ``--purge``; a refusal there (no such run, a bad key) keeps the folder."""
+    monkeypatch.setenv("EMBER_HOME", str(tmp_path / "store"))
+    monkeypatch.setenv("EMBER_HOST", site["url"])
+    monkeypatch.setenv("EMBER_API_KEY", site["keys"]["alice"])
+    made = {}
+    for name in ("rm-trash", "rm-purge", "rm-local-only"):
+        made[name] = track.create_run(name=name)
+        made[name].finish()
+    paths = {name: run.path for name, run in made.items()}
+    with Client() as client:
+        for name in ("rm-trash", "rm-purge"):
+            upload_run(paths[name], "cli-rm", True, "new", client)
+        capsys.readouterr()
+        assert main(["runs", "rm", "rm-local-only", "--yes", "--server"]) == 2  # never uploaded: 404 there
+        err = capsys.readouterr().err
+        assert "404" in err and "kept here" in err, err
+        assert main(["runs", "rm", "rm-trash", "--yes", "--purge"]) == 2  # --purge is for the server's copy
+        assert "add --server" in capsys.readouterr().err
+        monkeypatch.setenv("EMBER_API_KEY", "not-a-key")
+        assert main(["runs", "rm", "rm-trash", "--yes", "--server"]) == 2
+        assert "401" in capsys.readouterr().err
+        assert all(p is not None and p.is_dir() for p in paths.values()), "a refused rm removed a folder"
+        monkeypatch.setenv("EMBER_API_KEY", site["keys"]["alice"])
+
+        assert main(["runs", "rm", "rm-trash", "--yes", "--server"]) == 0
+        assert f"to the trash on {site['url']}" in capsys.readouterr().out
+        assert not paths["rm-trash"].exists()
+        assert made["rm-trash"].id in [r["id"] for r in client.call("GET", "/trash")["runs"]]
+        client.call("POST", f"/runs/{made['rm-trash'].id}/restore")  # restorable
+        assert client.call("GET", f"/runs/{made['rm-trash'].id}")["name"] == "rm-trash"
+
+        assert main(["runs", "rm", "rm-purge", "--yes", "--server", "--purge"]) == 0
+        assert f"deleted run {made['rm-purge'].id} on {site['url']}" in capsys.readouterr().out
+        assert not paths["rm-purge"].exists()
+        assert made["rm-purge"].id not in [r["id"] for r in client.call("GET", "/trash")["runs"]]
+        with pytest.raises(UploadError, match="404"):
+            client.call("GET", f"/runs/{made['rm-purge'].id}")
 
 
 def _png(width: int, height: int, red_columns: int) -> str:

@@ -111,7 +111,7 @@ def _open(browser: Any, site: dict[str, Any], run_id: str, timeout: float = 30_0
     p.goto("/ui/login")
     p.page.fill("#api_key", site["key"])
     p.page.click("button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     p.goto(f"/ui/runs/{run_id}")
     p.page.wait_for_selector(".chart[data-drawn]", timeout=timeout)
     return p
@@ -301,7 +301,7 @@ def test_times_have_their_zone_a_crash_lasts_until_its_last_record_and_the_outpu
     assert p.page.inner_text("#run-duration") == "1h 30m"
     p.page.fill("#log_q", "match")
     p.page.click("#log button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "600 lines contain “match”: the last 500 are shown" in p.page.inner_text("#log-truncated")
     with p.page.expect_download() as download:
         p.page.click("#log-download")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from ember import track
-from tests.console.conftest import Checked
+from ember.track import cli as track_cli
+from tests.console.conftest import RESULTS, Checked
 from tests.console.test_browser_local import new_page, ui  # noqa: F401  (ui: the fixture)
 
 SWEEP = "/ui/runs?folder=/local/sweep"
 CRASHED = "/ui/runs?folder=/local/crashed"
+LIVE = "/ui/runs?folder=/local/live"
 LRS = (0.1, 0.01, 0.001)
 INDEXED_S = 120.0
 """How long `ember ui` may take to index what a test wrote (it looks every second; a loaded machine is slower)."""
@@ -33,23 +35,28 @@ TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 @pytest.fixture(scope="module")
-def sweep(browser: Any, ui: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+def sweep(browser: Any, ui: dict[str, Any]) -> Iterator[dict[str, Any]]:  # noqa: F811
     """Three runs of a sweep over lr (and a nested beta), beside constants, in folder ``sweep``; a
-    run whose process died in folder ``crashed``; all of it indexed by `ember ui`."""
+    run whose process died in folder ``crashed``; a run still running in ``live``; all of it indexed
+    by `ember ui`."""
     consts = {"batch_size": 32, "epochs": 3, "seed": 0, "amp": "bf16", "accum": 1, "clip": 1.0, "dropout": 0.1}
     for i, lr in enumerate(LRS):
         hparams = {**consts, "lr": lr, "config": {"opt": {"name": "adam", "beta": 0.9 if i else 0.99}}}
         run = track.create_run(name=f"sweep-{i}", home=ui["store"], folder="sweep", hparams=hparams)
         for step in range(10):
-            metrics = {"loss": 1 / (step + 1) + lr, "acc": step / 10, "grad_norm": 3.0 - step * 0.2 + i}
+            metrics = {"loss": 1 / (step + 1) + lr, "acc": step / 10 + i / 100, "grad_norm": 3.0 - step * 0.2 + i}
             run.log("train", metrics, step=step)
         run.finish()
     crashed_start = _write_crashed(ui["store"])
+    live = track.create_run(name="live-0", home=ui["store"], folder="live")  # Running: this process is alive
+    live.log("train", {"loss": 1.0}, step=0)
     p = new_page(browser, ui)
-    _wait_for(p, SWEEP, lambda rows: rows == ["sweep-0 Complete 0.9", "sweep-1 Complete 0.9", "sweep-2 Complete 0.9"])
+    _wait_for(p, SWEEP, lambda rows: rows == ["sweep-0 Complete 0.9", "sweep-1 Complete 0.91", "sweep-2 Complete 0.92"])
     _wait_for(p, CRASHED, lambda rows: rows == ["crashed-0 Crashed 0.5"])
+    _wait_for(p, LIVE, lambda rows: rows == ["live-0 Running 1"])
     p.page.context.close()
-    return {**ui, "crashed_start": crashed_start}
+    yield {**ui, "crashed_start": crashed_start}
+    live.finish()
 
 
 def _write_crashed(store: Path) -> str:
@@ -97,7 +104,7 @@ def _follow(p: Checked, selector: str) -> None:
     """Click what leads to another page and wait for that page (not the one the click left)."""
     with p.page.expect_navigation():
         p.page.click(selector)
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
 
 
 def _visible_headers(p: Checked, kind: str) -> list[str]:
@@ -116,7 +123,7 @@ def test_a_sweep_shows_the_hparams_that_vary_and_each_metrics_last_best_min_and_
     norm = row.locator("td[data-col='m:train/grad_norm']")
     assert norm.locator(".last").inner_text() == "3.2" and norm.locator(".best").inner_text() == "3.2"
     assert norm.locator(".min").inner_text() == "3.2" and norm.locator(".max").inner_text() == "5"
-    assert row.locator("td[data-col='m:train/acc'] .best").inner_text() == "0.9"  # acc: the maximum
+    assert row.locator("td[data-col='m:train/acc'] .best").inner_text() == "0.92"  # acc: the maximum
     assert "best (min)" in p.page.inner_text("#runs-table th[data-col='m:train/grad_norm']")
     _follow(p, "#runs-table th[data-col='hp:config.opt.beta'] a")  # a nested hparam sorts
     assert "sort=hp%3Aconfig.opt.beta" in p.page.url
@@ -214,7 +221,7 @@ def test_an_hparam_sorted_or_filtered_on_is_shown_though_it_is_constant(browser:
 
 
 def test_a_crashed_run_has_the_same_start_and_duration_in_the_table_as_on_its_page(
-    browser: Any, sweep: dict[str, Any]
+    browser: Any, sweep: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: the table ended a Crashed run at its heartbeat (10m) where its run page ended it at
     its last point (1h 30m), and showed its start without its zone."""
@@ -231,6 +238,11 @@ def test_a_crashed_run_has_the_same_start_and_duration_in_the_table_as_on_its_pa
     assert p.page.inner_text("#run-duration") == f"{duration} (until its last record)"
     assert p.page.inner_text("#run-started") == start
     p.page.context.close()
+    # issue 33, item 10: `ember runs ls` and `show` end it at its last record too (before: at its heartbeat, 10m)
+    for argv, where in ((["ls"], "crashed_"), (["show", "crashed"], "duration ")):
+        assert track_cli.main(["runs", *argv, "--store", str(sweep["store"])]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(where))
+        assert "1h30m00s (until its last record)" in line, line
 
 
 def test_the_start_of_every_run_and_the_creation_of_an_artifact_show_their_zone(
@@ -239,7 +251,7 @@ def test_the_start_of_every_run_and_the_creation_of_an_artifact_show_their_zone(
     p = new_page(browser, sweep)
     p.goto("/ui/runs")
     starts = p.page.locator("#runs-table tbody td.start").all_inner_texts()
-    assert len(starts) == 6 and all(re.fullmatch(TIME + r"(\+02:00)?", s) for s in starts), starts
+    assert len(starts) == 7 and all(re.fullmatch(TIME + r"(\+02:00)?", s) for s in starts), starts
     p.goto(f"/ui/runs/{sweep['runs'][0].id}")
     assert re.fullmatch(TIME, p.page.inner_text("#run-started"))  # the run page's format, the same
     _follow(p, "#lineage a.node-link[data-kind=artifact]")
@@ -292,4 +304,75 @@ def test_compare_selected_with_nothing_ticked_says_so_beside_the_button(browser:
     with p.page.expect_navigation():
         p.page.click("#compare")
     assert "/ui/compare?ids=" in p.page.url
+    p.page.context.close()
+
+
+def test_a_best_max_column_sorts_best_first_and_best_min_and_max_sort_on_both_pages(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    """Issue 33, item 8: the first click on a "best (max)" header sorted the worst first; best, min and
+    max did not sort at all; the folder page's headers did not sort."""
+    p = new_page(browser, sweep)
+    p.goto(SWEEP)
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']")  # acc: best (max)
+    assert "sort=-m%3Atrain%2Facc" in p.page.url  # the first click: descending, the best first
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-2", "sweep-1", "sweep-0"]  # 0.92 0.91 0.9
+    assert p.page.inner_text("#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']") == "train/acc ▼"
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc']")  # again: reversed
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0", "sweep-1", "sweep-2"]
+    _follow(p, "#runs-table a[data-sort='m:train/grad_norm.best']")  # grad_norm: best (min), the minima 1.2 2.2 3.2
+    assert "sort=m%3Atrain%2Fgrad_norm.best" in p.page.url
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-0", "sweep-1", "sweep-2"]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.screenshot(path=str(RESULTS / "runs-sorted-by-best.png"), full_page=True)
+    p.goto("/ui/folders?path=/local/sweep")  # the folder page: the same headers, sorting its own runs
+    _follow(p, "#runs-table th[data-col='m:train/acc'] a[data-sort='m:train/acc.best']")
+    assert "/ui/folders?path=%2Flocal%2Fsweep&sort=-m%3Atrain%2Facc.best" in p.page.url
+    assert p.page.locator("a.run-link").all_inner_texts() == ["sweep-2", "sweep-1", "sweep-0"]
+    assert "sorted by a header" in p.page.inner_text("main")
+    assert not p.errors, p.errors  # (every header link answers: the other tests' checks open them)
+    p.page.screenshot(path=str(RESULTS / "folder-sorted.png"), full_page=True)
+    p.page.context.close()
+
+
+def test_a_running_run_shows_its_elapsed_time_hparams_flattened_log_scale_and_wall_time_to_the_second(
+    browser: Any, sweep: dict[str, Any]
+) -> None:
+    """Issue 33, item 10: a running run's duration was "—"; the run page's hparams panel showed a nested
+    hparam as one blob ({'opt': {...}}) where the runs table shows config.opt.beta; the wall time
+    hovered to the minute. Item 8: the run page's log scale put every chart on a log axis, accuracy too."""
+    p = new_page(browser, sweep)
+    p.goto(LIVE)
+    cell = p.page.locator("#runs-table tbody tr", has_text="live-0").locator("td.duration")
+    assert re.fullmatch(r"\d+(\.\d)?s|\d+m \d\ds", cell.inner_text()), cell.inner_text()  # before: —
+    _follow(p, "#runs-table a.run-link")
+    assert re.fullmatch(r"(\d+(\.\d)?s|\d+m \d\ds) \(so far\)", p.page.inner_text("#run-duration"))
+    p.goto(SWEEP)
+    _follow(p, "#runs-table a.run-link:text('sweep-0')")
+    rows = dict(
+        p.page.locator("#hparams tr").evaluate_all(
+            "trs => trs.map(t => [t.cells[0].textContent, t.cells[1].textContent])"
+        )
+    )
+    assert rows["config.opt.beta"] == "0.99" and rows["config.opt.name"] == "adam" and "config" not in rows
+    distr = "el => el.uplot.scales.y.distr"  # item 8: the page's log scale never puts accuracy on a log axis
+    p.page.wait_for_selector("#chart-train-acc[data-drawn='1']")
+    p.page.check("#log-scale")
+    p.page.wait_for_function("document.querySelector('#chart-train-loss').uplot.scales.y.distr === 3")
+    assert p.page.locator("#chart-train-acc").evaluate(distr) == 1  # a maximised score stays linear
+    assert p.page.locator("#chart-train-grad_5f_norm").evaluate(distr) == 3  # minimised by the name rule
+    p.page.locator("#chart-train-acc input.chart-log").check()  # its own box puts it on a log axis
+    p.page.wait_for_function("document.querySelector('#chart-train-acc').uplot.scales.y.distr === 3")
+    p.page.select_option("#x-axis", "time")
+    chart = p.page.locator("#chart-train-loss")
+    p.page.wait_for_function("document.querySelector('#chart-train-loss').uplot.scales.x.time === true")
+    chart.scroll_into_view_if_needed()
+    at = chart.evaluate(
+        "el => { const r = el.uplot.over.getBoundingClientRect();"
+        + " return [r.left + r.width / 2, r.top + r.height / 2]; }"
+    )
+    p.page.mouse.move(at[0], at[1])
+    shown = chart.locator(".u-legend .u-series").first.locator(".u-value").inner_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", shown), shown  # before: 2026-11-27 6:41pm
+    p.check("run-hparams-flattened-log-scale")
     p.page.context.close()

@@ -13,7 +13,7 @@ import pytest
 
 from ember.server.services import admin
 from ember.server.storage.settings import Settings
-from tests.console._data import make_store, upload
+from tests.console._data import lineage_graph, make_store, upload
 from tests.console.conftest import RESULTS, Checked, new_page
 from tests.server.conftest import ServerProcess
 
@@ -81,7 +81,7 @@ def login(p: Checked, key: str) -> None:
     p.check("login")
     p.page.fill("#api_key", key)
     p.page.click("button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
 
 
 def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site: dict[str, Any]) -> None:
@@ -100,19 +100,19 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     p.check("runs")
     p.page.fill("input[name=where]", "hp:lr<0.08")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-1"]
     p.page.fill("input[name=where]", "")
     p.page.fill("input[name=q]", "tiny-0")
     p.page.click("#filters button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.locator("a.run-link").all_inner_texts() == ["tiny-0"]
     p.check("runs-filtered")
 
     p.page.click("a.run-link")
     p.page.wait_for_selector("#chart-train-loss[data-drawn]")
     p.page.wait_for_selector("#chart-val-acc[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#chart-train-loss", "data-points") == "30"
     assert p.page.get_attribute("#chart-val-acc", "data-points") == "3"
     drawn = p.page.evaluate("document.getElementById('chart-train-loss').uplot.data[0].length")
@@ -128,12 +128,12 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
     assert p.page.evaluate("document.getElementById('chart-train-loss').uplot.scales.y.distr") == 3  # log
     p.page.fill("#log_q", "step 19")
     p.page.click("#log button[type=submit]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.inner_text("pre.log").strip() == "step 19 loss 0.6798"
     p.check()
 
     p.page.click("#lineage a.node-link[data-kind=artifact]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "/ui/artifacts/" in p.page.url and "model.pt" in p.page.inner_text("#files")
     p.check("artifact")
 
@@ -142,13 +142,13 @@ def test_login_browse_filter_run_chart_lineage_compare_logout(browser: Any, site
         box.check()
     p.page.click("#compare")
     p.page.wait_for_selector("body[data-compare-ready='1'] #compare-grid .chart[data-drawn]")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert p.page.get_attribute("#compare-grid .chart[data-metric='train/loss']", "data-traces") == "2"
     assert "lr" in p.page.locator("#compare-runs thead th.hparam").all_inner_texts()
     p.check("compare")
 
     p.page.click("#logout")
-    p.page.wait_for_load_state("networkidle")
+    p.settle()
     assert "/ui/login" in p.page.url
     p.goto("/ui/runs")
     assert "/ui/login" in p.page.url  # the session is gone
@@ -254,4 +254,46 @@ def test_no_request_leaves_the_machine_and_chart_text_is_text(browser: Any, site
         p.page.wait_for_timeout(200)
         assert p.page.url.endswith(path) or "/api/v1/docs" in path, (path, p.page.url)
     assert clicked > 40 and not outside, outside
+    p.page.context.close()
+
+
+def test_lineage_depth_walks_the_chain_and_ends_the_cycle(browser: Any, site: dict[str, Any]) -> None:
+    """Issue 33, item 9: the run page's depth links draw 1, 2... or every level of lineage each way."""
+    with httpx.Client(
+        base_url=f"{site['url']}/api/v1", headers={"Authorization": f"Bearer {site['keys']['bob']}"}
+    ) as h:
+        ids = lineage_graph(lambda method, path, body: h.request(method, path, json=body).status_code)
+    p = new_page(browser, site["url"])
+    login(p, site["keys"]["bob"])
+
+    def drawn() -> dict[str, int]:
+        nodes = p.page.eval_on_selector_all(
+            "#lineage a.node-link", "els => els.map(e => [e.dataset.id, Number(e.dataset.level)])"
+        )
+        return {name: level for name, run_id in ids.items() for i, level in nodes if i == run_id}
+
+    p.goto(f"/ui/runs/{ids['step-3']}")
+    assert p.page.get_attribute("#lineage", "data-depth") == "1"
+    assert drawn() == {"step-2": -1, "step-5": -1, "step-4": 1, "branch": 1}  # step-5 -> step-3 closes the cycle
+    assert p.page.locator("#lineage path.edge").count() == 4
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    p.page.locator("#lineage").screenshot(path=str(RESULTS / "lineage-depth-1.png"))
+    p.page.click("#lineage-depth a[data-depth='2']")
+    p.settle()
+    assert drawn() == {"step-1": -2, "step-2": -1, "step-5": -1, "step-4": 1, "branch": 1}
+    p.goto(f"/ui/runs/{ids['step-1']}")
+    p.page.click("#lineage-depth a[data-depth='all']")
+    p.settle()
+    assert p.page.get_attribute("#lineage", "data-depth") == "all" and "lineage_depth=all" in p.page.url
+    assert drawn() == {"step-2": 1, "step-3": 2, "step-4": 3, "branch": 3, "step-5": 4}  # the chain, once
+    assert p.page.locator("#lineage path.edge").count() == 6 and p.page.locator("#lineage-more").count() == 0
+    assert p.page.locator("#lineage path.edge.back").count() == 1  # step-5 -> step-3, drawn looping back
+    assert not p.errors, p.errors
+    p.page.locator("#lineage").screenshot(path=str(RESULTS / "lineage-all.png"))
+    p.page.click(f"#lineage a.node-link[data-id='{ids['branch']}']")  # walk on from a node: the same depth is asked
+    p.settle()
+    assert p.page.get_attribute("#lineage", "data-depth") == "1" and drawn()["step-3"] == -1
+    response = p.goto(f"/ui/runs/{ids['step-1']}?lineage_depth=deep")
+    assert response.status == 422 and "depth" in p.page.inner_text("body")
+    p.errors.clear()  # Chromium logs the page's own 422, which is the point here
     p.page.context.close()

@@ -34,6 +34,7 @@ from ember.server.services import admin
 from ember.server.services.upload import Uploads
 from ember.server.storage.models import User
 from ember.server.storage.settings import Settings
+from ember.track.artifact import run_folder
 from ember.track.client import Client, Credentials, upload_artifact, upload_run
 from tests.console._data import make_store, stored_rows, write_runs
 
@@ -172,7 +173,7 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
     with TestClient(server) as http:
         client = Client(Credentials("http://testserver", key), http=http)
         for art in sorted((store / "artifacts").iterdir()):
-            upload_artifact(art, "default", True, "new", client)
+            upload_artifact(art, run_folder(art) or "default", True, "new", client)  # beside its run
         for run in sorted((store / "runs").iterdir()):
             upload_run(run, None, True, "new", client, artifacts=False)
         uploaded = stored_rows(server)
@@ -184,7 +185,7 @@ def test_indexing_writes_the_rows_an_upload_writes(tmp_path: Path) -> None:
         assert user is not None
         uploads = Uploads(session, user, direct.state.settings, direct.state.blobs, in_process=True)
         for art in sorted((store / "artifacts").iterdir()):
-            upload_artifact(art, "default", True, "new", uploads)
+            upload_artifact(art, run_folder(art) or "default", True, "new", uploads)  # beside its run
         for run in sorted((store / "runs").iterdir()):
             upload_run(run, None, True, "new", uploads, artifacts=False)
     in_process = stored_rows(direct)

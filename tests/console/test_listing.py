@@ -3,6 +3,7 @@ and PostgreSQL: hparam and metric sorts and filters, missing values, Crashed run
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -74,6 +75,41 @@ def test_sorts_and_filters_by_a_metrics_last_value(runs: Server) -> None:
     assert row["hparams"] == {"lr": 0.1, "opt": "adam"} and row["labels"] == ["l0"]
 
 
+def test_sorts_by_a_metrics_best_min_and_max_as_the_filter_reads_them(runs: Server) -> None:
+    """Issue 33, item 8: the filter read ``m:val/acc.best``, the sort only the last value. Best is the
+    run's recorded mode, else the name rule (acc: the maximum), as in a filter."""
+    assert _names(runs, sort="-m:val/acc.best") == ["r2", "r0", "r1", "r5", "r4", "r3"]  # 0.95 0.9 0.8 0.2 0.1
+    assert _names(runs, sort="m:val/acc.min") == ["r4", "r5", "r0", "r1", "r2", "r3"]  # 0.1 0.2 0.5 0.6 0.95
+    assert _names(runs, sort="-m:val/acc.max") == ["r2", "r0", "r1", "r5", "r4", "r3"]
+    assert _names(runs, sort="m:val/acc.last") == _names(runs, sort="m:val/acc")
+    _put(runs, 6, {"lr": 0.2}, [0.05, 0.99], metric_modes={"val/acc": "min"})  # recorded: its best is 0.05
+    assert _names(runs, sort="m:val/acc.best")[:2] == ["r6", "r4"]
+    assert _names(runs, where="m:val/acc.best < 0.1", sort="m:val/acc.best") == ["r6"]  # the value the filter reads
+    r = runs.req("GET", "/search/runs", params={"sort": '-m:"val/acc".median'})
+    assert r.status_code == 422 and "read as .last, .best, .min or .max" in r.text, r.text
+
+
+def test_the_folder_page_sorts_its_own_runs_for_those_who_may_view_them(runs: Server) -> None:
+    """Issue 33, item 8: the folder page's headers sort its runs (not its sub-folders'), by the server."""
+    body = {"folder": "t/sub", "make_folder": True, "run": {"id": "f" * 32, "name": "deeper", "status": "Complete"}}
+    assert runs.req("PUT", f"/runs/{'f' * 32}", json=body).status_code == 200
+    runs.console_login()
+    page = runs.client.get("/ui/folders", params={"path": "/alice/t", "sort": "-m:val/acc.best", "per_page": 2})
+    assert page.status_code == 200
+    names = re.findall(r'class="run-link" href="[^"]+">([^<]+)<', page.text)
+    assert names == ["r2", "r0"]  # 0.95 and 0.9, the best first; never "deeper" (in t/sub)
+    assert "runs: page 1 of 3" in page.text and "sort=-m%3Aval%2Facc.best&amp;page=2" in page.text
+    assert re.findall(
+        r'class="run-link" href="[^"]+">([^<]+)<',
+        runs.client.get(
+            "/ui/folders", params={"path": "/alice/t", "sort": "-m:val/acc.best", "per_page": 2, "page": 3}
+        ).text,
+    ) == ["r4", "r3"]  # 0.1, then the run without val/acc
+    runs.add_user("bob")
+    runs.console_login("bob")  # a folder not shared with him: the same answer as one that does not exist
+    assert runs.client.get("/ui/folders", params={"path": "/alice/t", "sort": "name"}).status_code == 404
+
+
 def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) -> None:
     page = runs.req("GET", "/search/runs", params={"sort": "name"}).json()
     status = {r["name"]: r["status"] for r in page["runs"]}
@@ -89,6 +125,9 @@ def test_a_running_run_without_a_heartbeat_for_minutes_is_crashed(runs: Server) 
     assert _names(runs, status="Running") == ["r4"]
     crashed = next(r for r in page["runs"] if r["name"] == "r5")
     assert crashed["duration"] == pytest.approx(4 * 3600.0, abs=1.0)  # start (5 h ago) to its last heartbeat (1 h ago)
+    running = next(r for r in page["runs"] if r["name"] == "r4")  # issue 33, item 10: elapsed so far, not None
+    assert running["duration"] == pytest.approx((datetime.now(timezone.utc) - NOW).total_seconds() + 6 * 3600, abs=60)
+    assert _names(runs, sort="-duration", status="Running") == ["r4"]
     assert _names(runs, sort="status") == ["r0", "r1", "r2", "r3", "r5", "r4"]  # Complete < Crashed < Running
 
 

@@ -34,18 +34,33 @@ def counting_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor
     return gm.forward
 
 
-def reference(ds, steps_batch: int) -> list[torch.Tensor]:
+def set_first_layer(model: nn.Module, trainable: bool) -> None:
+    for p in model[0].parameters():
+        p.requires_grad = trainable
+
+
+def reference(ds, steps_batch: int, unfreeze_at: int | None = None) -> list[torch.Tensor]:
     model = tiny_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for x, y in DataLoader(ds, batch_size=steps_batch):
+    if unfreeze_at is not None:
+        set_first_layer(model, False)
+    for step, (x, y) in enumerate(DataLoader(ds, batch_size=steps_batch)):
+        if step == unfreeze_at:
+            set_first_layer(model, True)
         opt.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
     return params_of(model)
 
 
-def engine_run(ds, per_rank_batch: int, accumulation: int, **config: Any) -> tuple[list[torch.Tensor], dict[str, Any]]:
+def engine_run(
+    ds, per_rank_batch: int, accumulation: int, unfreeze_at: int | None = None, **config: Any
+) -> tuple[list[torch.Tensor], dict[str, Any]]:
+    """Train through the Engine; with ``unfreeze_at``, the first layer is frozen before
+    ``initialize`` and made trainable again before that micro-batch (pets_finetune's recipe)."""
     model = tiny_mlp()
+    if unfreeze_at is not None:
+        set_first_layer(model, False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     engine, loader, _, _ = ember.initialize(
         model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=per_rank_batch),
@@ -61,7 +76,9 @@ def engine_run(ds, per_rank_batch: int, accumulation: int, **config: Any) -> tup
 
     ddp.register_comm_hook(ddp.process_group, counting_allreduce)
     per_backward = []
-    for x, y in loader:
+    for i, (x, y) in enumerate(loader):
+        if i == unfreeze_at:
+            set_first_layer(model, True)
         engine.zero_grad()
         before = allreduces[0]
         engine.backward(engine.criterion(engine(x), y))
@@ -73,8 +90,48 @@ def engine_run(ds, per_rank_batch: int, accumulation: int, **config: Any) -> tup
         "ddp_wraps_compiled": isinstance(ddp.module, OptimizedModule),
         "model_is_bare": not isinstance(engine.model, (OptimizedModule, DistributedDataParallel)),
         "state_keys": sorted(engine.state_dict()["model"]),
+        "rebuilt": engine.wrapped_model is not ddp,
     }
     return params_of(model), info
+
+
+def sharded_unfreeze(ds, unfreeze_at: int) -> list[torch.Tensor] | None:
+    """FSDP2 (zero stage 2) follows ``requires_grad`` itself: the full weights on rank 0 (None elsewhere)."""
+    model = tiny_mlp()
+    set_first_layer(model, False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    engine, loader, _, _ = ember.initialize(
+        model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=16), config={"zero": {"stage": 2}}
+    )
+    for i, (x, y) in enumerate(loader):
+        if i == unfreeze_at:
+            set_first_layer(engine.model, True)
+        engine.zero_grad()
+        engine.backward(engine.criterion(engine(x), y))
+        engine.step()
+    state = engine.state_dict()["model"]
+    return [state[k] for k in tiny_mlp().state_dict()] if state else None
+
+
+def frozen_after_initialize(ds) -> dict[str, Any]:
+    """A parameter frozen after the DDP wrapper was built: the boundary backward raises, before the update."""
+    model = tiny_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine, loader, _, _ = ember.initialize(model, opt, nn.CrossEntropyLoss(), DataLoader(ds, batch_size=16))
+    batches = iter(loader)
+    x, y = next(batches)
+    engine.backward(engine.criterion(engine(x), y))
+    engine.step()
+    before = params_of(model)
+    set_first_layer(model, False)
+    x, y = next(batches)
+    engine.zero_grad()
+    try:
+        engine.backward(engine.criterion(engine(x), y))
+    except ember.errors.EngineError as err:
+        unchanged = all(torch.equal(a, b) for a, b in zip(before, params_of(model), strict=True))
+        return {"error": str(err), "unchanged": unchanged}
+    return {"error": None}
 
 
 def find_unused_flag(config: dict[str, Any]) -> bool:
@@ -89,19 +146,31 @@ def main() -> None:
     ds = tiny_dataset(32 * 6)
     ref = reference(ds, 32)
     out: dict = {"world_size": ember.context.world_size, "bare_keys": sorted(tiny_mlp().state_dict())}
+    unfrozen = {3: reference(ds, 32, unfreeze_at=3), 2: reference(ds, 32, unfreeze_at=2)}
     runs = {
-        "accum1": (16, 1, {}),
-        "accum2": (8, 2, {}),
-        "compile": (16, 1, {"compile": {"backend": counting_backend}}),  # compiled, then wrapped in DDP
+        "accum1": (16, 1, None, {}),
+        "accum2": (8, 2, None, {}),
+        "compile": (16, 1, None, {"compile": {"backend": counting_backend}}),  # compiled, then wrapped in DDP
+        # frozen at initialize, unfrozen before update 3: its gradients arrive in a boundary backward
+        "unfreeze": (16, 1, 3, {}),
+        # unfrozen at the first micro-batch of update 2's cycle: DDP is rebuilt inside the cycle
+        "unfreeze_accum2": (8, 2, 4, {}),
+        "unfreeze_zero1": (16, 1, 3, {"zero": {"stage": 1}}),
     }
-    for name, (batch, accumulation, config) in runs.items():
-        params, info = engine_run(ds, batch, accumulation, **config)
-        out[f"max_diff_{name}"] = max((a - b).abs().max().item() for a, b in zip(ref, params, strict=True))
+    for name, (batch, accumulation, unfreeze_at, config) in runs.items():
+        params, info = engine_run(ds, batch, accumulation, unfreeze_at, **config)
+        expected = ref if unfreeze_at is None else unfrozen[unfreeze_at // accumulation]
+        out[f"max_diff_{name}"] = max((a - b).abs().max().item() for a, b in zip(expected, params, strict=True))
         flat = torch.cat([p.flatten() for p in params])
         gathered = [torch.zeros_like(flat) for _ in range(2)]
         torch.distributed.all_gather(gathered, flat)
         out[f"ranks_identical_{name}"] = bool(torch.equal(gathered[0], gathered[1]))
         out[name] = info
+    sharded = sharded_unfreeze(ds, 3)
+    out["max_diff_unfreeze_fsdp"] = (
+        None if sharded is None else max((a - b).abs().max().item() for a, b in zip(unfrozen[3], sharded, strict=True))
+    )
+    out["frozen_after"] = frozen_after_initialize(ds)
     out["compiled_graphs"] = len(GRAPHS)
     out["find_unused"] = {
         "alias": find_unused_flag({"find_unused_parameters": True}),

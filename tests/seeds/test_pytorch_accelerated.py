@@ -1,5 +1,6 @@
-"""pytorch-accelerated programs on ember.compat.pytorch_accelerated: the examples, the Trainer's
-overridable methods and events, its callbacks, and a run under torchrun without a launch call."""
+"""pytorch-accelerated programs on ember.compat.pytorch_accelerated: the Trainer's overridable
+methods and events, its callbacks, its checkpoints. pytorch-accelerated's own example programs,
+and their Trainers' state on one and two processes, are tests/seeds/test_peer_programs.py's."""
 
 from __future__ import annotations
 
@@ -14,13 +15,11 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import TensorDataset
 
-from ember import checkpoint
 from ember.compat.pytorch_accelerated import Trainer, TrainerPlaceholderValues
 from ember.compat.pytorch_accelerated.callbacks import (
     EarlyStoppingCallback,
     LimitBatchesCallback,
     PrintProgressCallback,
-    SaveBestModelCallback,
     StopTrainingError,
     TerminateOnNaNCallback,
     TrainerCallback,
@@ -29,11 +28,7 @@ from ember.compat.pytorch_accelerated.trainer import TrainerWithTimmScheduler
 from ember.compat.pytorch_accelerated.utils import LimitBatches
 from ember.errors import CheckpointError, HookError, TrainerError
 from ember.trainer import hooks
-from tests.dist import torchrun
-from tests.seeds.pa_standins import ImageFolder, make_image_folder, resize
-from tests.seeds.scripts import pytorch_accelerated_progressive_resizing, pytorch_accelerated_transfer
 
-SCRIPTS = Path(__file__).parent / "scripts"
 QUIET = {"num_workers": 0}  # the examples keep pytorch-accelerated's worker per CPU; unit tests need none
 
 
@@ -58,73 +53,6 @@ def _train(trainer: Trainer, **kwargs: Any) -> None:
                             "per_device_batch_size": 8, "train_dataloader_kwargs": QUIET,
                             "eval_dataloader_kwargs": QUIET}  # fmt: skip
     trainer.train(**{**args, **kwargs})
-
-
-# -- the examples -------------------------------------------------------------------------------------
-
-
-def test_transfer_learning_example_trains_and_its_step_lr_decays_after_seven_epochs(tmp_path: Path) -> None:
-    data = make_image_folder(tmp_path / "data")
-    trainer = pytorch_accelerated_transfer.main(str(data), num_epochs=8)
-    per_epoch = trainer.run_config.num_update_steps_per_epoch
-    assert per_epoch == 16  # 64 images, batches of 4
-    assert trainer.scheduler.step_size == 7 * per_epoch  # NUM_UPDATE_STEPS_PER_EPOCH * 7, resolved
-    assert trainer.scheduler.last_epoch == 8 * per_epoch  # stepped once per update
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.05 * 0.1)  # decayed once, after epoch 7
-    history = trainer.run_history
-    assert history.current_epoch == 9 and len(history.get_metric_values("eval_loss_epoch")) == 8
-    assert history.get_latest_metric("eval_loss_epoch") < 0.1 < history.get_metric_values("train_loss_epoch")[0]
-
-
-def test_progressive_resizing_example_continues_one_history_and_reloads_the_best_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    data = make_image_folder(tmp_path / "data", n_train=256, n_val=64)
-    monkeypatch.chdir(tmp_path)  # SaveBestModelCallback writes best_model.pt here
-    trainer = pytorch_accelerated_progressive_resizing.main(data)
-    history = trainer.run_history
-    epochs = len(history.get_metric_values("eval_loss_epoch"))
-    # three train calls, one history; as in pytorch-accelerated, an epoch ended by early stopping is not counted
-    stops = sum(1 for line in capsys.readouterr().out.splitlines() if line.startswith("early stopping: "))
-    assert history.current_epoch == epochs + 1 - stops and 6 <= epochs <= 11
-    assert len(history.get_metric_values("accuracy")) == epochs and max(history.get_metric_values("accuracy")) >= 0.95
-    one_cycle = trainer.scheduler  # the last call's OneCycleLR: its placeholders were that call's numbers
-    assert one_cycle.total_steps == 6 * 8  # NUM_EPOCHS * NUM_UPDATE_STEPS_PER_EPOCH (256 images, batches of 32)
-    # The weights in use are the best checkpoint's: the last call's first epoch (accuracy never rose above it).
-    saved = checkpoint.read(tmp_path / "best_model.pt")
-    best = {k: v for k, v in checkpoint.model_state(tmp_path / "best_model.pt").items()}
-    assert all(torch.equal(v, trainer.model.state_dict()[k]) for k, v in best.items())
-    callback = next(c for c in trainer.callback_handler if isinstance(c, SaveBestModelCallback))
-    assert saved["meta"]["extra"] == {"accuracy": callback.best_metric}
-    eval_losses = list(history.get_metric_values("eval_loss_epoch"))
-    best_epoch = saved["meta"]["epoch"]  # epochs completed when it was saved (ember counts across train calls)
-    # pytorch-accelerated's: the run history's epoch when it was saved (early-stopped epochs not counted)
-    assert best_epoch - stops <= callback.best_metric_epoch <= best_epoch
-    assert best_epoch < epochs  # not the last epoch: the final weights were replaced
-    trainer.evaluate(ImageFolder(data / "val", resize(16)), per_device_batch_size=32, dataloader_kwargs=QUIET)
-    reloaded = trainer.run_history.get_latest_metric("evaluation_loss")
-    assert reloaded == pytest.approx(eval_losses[best_epoch - 1], rel=1e-5)
-    assert reloaded != pytest.approx(eval_losses[-1], rel=1e-3)
-
-
-@pytest.mark.multiprocess
-def test_the_transfer_example_runs_under_torchrun_on_two_processes_without_a_launch_call(tmp_path: Path) -> None:
-    data = make_image_folder(tmp_path / "data")
-    run = torchrun(
-        SCRIPTS / "pytorch_accelerated_transfer.py", nproc=2, args=["--data_dir", str(data), "--num_epochs", "3"]
-    )
-    r0, r1 = run.results[0], run.results[1]
-    assert r0["world"] == r1["world"] == 2
-    # each process trains on its half (32 images, batches of 4): 8 updates; pytorch-accelerated
-    # 0.1.61 counts the updates of both processes in num_update_steps_per_epoch and its placeholder
-    assert r0["local_updates_per_epoch"] == 8 and r0["updates_per_epoch"] == 16
-    assert r0["step_size"] == 7 * 16 and r0["scheduler_steps"] == 3 * 8
-    assert r0["params"] == r1["params"]  # DDP kept the replicas equal
-    # and the layers unfrozen between two train() calls (pets_finetune's pattern), which DDP was not built with
-    assert r0["unfrozen_params"] == r1["unfrozen_params"]
-    assert r0["metrics"] == r1["metrics"]  # the epoch losses are averaged over both processes
-    assert r0["accuracy"] >= 0.9
-    assert r0["gathered"] == r1["gathered"] == [0.0, 1.0]  # trainer.gather concatenates in rank order
 
 
 # -- the Trainer's methods and events ------------------------------------------------------------------

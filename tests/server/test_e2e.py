@@ -104,6 +104,7 @@ def test_killing_the_server_mid_upload_then_retrying_completes_without_duplicate
     assert steps == list(range(6000))
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the client's retries; the store is not what is tested
 def test_auto_upload_catches_up_after_the_server_was_down(
     server_process: tuple[ServerProcess, str], home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

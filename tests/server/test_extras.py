@@ -47,6 +47,7 @@ assert not leaked, leaked
 """
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # what is tested is the client's machine
 def test_import_ember_and_upload_with_only_the_client_extra(
     server_process: tuple[ServerProcess, str], home: Path, tmp_path: Path
 ) -> None:

@@ -88,6 +88,25 @@ def test_mark_input_and_output_record_the_edge_in_both_ends(tmp_path: Path) -> N
     assert len(lines) == 3
 
 
+def test_an_artifact_belongs_in_the_folder_of_the_run_that_wrote_it_else_of_one_that_used_it(tmp_path: Path) -> None:
+    """Issue 33, item 10: `ember ui` and `ember upload` of a store filed every artifact in ``default``."""
+    from ember.track.artifact import run_folder
+
+    data, model, loose = (track.create_artifact(n) for n in ("data", "model", "loose"))
+    train = track.create_run(name="train", folder="vision/resnet")
+    train.mark_input(data)
+    train.mark_output(model)
+    train.finish()
+    later = track.create_run(name="eval", folder="evals")
+    later.mark_input(model)  # used elsewhere too: the writer's folder wins
+    later.finish()
+    assert run_folder(model.path) == "vision/resnet"  # type: ignore[arg-type]
+    assert run_folder(data.path) == "vision/resnet"  # type: ignore[arg-type]  # only used: the user's folder
+    assert run_folder(loose.path) is None  # type: ignore[arg-type]  # no run: the caller's default
+    (train.path / "run.json").write_text("{")  # type: ignore[operator]  # its run damaged: the next run that names it
+    assert run_folder(model.path) == "evals"  # type: ignore[arg-type]
+
+
 def test_remove_drops_records_copies_and_empty_folders(tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "sub").mkdir(parents=True)

@@ -275,3 +275,28 @@ def test_runs_ls_filter_says_which_runs_it_could_not_check(store: Path, capsys: 
     assert (
         "torn_" in captured.out and f"not checked against the filter's metrics (damaged): {r.path.name}" in captured.err
     )  # type: ignore[union-attr]
+
+
+def test_runs_ls_sorts_by_a_metrics_last_best_min_or_max_as_the_filter_reads_them(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33, item 8: ``ember runs ls`` had no --sort; a metric sorts by any of the values a filter reads."""
+    curves = {"a": [0.2, 0.9, 0.5], "b": [0.6, 0.7], "c": [0.1, 0.3, 0.8], "d": []}  # d: no val/acc
+    for name, values in curves.items():
+        r = track.create_run(name=name, hparams={"opt": {"lr": len(values) * 0.1}})
+        for step, v in enumerate(values):
+            r.log("val", {"acc": v}, step=step)
+        r.finish()
+
+    def order(*argv: str) -> list[str]:
+        assert ember("runs", "ls", *argv) == 0
+        return [line.split()[0].split("_")[0] for line in capsys.readouterr().out.splitlines()[1:]]
+
+    assert order("--sort=-m:val/acc.best") == ["a", "c", "b", "d"]  # 0.9 0.8 0.7, the missing last
+    assert order("--sort", "m:val/acc") == ["a", "b", "c", "d"]  # the last values: 0.5 0.7 0.8
+    assert order("--sort=-m:val/acc.last") == ["c", "b", "a", "d"]
+    assert order("--sort", "m:val/acc.min") == ["c", "a", "b", "d"]  # 0.1 0.2 0.6
+    assert order("--sort=-hp:opt.lr", "--filter", "m:val/acc.max > 0.75") == ["a", "c"]  # both lr 0.3: start order
+    assert order("--sort=-name") == ["d", "c", "b", "a"]
+    with pytest.raises(TrackingError, match=r"--sort 'best': use one of name, status, start"):
+        ember("runs", "ls", "--sort", "best")

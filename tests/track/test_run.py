@@ -16,6 +16,7 @@ import torch
 from ember import track
 from ember.errors import TrackingError
 from ember.track import store as st
+from ember.track.environment import collect_git
 
 FOLDER_RE = re.compile(r"^(?P<name>.+)_\d{6}_\d{6}_[a-z0-9]{6}$")
 
@@ -195,6 +196,18 @@ def test_platform_git_and_command_are_recorded(tmp_path: Path, monkeypatch: pyte
     recorded = run.platform
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
     assert recorded["git"] == {"commit": commit.strip(), "branch": "main", "dirty": True, "remote": None}
+    # clean, a remote whose URL holds a token, a detached HEAD; a repository with no commit; outside one
+    subprocess.run([*git, "commit", "-q", "-am", "two"], cwd=repo, check=True)
+    subprocess.run([*git, "remote", "add", "origin", "https://bot:secret@example.com/r.git"], cwd=repo, check=True)
+    second = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    remote = "https://example.com/r.git"
+    assert collect_git(repo) == {"commit": second, "branch": "main", "dirty": False, "remote": remote}
+    subprocess.run([*git, "checkout", "-q", "--detach"], cwd=repo, check=True)
+    assert collect_git(repo) == {"commit": second, "branch": "HEAD", "dirty": False, "remote": remote}
+    (tmp_path / "empty").mkdir()
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path / "empty", check=True)
+    assert collect_git(tmp_path / "empty") == {"commit": None, "branch": "main", "dirty": False, "remote": None}
+    assert collect_git(repo / ".git") is None  # inside a repository but not its work tree
     plat = recorded["platform"]
     assert plat["torch"]["version"] == torch.__version__
     assert plat["python"]["version"] == ".".join(map(str, sys.version_info[:3]))

@@ -12,7 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 import ember
 from ember.errors import TrainerError
-from ember.trainer import Trainer, hooks
+from ember.trainer import DefaultSchedule, Steps, Trainer, hooks
 from ember.trainer.hooks import metrics as metrics_module
 from tests.models import tiny_dataset, tiny_mlp
 from tests.trainer.helpers import RecordingLogger, all_equal, loader, make_engine, params
@@ -277,6 +277,41 @@ def test_compute_loss_and_train_step_replaced_on_a_subclass_or_the_instance_are_
     trainer.train_step = lambda batch: calls.append("step") or plain_step(batch)  # type: ignore[method-assign]
     trainer.fit(loader(16, 8), epochs=1)
     assert calls == ["subclass"] * 2 + ["instance"] * 2 + ["step", "instance"] * 2
+
+
+def test_a_schedule_gets_the_engine_and_the_step_functions_not_the_trainer() -> None:
+    """One batch walks loop -> schedule -> the step function it was given: no way back up to the Trainer."""
+    given: list[Any] = []
+
+    class Watching(DefaultSchedule):
+        def forward_backward(self, steps: Steps, batch: Any, boundary: bool) -> dict[str, Any]:
+            given.append(steps)
+            result = super().forward_backward(steps, batch, boundary)
+            assert result["custom"]  # the override ran
+            return result
+
+        def forward(self, steps: Steps, batch: Any) -> dict[str, Any]:
+            given.append(steps)
+            return super().forward(steps, batch)
+
+    class Custom(Trainer):
+        def train_step(self, batch: Any) -> dict[str, Any]:
+            return {**super().train_step(batch), "custom": True}
+
+    engine = make_engine()
+    trainer = Custom(engine, schedule=Watching())
+    trainer.fit(loader(16, 8), epochs=2, test_dataloader=loader(8, 8))
+    assert len(given) == 2 * (2 + 1) and trainer.cur_step == 4
+    assert all(type(s) is Steps and s.engine is engine and s.owner == "Custom" for s in given)
+    # the override is handed over; eval_step is Trainer's own, whose forward-and-loss the Steps hold
+    assert all(s.train_step == trainer.train_step and s.eval_step.__self__ is trainer for s in given)
+    # the same seam runs a batch by hand, as the loop does
+    x, y = next(iter(loader(8, 8)))
+    result = trainer.schedule.forward_backward(trainer.schedule_steps(), (x, y), boundary=True)
+    assert result["custom"] and engine.step()
+    with pytest.raises(TrainerError, match=r"^my loop\.train_step returned a dict without"):
+        no_label = Steps(engine, lambda b: {"loss": 0}, trainer.eval_step, "my loop")
+        DefaultSchedule().forward_backward(no_label, (x, y), True)
 
 
 def test_a_train_step_that_returns_no_loss_is_a_clear_error() -> None:

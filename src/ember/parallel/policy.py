@@ -35,6 +35,8 @@ from torch import nn
 
 from ember import distributed
 from ember.errors import EngineError
+from ember.logging import get_dist_logger
+from ember.parallel.ddp import LateParameters, reduced_parameters, rewrap_data_parallel
 
 
 class ParallelPolicy:
@@ -69,6 +71,22 @@ class ParallelPolicy:
     def sync_gradients_now(self, params: list[nn.Parameter]) -> None:
         """Average the gradients over the replicas by hand: for a cycle closed at a backward
         whose forward ran under :meth:`forward_without_sync`."""
+
+    trainable_changed = False
+    """True when the training module must be rebuilt before the next forward, because the set
+    of trainable parameters changed (DDP): the Engine then calls :meth:`follow_trainable`."""
+
+    def follow_trainable(self) -> nn.Module:
+        """Rebuild what the training forward runs through for the current trainable parameters
+        and return it; called only when :attr:`trainable_changed`."""
+        raise NotImplementedError(f"{self.name} follows its trainable parameters by itself")
+
+    def finish_backward(self, boundary: bool, forward_unsynced: bool, params: list[nn.Parameter]) -> None:
+        """Called after every ``backward``: ``boundary`` when it closed the accumulation cycle,
+        ``forward_unsynced`` when its forward ran under :meth:`forward_without_sync` (then the
+        gradients are averaged here, by :meth:`sync_gradients_now`)."""
+        if boundary and forward_unsynced:
+            self.sync_gradients_now(params)
 
     def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
         """Clip the gradients in place to a global 2-norm of ``max_norm``; return the norm before."""
@@ -146,12 +164,69 @@ def refuse_sharded(policy: ParallelPolicy) -> EngineError:
 
 
 class DataParallelPolicy(ParallelPolicy):
-    """DDP: skip the gradient all-reduce with ``no_sync`` on non-boundary micro-steps."""
+    """DDP: skip the gradient all-reduce with ``no_sync`` on non-boundary micro-steps.
+
+    DDP averages only the parameters that required grad when it was built. A parameter unfrozen
+    later is noticed when it first receives a gradient (a hook on each frozen parameter, silent
+    while it stays frozen): that cycle's gradients of the late parameters are averaged by hand,
+    and the DDP wrapper is rebuilt before the next forward (:attr:`trainable_changed`), so the
+    later steps all-reduce them overlapped with the backward. A parameter frozen after DDP was
+    built (with ``find_unused_parameters=False``) leaves DDP's reduction unfinished: the
+    boundary backward raises :class:`~ember.errors.EngineError` before the update is applied.
+    """
 
     name = "ddp"
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel) -> None:
         self.ddp = ddp
+        self.trainable_changed = False
+        self._watch(ddp)
+
+    def _watch(self, ddp: nn.parallel.DistributedDataParallel) -> None:
+        self._reduced = reduced_parameters(ddp)
+        self._late = LateParameters(ddp)
+
+    def follow_trainable(self) -> nn.Module:
+        late = len(self._late.arrived)
+        self._late.close()
+        self.ddp = rewrap_data_parallel(self.ddp)
+        self._watch(self.ddp)
+        self.trainable_changed = False
+        get_dist_logger().info(
+            f"{late} parameter(s) made trainable after the DDP wrapper was built: DDP rebuilt over "
+            f"{len(self._reduced)} trainable parameters",
+            ranks=[0],
+        )
+        return self.ddp
+
+    def finish_backward(self, boundary: bool, forward_unsynced: bool, params: list[nn.Parameter]) -> None:
+        if boundary and forward_unsynced:  # every gradient by hand: DDP's and the late ones
+            self.sync_gradients_now([p for _, p in self._reduced] + list(self._late.arrived.values()))
+        elif boundary:
+            self._require_reduced()
+            if self._late.arrived:  # unfrozen in this cycle: DDP did not average them
+                self.sync_gradients_now(list(self._late.arrived.values()))
+        if self._late.arrived:
+            self.trainable_changed = True
+
+    def _require_reduced(self) -> None:
+        """Raise before the update when DDP's reduction did not finish: a parameter it reduces got no gradient."""
+        try:
+            self.ddp._check_reducer_finalized()
+        except RuntimeError as err:
+            frozen = [n for n, p in self._reduced if not p.requires_grad]
+            if frozen:
+                raise EngineError(
+                    f"parameters {_some(frozen)} were frozen (requires_grad=False) after the DDP wrapper was built, "
+                    "so DDP could not average this update's gradients (the update is not applied): freeze them "
+                    "before ember.initialize, or set ddp=dict(find_unused_parameters=True) in the config"
+                ) from err
+            unused = [n for n, p in self._reduced if p.grad is None]
+            raise EngineError(
+                f"parameters {_some(unused)} received no gradient in this backward, so DDP could not average "
+                "this update's gradients (the update is not applied): set ddp=dict(find_unused_parameters=True) "
+                "in the config when a forward pass leaves parameters unused"
+            ) from err
 
     # DDP decides in the forward pass whether the backward all-reduces (the forward prepares
     # its reducer unless ``no_sync`` is on): the Engine runs a non-boundary micro-step's forward
@@ -345,6 +420,12 @@ def global_grad_norm(grads: Iterable[torch.Tensor]) -> torch.Tensor:
     if not norms:
         return torch.tensor(0.0)
     return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+
+
+def _some(names: list[str]) -> str:
+    """Up to five names, and how many more."""
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ", ".join(repr(n) for n in names[:5]) + more
 
 
 def require_boundary(policy: ParallelPolicy, micro_step: int) -> None:

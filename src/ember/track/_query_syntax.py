@@ -326,3 +326,14 @@ def _typed(text: str) -> Any:
 def read(text: str, now: float) -> Node | None:
     """The tree of ``text`` (None when it holds no condition); ``now``: what ``7d ago`` counts back from."""
     return _Parser(text, now).filter()
+
+
+def read_field(text: str) -> Field:
+    """The one field ``text`` names (``m:val/acc.best``, ``hp:opt.lr``, ``name``), nothing after it."""
+    parser = _Parser(text, 0.0)
+    if parser.tok.kind == "end":
+        raise FilterError(text, 1, "expected a field, e.g. m:val/acc.best or hp:lr")
+    found = parser.field()
+    if parser.tok.kind != "end":
+        raise parser._fail(parser.tok, f"{found} is one field: nothing may follow it")
+    return found

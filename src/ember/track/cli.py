@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +76,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if not infos:
             print(f"no run in {home / 'runs'} matches the filter: " + "; ".join(selection.why_none))
             return 0
+    if args.sort:
+        infos = local_query.sort_runs(infos, args.sort)
     rows = []
     damaged = 0
     for info in infos:
@@ -82,11 +85,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
         damaged += damage is not None
         status = DAMAGED if damage is not None else info.status
         start = rp.fmt_time(info.meta.get("start_time"))
-        rows.append([info.folder, status, start, format_duration(info.duration()), rp.shorten(last, 60)])
+        rows.append([info.folder, status, start, _duration_text(info), rp.shorten(last, 60)])
     print(rp.table(["NAME", "STATUS", "STARTED", "DURATION", "LAST METRICS"], rows))
     if damaged:
         print(f"{damaged} damaged run(s): `ember runs show NAME` says why", file=sys.stderr)
     return 0
+
+
+def _duration_text(info: RunInfo) -> str:
+    """A run's duration; a Crashed run's says it ends at its last record (as the console says)."""
+    text = format_duration(info.duration())
+    return f"{text} (until its last record)" if info.status == "Crashed" and text != "-" else text
 
 
 def _platform_lines(platform: dict[str, Any]) -> list[list[str]]:
@@ -153,7 +162,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ["path", str(info.path)],
         ["started", rp.fmt_time(meta.get("start_time"))],
         ["ended", rp.fmt_time(meta.get("end_time"))],
-        ["duration", format_duration(info.duration())],
+        ["duration", _duration_text(info)],
         ["labels", ", ".join(meta.get("labels", [])) or "-"],
         ["description", meta.get("description") or "-"],
         ["host", f"{meta.get('hostname')} (pid {meta.get('pid')})"],
@@ -279,7 +288,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    """Delete runs from the store (asks first unless --yes)."""
+    """Delete runs from the store (asks first unless --yes); with --server, the same runs on the
+    server too: to its trash, or deleted with --purge."""
+    if args.purge and not args.server:
+        raise TrackingError("rm: --purge applies to the server's copy: add --server (the folder here always goes)")
     home = _home(args)
     infos = [run_info(p) for p in resolve_many(args.runs, home)]
     for info in infos:
@@ -288,20 +300,58 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 f"run {info.folder} is still running (pid {info.meta.get('pid')} on "
                 f"{info.meta.get('hostname')}); stop it first, nothing was removed"
             )
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise TrackingError("rm: not asking on a non-interactive input; pass --yes to remove")
-        answer = input(f"remove {', '.join(i.folder for i in infos)}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
+        if args.server and not info.meta.get("id"):
+            raise TrackingError(
+                f"run {info.folder} has no readable id ({info.error or 'run.json names none'}), so its copy on the "
+                "server cannot be found: remove it without --server; nothing was removed"
+            )
+    client = None
+    if args.server:  # its credentials are checked before anything is asked or removed
+        from ember.track.client import Client
+
+        client = Client()
+    with client if client is not None else contextlib.nullcontext():
+        if not args.yes and not _confirmed(infos, args.server, args.purge):
             print("nothing removed")
             return 1
-    for info in infos:
-        if info.path.is_symlink() or not info.path.is_dir():  # a link: the link, never what it points at
-            info.path.unlink()
-        else:
-            shutil.rmtree(info.path)
-        print(f"removed {info.path}")
+        for info in infos:
+            # The server's copy first: a refusal there (not found, no right, unreachable) stops
+            # before this run's folder is deleted, so it can be tried again.
+            if client is not None:
+                try:
+                    _remove_on_server(client, str(info.meta["id"]), args.purge)
+                except TrackingError as e:  # UploadError: refused, or unreachable
+                    raise TrackingError(
+                        f"{e}; run {info.folder} and the runs after it were kept here (without --server, rm "
+                        "removes them here only)"
+                    ) from None
+            if info.path.is_symlink() or not info.path.is_dir():  # a link: the link, never what it points at
+                info.path.unlink()
+            else:
+                shutil.rmtree(info.path)
+            print(f"removed {info.path}")
     return 0
+
+
+def _confirmed(infos: list[RunInfo], server: bool, purge: bool) -> bool:
+    """Ask on the terminal whether to remove these runs; refused on a non-interactive input."""
+    if not sys.stdin.isatty():
+        raise TrackingError("rm: not asking on a non-interactive input; pass --yes to remove")
+    there = ""
+    if server:
+        there = " here and on the server" + (" (deleted there for good)" if purge else " (to its trash)")
+    answer = input(f"remove {', '.join(i.folder for i in infos)}{there}? [y/N] ")
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _remove_on_server(client: Any, run_id: str, purge: bool) -> None:
+    """``DELETE /runs/{id}``: to the server's trash, or (``purge``) deleted with its points."""
+    answer = client.call("DELETE", f"/runs/{run_id}", params={"purge": "true"} if purge else None)
+    if purge:
+        print(f"deleted run {run_id} on {client.creds.host}")
+    else:
+        until = answer.get("purge_after", "?") if isinstance(answer, dict) else "?"
+        print(f"moved run {run_id} to the trash on {client.creds.host} (restorable until {until})")
 
 
 def _edited(args: argparse.Namespace, info: RunInfo, **fields: Any) -> None:
@@ -361,6 +411,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "'Filtering runs': and/or/not, = != < <= > >= ~ in; hp:, m:TYPE/NAME[.best|.min|.max], status, label, "
         "name, start); given twice, both must hold",
     )
+    p.add_argument(
+        "--sort",
+        metavar="KEY",
+        help="order the runs by name, status, start, duration, folder, hp:KEY or m:TYPE/NAME (its last value; "
+        "m:TYPE/NAME.best, .min, .max as --filter reads them); --sort=-KEY descending; runs without it last "
+        "(default: by start, oldest first)",
+    )
     p.set_defaults(handler=cmd_ls)
     p = sub.add_parser("show", parents=[store], help="hparams, platform, metrics summary and lineage")
     p.add_argument("run", metavar="RUN", help=run_help)
@@ -381,10 +438,6 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("csv", "json"), required=True)
     p.add_argument("--output", metavar="FILE", help="write here instead of stdout")
     p.set_defaults(handler=cmd_export)
-    p = sub.add_parser("rm", parents=[store], help="delete runs from the store")
-    p.add_argument("runs", metavar="RUN", nargs="+", help=run_help)
-    p.add_argument("--yes", action="store_true", help="do not ask")
-    p.set_defaults(handler=cmd_rm)
     server = argparse.ArgumentParser(add_help=False)
     server.add_argument(
         "--server",
@@ -392,6 +445,17 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="also change the same run (by id) on the tracking server you logged into (ember login); "
         "an edit made there wins over later uploads",
     )
+    p = sub.add_parser("rm", parents=[store], help="delete runs from the store (--server: and on the server)")
+    p.add_argument("runs", metavar="RUN", nargs="+", help=run_help)
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument(
+        "--server",
+        action="store_true",
+        help="also remove the same run (by id) on the tracking server you logged into (ember login): "
+        "to its trash, restorable there, unless --purge",
+    )
+    p.add_argument("--purge", action="store_true", help="with --server: delete the server's copy now, not to its trash")
+    p.set_defaults(handler=cmd_rm)
     p = sub.add_parser("rename", parents=[store, server], help="give a finished run another name")
     p.add_argument("run", metavar="RUN", help=run_help)
     p.add_argument("name", metavar="NAME", help="the new name")

@@ -22,7 +22,6 @@ import codecs
 import json
 import logging
 import os
-import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +33,9 @@ from typing import IO, Any, TypeVar, cast
 from ember._format import format_duration
 from ember.errors import TrackingError
 from ember.track import images, lineage
-from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, file_kind, read_json
+from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
+from ember.track._upload_io import UploadError, lines_from, no_follow, read_from
+from ember.track.artifact import run_folder
 from ember.track.receiver import (
     Answer,
     ArtifactBody,
@@ -54,7 +55,7 @@ from ember.track.store import read_platform
 log = logging.getLogger("ember.track.client")
 ENV_HOST, ENV_KEY = "EMBER_HOST", "EMBER_API_KEY"
 BATCH_LINES = 20_000
-BATCH_BYTES = 4 << 20
+"""Lines of an append-only file sent in one request at most."""
 LOG_BATCH_BYTES = (
     512 << 10
 )  # a request's escapes stay under the server's bound (ember.server.services.codec.MAX_BACKSLASHES)
@@ -62,10 +63,6 @@ BATCH_VALUES = 20_000  # the server's default limit of values per metrics reques
 CONFLICTS = ("new", "skip", "error", "replace")
 DEFAULT_RETRY = Retry()
 """The retry policy of a :class:`Client` made without one: 120 s per request, backoff 0.5 s to 30 s."""
-
-
-class UploadError(TrackingError):
-    """The server refused an upload or could not be reached (the local copy is untouched)."""
 
 
 class ServerUnavailable(UploadError):
@@ -314,17 +311,6 @@ def _detail(response: Any) -> str:
         return str(response.text[:500])
 
 
-def _no_follow(path: str, flags: int) -> int:
-    """An ``open`` opener for the files of a run or artifact folder: a symbolic link is refused
-    (in case one appears after the check), and so is a pipe or a device, without waiting on it."""
-    fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise UploadError(f"{path} is {file_kind(mode)}, not a regular file: nothing of it is sent")
-    return fd
-
-
 def refuse_links(folder: Path, what: str) -> None:
     """:class:`UploadError` naming the first symbolic link inside ``folder`` (at any depth).
 
@@ -346,27 +332,6 @@ def refuse_links(folder: Path, what: str) -> None:
                     "and folders in it (a link would send a file from elsewhere); replace the link by a copy"
                 )
         todo += reversed([e.path for e in entries if e.is_dir(follow_symlinks=False)])
-
-
-def _read(path: Path, offset: int, size: int = BATCH_BYTES) -> bytes:
-    """Up to ``size`` bytes of an append-only file from ``offset`` (nothing when missing)."""
-    try:
-        with open(path, "rb", opener=_no_follow) as f:
-            f.seek(offset)
-            return f.read(size)
-    except FileNotFoundError:
-        return b""
-
-
-def _lines(path: Path, offset: int) -> tuple[list[bytes], int]:
-    """Complete lines of an append-only file from ``offset`` (one batch at most), and their end.
-
-    A last line without its newline is still being written (or was torn by a crash and will be
-    cut when the run resumes): it is left for a later upload.
-    """
-    data = _read(path, offset)
-    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1][:BATCH_LINES]
-    return lines, offset + sum(len(line) + 1 for line in lines)
 
 
 def _records(path: Path, offset: int, lines: list[bytes]) -> list[Any]:
@@ -391,7 +356,7 @@ def _send_metrics(receiver: RunReceiver, run_id: str, path: Path, cursor: int) -
     default limit per request.
     """
     while True:
-        lines, end = _lines(path, cursor)
+        lines, end = lines_from(path, cursor, BATCH_LINES)
         if end == cursor:
             return cursor
         kept = [i for i, line in enumerate(lines) if line.strip()]
@@ -428,7 +393,7 @@ def _send_log(receiver: RunReceiver, run_id: str, path: Path, cursor: int) -> in
     bytes of a character not yet completely written wait for the next upload.
     """
     while True:
-        data = _read(path, cursor, LOG_BATCH_BYTES)
+        data = read_from(path, cursor, LOG_BATCH_BYTES)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         text = decoder.decode(data, final=False)
         end = cursor + len(data) - len(decoder.getstate()[0])
@@ -501,7 +466,9 @@ def upload_run(
         # quota) refuse them without holding back the rest.
         cursors["stdout.log"] = _send_log(receiver, rid, run_dir / "stdout.log", cursors.get("stdout.log", 0))
         if (run_dir / images.IMAGES_FILE).is_file():  # a server of an earlier ember has no /images route
-            cursors[images.IMAGES_FILE] = images.send(receiver, rid, run_dir, cursors.get(images.IMAGES_FILE, 0))
+            cursors[images.IMAGES_FILE] = images.send(
+                receiver, rid, run_dir, cursors.get(images.IMAGES_FILE, 0), BATCH_LINES
+            )
         answer["cursors"] = cursors
         return dict(answer)
 
@@ -528,7 +495,7 @@ def _send_edges(receiver: RunReceiver, kind: NodeKind, node_id: str, folder: Pat
     """Send a node's ``lineage.jsonl`` from ``cursor`` in batches of complete lines; return the new cursor."""
     path = folder / lineage.LINEAGE_FILE
     while True:
-        lines, end = _lines(path, cursor)
+        lines, end = lines_from(path, cursor, BATCH_LINES)
         if end == cursor:
             return cursor
         edges = _records(path, cursor, [line for line in lines if line.strip()])
@@ -572,7 +539,7 @@ def upload_artifact(
         missing = receiver.missing_blobs(digests) if digests else set()
         for record in meta.get("files", []):
             if record["sha256"] in missing:
-                with open(files[record["path"]], "rb", opener=_no_follow) as f:
+                with open(files[record["path"]], "rb", opener=no_follow) as f:
                     receiver.put_blob(record["sha256"], f)
                 missing.discard(record["sha256"])
         keep = ("id", "name", "labels", "description", "created")
@@ -604,13 +571,18 @@ def upload(
         if (root / "run.json").is_file():
             return [upload_run(root, folder, make_folder, conflict_strategy, client)]
         if (root / "artifact.json").is_file():
-            return [upload_artifact(root, folder or "default", make_folder, conflict_strategy, client)]
+            return [
+                upload_artifact(root, folder or run_folder(root) or "default", make_folder, conflict_strategy, client)
+            ]
         runs = sorted(p for p in (root / RUNS_DIR).glob("*") if (p / "run.json").is_file())
         arts = sorted(p for p in (root / ARTIFACTS_DIR).glob("*") if (p / "artifact.json").is_file())
         if not runs and not arts:
             raise UploadError(f"{root} holds no run.json, artifact.json, runs/ or artifacts/: nothing to upload")
         with _keeping(f"every run and artifact of {root}", root, replace=True):  # `ember upload ROOT` goes on
-            done = [upload_artifact(a, folder or "default", make_folder, conflict_strategy, client) for a in arts]
+            done = [
+                upload_artifact(a, folder or run_folder(a) or "default", make_folder, conflict_strategy, client)
+                for a in arts
+            ]
             return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]
 
 

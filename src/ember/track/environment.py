@@ -124,32 +124,31 @@ def _without_credentials(url: str) -> str:
 def collect_git(cwd: Path | None = None) -> dict[str, Any] | None:
     """Commit, branch, dirty flag and remote of the repository around ``cwd``; None outside one.
 
-    When git is missing or the folder is not in a repository there is nothing to record;
-    the reason is kept in the ``error`` field only when git itself failed unexpectedly.
+    Two git commands (``status --porcelain=v2 --branch`` answers the commit, the branch and the
+    changes at once; then the remotes), since every run a process creates asks again.
+    When git is missing or the folder is not in a repository's work tree there is nothing to
+    record; the reason is kept in the ``error`` field only when git itself failed unexpectedly.
     """
     cwd = cwd or Path.cwd()
     try:
-        inside = _git(["rev-parse", "--is-inside-work-tree"], cwd)
+        status = _git(["status", "--porcelain=v2", "--branch", "--untracked-files=no"], cwd).splitlines()
     except FileNotFoundError:
         return None  # git is not installed
     except subprocess.CalledProcessError:
-        return None  # not inside a repository
+        return None  # not inside a repository's work tree
     except subprocess.TimeoutExpired as e:
         return {"error": f"git timed out: {e}"}
-    if inside != "true":
-        return None
+    header = dict(line[2:].split(" ", 1) for line in status if line.startswith("# ") and " " in line[2:])
+    oid, head = header.get("branch.oid"), header.get("branch.head")
+    commit = None if oid in (None, "(initial)") else oid  # None: a repository with no commit yet
+    branch = "HEAD" if head in (None, "(detached)") else head  # as `git rev-parse --abbrev-ref HEAD` says
+    dirty = any(not line.startswith("#") for line in status)
     try:
-        commit = _git(["rev-parse", "HEAD"], cwd)
-    except subprocess.CalledProcessError:
-        commit = None  # a repository with no commit yet
-    try:
-        status = _git(["status", "--porcelain", "--untracked-files=no"], cwd)
-        branch = _git(["rev-parse", "--abbrev-ref", "HEAD"], cwd)
         remotes = _git(["remote", "-v"], cwd).splitlines()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         return {"commit": commit, "error": f"git failed: {e}"}
     remote = _without_credentials(remotes[0].split()[1]) if remotes else None
-    return {"commit": commit, "branch": branch, "dirty": bool(status), "remote": remote}
+    return {"commit": commit, "branch": branch, "dirty": dirty, "remote": remote}
 
 
 def collect_command() -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 from ember._atomic import atomic_write, why_write_failed
 from ember.errors import TrackingError
 from ember.track._fs import append_line, complete_lines, file_kind
+from ember.track._upload_io import UploadError, lines_from, no_follow
 from ember.track.receiver import ImageLine, ImageLines, RunReceiver
 
 IMAGES_FILE = "images.jsonl"
@@ -271,18 +272,18 @@ def read_images(run_dir: Path | None) -> list[dict[str, Any]]:
     return lines
 
 
-def send(receiver: RunReceiver, run_id: str, run_dir: Path, cursor: int) -> int:
+def send(receiver: RunReceiver, run_id: str, run_dir: Path, cursor: int, max_lines: int) -> int:
     """Upload ``images.jsonl`` from ``cursor`` with each line's PNG; return the new cursor.
+
+    ``max_lines``: lines read for one batch at most (the client's ``BATCH_LINES``).
 
     A batch carries about :data:`BATCH_PNG_BYTES` of PNG (base64 in the JSON body); the server
     stores each (name, step) once and moves the cursor in the same transaction, so a retry
     adds nothing.
     """
-    from ember.track.client import UploadError, _lines, _no_follow
-
     path = run_dir / IMAGES_FILE
     while True:
-        lines, end = _lines(path, cursor)
+        lines, end = lines_from(path, cursor, max_lines)
         if end == cursor:
             return cursor
         batch: list[ImageLine] = []
@@ -294,7 +295,7 @@ def send(receiver: RunReceiver, run_id: str, run_dir: Path, cursor: int) -> int:
                     rel = str(record["file"])
                     if not rel.startswith(IMAGES_DIR + "/") or ".." in rel.split("/"):
                         raise ValueError(f"file {rel!r} is not under {IMAGES_DIR}/")
-                    with open(run_dir / rel, "rb", opener=_no_follow) as f:
+                    with open(run_dir / rel, "rb", opener=no_follow) as f:
                         data = f.read(MAX_PNG_BYTES + 1)
                     name, step, when = record["name"], record["step"], record["time"]
                 except (KeyError, TypeError, ValueError, OSError) as e:

@@ -49,6 +49,51 @@ def select_runs(tree: query.Node | None, infos: Sequence[RunInfo]) -> Selection:
     return Selection(kept, why, unreadable)
 
 
+SORT_KEYS = ("name", "status", "start", "duration", "folder")
+"""What ``ember runs ls --sort`` sorts by besides ``hp:KEY`` and ``m:TYPE/NAME[.last|.best|.min|.max]``."""
+
+
+def sort_runs(infos: Sequence[RunInfo], sort: str, now: float | None = None) -> list[RunInfo]:
+    """The runs in the order of ``sort``, as the server's runs table sorts them.
+
+    Args:
+        sort: ``name``, ``status``, ``start``, ``duration``, ``folder``, ``hp:KEY`` (a nested one with
+            dots) or ``m:TYPE/NAME`` (its last value; ``.best``, ``.min``, ``.max``: what a filter on
+            ``m:TYPE/NAME.best`` reads); a leading ``-`` sorts descending. Runs without the value
+            (no such hparam or metric, a NaN) come last either way; numbers before text.
+        now: the time a Running run's duration counts to (default: now).
+
+    Raises:
+        TrackingError: a sort key that is none of these (a metric key that cannot be read names its column).
+
+    Example:
+        >>> [i.folder for i in sort_runs(list_runs(home), "-m:val/acc.best")]
+    """
+    descending, key = sort.startswith("-"), sort.removeprefix("-")
+    values: list[Any]
+    if key.startswith("m:"):
+        try:
+            fld = query.parse_field(key)
+        except query.FilterError as e:
+            raise TrackingError(f"--sort {sort!r}: {e.reason}") from None
+        facts = [run_facts(info, [fld.key])[0].metrics.get(fld.key) for info in infos]
+        values = [None if f is None else f.value(fld.agg) for f in facts]
+    elif key.startswith("hp:"):
+        found = [query.lookup(info.meta.get("hparams"), key[3:]) for info in infos]
+        values = [v if present else None for present, v in found]
+    elif key in SORT_KEYS:
+        at = {"name": "name", "start": "start_time", "folder": "folder"}.get(key)
+        values = [info.meta.get(at) if at else info.status if key == "status" else info.duration(now) for info in infos]
+    else:
+        keys = ", ".join(SORT_KEYS)
+        raise TrackingError(
+            f"--sort {sort!r}: use one of {keys}, hp:KEY or m:TYPE/NAME[.best|.min|.max] (- first: descending)"
+        )
+    keyed = [(query.order_key(v), info) for v, info in zip(values, infos, strict=True)]
+    present = sorted(((k, i) for k, i in keyed if k is not None), key=lambda p: p[0], reverse=descending)
+    return [i for _, i in present] + [i for k, i in keyed if k is None]
+
+
 def run_facts(info: RunInfo, metrics: Sequence[str]) -> tuple[query.RunFacts, str | None]:
     """What a filter reads of a local run (:func:`ember.track.query.matches`), and why some of it could not be read.
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.errors import TrackingError, short_repr
-from ember.track._query_syntax import read
+from ember.track._query_syntax import read, read_field
 from ember.track._query_tree import (
     AGGREGATES,
     FIELDS,
@@ -113,6 +113,37 @@ def parse(text: str, now: float | None = None) -> Node | None:
     if not isinstance(text, str):
         raise TrackingError(f"a filter is text, got {short_repr(text)}")
     return read(text, time.time() if now is None else now)
+
+
+def parse_field(text: str) -> Field:
+    """One field of the language, as a sort names it: ``m:val/acc.best`` (a metric's best; ``.last``,
+    ``.min``, ``.max``), ``hp:opt.lr``, ``name``...
+
+    Raises:
+        FilterError: what cannot be read as one field, with its column.
+
+    Example:
+        >>> parse_field("m:val/acc.best")
+        Field(kind='m', key='val/acc', agg='best')
+    """
+    if not isinstance(text, str):
+        raise TrackingError(f"a field is text, got {short_repr(text)}")
+    return read_field(text)
+
+
+def order_key(value: Any) -> tuple[int, Any] | None:
+    """How a sort orders a value, the runs table's and ``ember runs ls --sort``'s: numbers (booleans as
+    0/1), then text; None for what is missing or NaN, which both sort last whichever the direction.
+
+    Example:
+        >>> sorted([0.1, "auto", 2], key=order_key)
+        [0.1, 2, 'auto']
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, bool | int | float):
+        return (0, float(value))
+    return (1, str(value))
 
 
 def parse_all(texts: Iterable[str], now: float | None = None) -> Node | None:

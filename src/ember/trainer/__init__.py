@@ -15,7 +15,7 @@ from ember.trainer._state import State
 from ember.trainer.hooks.base import StopTraining
 from ember.trainer.hooks.progress import ProgressBarHook
 from ember.trainer.placeholders import Placeholders
-from ember.trainer.schedule import DefaultSchedule, Schedule
+from ember.trainer.schedule import DefaultSchedule, Schedule, Steps
 from ember.trainer.storage import Cursor, History, StepStorage
 from ember.trainer.trainer import Trainer
 
@@ -31,6 +31,7 @@ __all__ = [
     "Schedule",
     "State",
     "StepStorage",
+    "Steps",
     "StopTraining",
     "Trainer",
     "hooks",

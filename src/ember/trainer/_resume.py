@@ -9,6 +9,7 @@ hook; it saves the state ``fit`` ends with in its ``after_train_loop`` event.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from ember.errors import CheckpointError, TrainerError
 from ember.trainer._preempt import Preempted
 
 if TYPE_CHECKING:
-    from ember.trainer.trainer import Trainer
+    from ember.checkpoint.snapshot import TrainingState
+    from ember.logging import DistributedLogger
 
 RESUME_ENV = "EMBER_RESUME"
 """When ``fit(resume=None)``, this variable's value is used instead (``ember run --max-restarts``
@@ -40,26 +42,27 @@ def check_resume(resume: Any) -> None:
         raise TrainerError("fit(resume='') is empty: pass None, 'auto' or a checkpoint path")
 
 
-def checkpointers(trainer: Trainer) -> list[Checkpointer]:
-    """The checkpointers of the registered hooks, in the order the hooks run."""
-    return [c for h in trainer.hooks if (c := _checkpointer(h)) is not None]
+def checkpointers(hooks: Iterable[Any]) -> list[Checkpointer]:
+    """The checkpointers of ``hooks`` (the registered ones, in the order they run)."""
+    return [c for h in hooks if (c := _checkpointer(h)) is not None]
 
 
-def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
-    """Load the checkpoint ``resume`` names into ``trainer`` (a collective); return the RNG state to apply.
+def resume_checkpoint(resume: Any, hooks: list[Checkpointer], owner: TrainingState, logger: DistributedLogger) -> Any:
+    """Load the checkpoint ``resume`` names into ``owner`` (a collective); return the RNG state to apply.
+
+    ``hooks`` are the checkpointers of the registered hooks (:func:`checkpointers`): ``"auto"``
+    looks in their directory, and they are told which file the run resumed from.
 
     ``"auto"``: the newest readable checkpoint in the CheckpointHook's directory (a damaged one
     is skipped with a warning, and set aside as ``NAME.damaged``); none there: say so and return
     None (start fresh). A path: that file, or the newest in that directory (set aside as with
     ``"auto"`` when it is a CheckpointHook's directory); missing or damaged: CheckpointError.
     """
-    logger = trainer.logger
     from_env = resume is None
     if from_env:
         resume = os.environ.get(RESUME_ENV, "").strip() or None
         if resume is None:
             return None
-    hooks = checkpointers(trainer)
     auto = resume == "auto"
     if auto:
         dirs = list(dict.fromkeys(h.dir for h in hooks))
@@ -93,7 +96,7 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
             return None
         raise CheckpointError(f"no checkpoint in {str(target)!r} to resume from")
     path, state = found_ckpt
-    rng = restore_from(path, state, trainer)
+    rng = restore_from(path, state, owner)
     for hook in hooks:
         hook.resumed_from = path
     meta = state["meta"]
@@ -104,8 +107,8 @@ def resume_checkpoint(trainer: Trainer, resume: Any) -> Any:
     return rng
 
 
-def raise_if_preempted(trainer: Trainer) -> None:
-    """After ``fit``'s loop: leave with :class:`Preempted` when the ranks agreed on a preemption."""
-    if trainer.preempted:
-        hooks = checkpointers(trainer)
-        raise Preempted(trainer.stop_reason or "preempted", hooks[0].last_path if hooks else None)
+def raise_if_preempted(preempted: bool, reason: str | None, hooks: list[Checkpointer]) -> None:
+    """After ``fit``'s loop: leave with :class:`Preempted` when the ranks agreed on a preemption
+    (``reason``: the stop's; ``hooks``: the checkpointers, the first one's last save is named)."""
+    if preempted:
+        raise Preempted(reason or "preempted", hooks[0].last_path if hooks else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -36,7 +36,7 @@ from ember.trainer._setup import (
 from ember.trainer._state import State, TrainerState
 from ember.trainer.hooks.base import BaseHook
 from ember.trainer.placeholders import Placeholders, placeholder_values
-from ember.trainer.schedule import DefaultSchedule, Schedule
+from ember.trainer.schedule import DefaultSchedule, Schedule, Steps
 from ember.trainer.storage import History, StepStorage
 
 if TYPE_CHECKING:
@@ -239,12 +239,12 @@ class Trainer(TrainerState):
         self._agreement.reset()
         self._bus.reset()
         state.fitting, state.finished = True, False
-        with preemption_signals(self._agreement, self.logger, enabled=bool(checkpointers(self))):
+        with preemption_signals(self._agreement, self.logger, enabled=bool(checkpointers(self.hooks))):
             try:
                 self._loop(state.plan)
             finally:
                 state.fitting = False
-        raise_if_preempted(self)
+        raise_if_preempted(self.preempted, self.stop_reason, checkpointers(self.hooks))
         return self.history
 
     def evaluate(
@@ -345,10 +345,31 @@ class Trainer(TrainerState):
             )
         return loss
 
+    def schedule_steps(self) -> Steps:
+        """What the schedule is given for each batch: the Engine, :meth:`train_step` and :meth:`eval_step`.
+
+        The loop builds it at each epoch's start (an override made on the instance counts from
+        the next epoch). Call it to run a batch through the schedule without the loop.
+
+        Returns:
+            A :class:`~ember.trainer.schedule.Steps` holding this trainer's step methods (the
+            forward and loss they run by default, where a subclass does not override them).
+
+        Example:
+            >>> result = trainer.schedule.forward_backward(trainer.schedule_steps(), batch, boundary=True)
+            >>> trainer.engine.step()
+        """
+        self._criterion_loss = self.engine.has_criterion and not _overridden(self, "compute_loss")
+        # Trainer's own train_step/eval_step are _forward: hand that over, one call less per batch.
+        train = self._forward if not _overridden(self, "train_step") else self.train_step
+        evaluate = self._forward if not _overridden(self, "eval_step") else self.eval_step
+        return Steps(self.engine, train, evaluate, type(self).__name__)
+
     # -- the loop -----------------------------------------------------------------------------
     def _loop(self, run: FitPlan) -> None:
         bus, agreement, completed = self._bus, self._agreement, False
-        rng = resume_checkpoint(self, run.resume)  # before before_train: hooks see their state there
+        # before before_train: hooks see their state there
+        rng = resume_checkpoint(run.resume, checkpointers(self.hooks), self, self.logger)
         try:
             bus.call("before_train")
             if rng is not None:  # as late as possible: nothing may draw from it before the first batch
@@ -371,7 +392,7 @@ class Trainer(TrainerState):
         engine.train()
         # Everything that cannot change within the epoch is looked up once, here: this loop runs
         # per batch, and on a tiny model each Python call in it is ~0.1% of the step time.
-        forward_backward = self._forward_backward()
+        forward_backward = functools.partial(self.schedule.forward_backward, self.schedule_steps())
         update = engine.step if not _overridden(self, "update") else self.update
         before, after = bus.handles("before_train_iter"), bus.handles("after_train_iter")
         after_update = bus.handles("after_update")
@@ -407,18 +428,13 @@ class Trainer(TrainerState):
         bus.call("after_train_epoch")
         state.epoch, state.epoch_iter, state.closing_epoch = state.epoch + 1, 0, False
 
-    def _forward_backward(self) -> Callable[[Any, bool], dict[str, Any]]:
-        """``schedule.forward_backward`` for this epoch, bound to this trainer."""
-        self._criterion_loss = self.engine.has_criterion and not _overridden(self, "compute_loss")
-        return functools.partial(self.schedule.forward_backward, self)
-
     def _test_epoch(self, loader: Iterable[Any]) -> dict[str, float]:
         bus, engine = self._bus, self.engine
         was_training, self._testing, self._test_metrics = engine.training, True, {}
         self.eval_dataloader = loader
         remaining = real_num_samples(loader)  # this rank's samples that are not padding repeats
         keep_outputs = self.state.plan.return_output_label if self.state.plan is not None else True
-        self._criterion_loss = engine.has_criterion and not _overridden(self, "compute_loss")
+        steps, forward = self.schedule_steps(), self.schedule.forward
         try:
             bus.call("before_test")
             engine.eval()
@@ -429,10 +445,10 @@ class Trainer(TrainerState):
                     keep = size if remaining is None else min(size, remaining)
                     remaining = None if remaining is None else remaining - keep
                     if keep == 0:  # only padding: run it (collectives stay in step), show no hook
-                        self.schedule.forward(self, batch)
+                        forward(steps, batch)
                         continue
                     bus.call("before_test_iter")
-                    result = self.schedule.forward(self, batch if keep == size else _batch.trim(batch, keep, size))
+                    result = forward(steps, batch if keep == size else _batch.trim(batch, keep, size))
                     self.step_result = result
                     bus.call("after_test_iter", *_batch.hook_args(result, keep_outputs))
             bus.call("after_test_epoch")
@@ -455,9 +471,10 @@ class Trainer(TrainerState):
     # -- helpers ------------------------------------------------------------------------------
     def _forward(self, batch: Any) -> dict[str, Any]:
         """:meth:`train_step` and :meth:`eval_step`: the forward pass and the loss."""
-        output, label, size = _batch.forward(self.engine, batch, move=self._batches_to_device)
+        engine = self.engine
+        output, label, size = _batch.forward(engine, batch, move=self._batches_to_device)
         if label is not None and self._criterion_loss:  # compute_loss is the Engine's criterion: call it directly
-            loss = self.engine.criterion(output, label)
+            loss = engine.criterion(output, label)
         else:
             loss = self.compute_loss(output, label)
         return {"loss": loss, "output": output, "label": label, "batch_size": size}

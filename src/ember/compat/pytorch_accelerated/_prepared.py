@@ -45,9 +45,6 @@ class PreparedOptimizer(torch.optim.Optimizer):
         self._engine = engine
         self.applied = False
         """Whether the last ``step`` updated the parameters (False: a micro-step or an fp16 skip)."""
-        self._reduced = {id(p) for p in engine.model.parameters() if p.requires_grad}
-        """The parameters whose gradients data parallelism averages: those trainable when the Engine
-        was built (DDP registers no others)."""
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -76,8 +73,9 @@ class PreparedOptimizer(torch.optim.Optimizer):
     def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
         if closure is not None:
             raise TrainerError("the prepared optimizer's step() takes no closure: compute the loss before it")
-        if self._engine.micro_step > 0:  # gradients from engine.backward: the Engine's update
-            self._average_late_gradients()
+        # Gradients from engine.backward: the Engine's update (parameters unfrozen since the Engine
+        # was built, as pets_finetune's ModelFreezer.unfreeze does, are averaged by the Engine too).
+        if self._engine.micro_step > 0:
             self.applied = self._engine.step()
         else:  # gradients from a plain loss.backward() outside train(): the optimizer's own step
             self._engine.optimizer.step()
@@ -85,18 +83,6 @@ class PreparedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._engine.zero_grad()
-
-    def _average_late_gradients(self) -> None:
-        """Average over the processes the gradients of parameters made trainable after the Engine
-        was built, which DDP leaves as each process computed them: pytorch-accelerated's
-        fine-tuning examples unfreeze the backbone between two ``train`` calls
-        (``ModelFreezer.unfreeze`` and ``optimizer.add_param_group``), and without this the
-        replicas would drift apart from then on."""
-        if self._engine.data_parallel_size <= 1:
-            return
-        late = [p for p in self._engine.model.parameters() if p.grad is not None and id(p) not in self._reduced]
-        if late:  # every process runs the same program: the same parameters were unfrozen everywhere
-            self._engine.parallel.sync_gradients_now(late)
 
     def state_dict(self) -> dict[str, Any]:
         return self._engine.optimizer.state_dict()

@@ -15,6 +15,7 @@ import math
 import numbers
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from ember import distributed
 from ember.context import get_context, is_launched
 from ember.data import make_resumable, to_device
 from ember.errors import TrainerError, describe
-from ember.trainer import DefaultSchedule, Placeholders, hooks
+from ember.trainer import DefaultSchedule, Placeholders, Steps, hooks
 from ember.trainer import Trainer as EmberTrainer
 from ember.trainer.placeholders import resolve_partial
 
@@ -133,14 +134,19 @@ def _check_dl_kwargs(name: str, kwargs: Any) -> dict[str, Any]:
 
 
 class _Schedule(DefaultSchedule):
-    """One training batch: ``calculate_train_batch_loss`` (via ``train_step``), then ``backward_step``."""
+    """One training batch: ``calculate_train_batch_loss`` (via ``train_step``), then the owner's
+    ``backward_step`` (an overridable step of pytorch-accelerated's Trainer)."""
 
-    def forward_backward(self, trainer: Any, batch: Any, boundary: bool) -> dict[str, Any]:
+    def __init__(self, owner: Trainer) -> None:
+        self._owner = weakref.proxy(owner)
+
+    def forward_backward(self, steps: Steps, batch: Any, boundary: bool) -> dict[str, Any]:
         if boundary:
-            trainer.engine.expect_boundary()
-        trainer._closes_cycle = boundary
-        result = trainer.train_step(batch)
-        trainer.backward_step(result["loss"])
+            steps.engine.expect_boundary()
+        owner = self._owner
+        owner._closes_cycle = boundary
+        result = steps.train_step(batch)
+        owner.backward_step(result["loss"])
         return result
 
 
@@ -180,7 +186,7 @@ class Trainer(CheckpointMethods, EmberTrainer):
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TrainerError(f"Trainer(optimizer=...) needs a torch.optim.Optimizer, got {describe(optimizer)}")
         engine, *_ = ember.initialize(model, optimizer, loss_func)
-        super().__init__(engine=engine, schedule=_Schedule())
+        super().__init__(engine=engine, schedule=_Schedule(self))
         self.loss_func = loss_func
         limit = os.environ.get(LIMIT_BATCHES_ENV_VAR)
         first = [LimitBatchesCallback(_limit_from_env(limit))] if limit and limit.lower() != "none" else []

@@ -7,8 +7,8 @@ from fastapi.concurrency import run_in_threadpool
 
 from ember.server.api.auth import BriefUser, CurrentUser, DbSession, Receiving
 from ember.server.api.responses import file_response
-from ember.server.api.wire import CheckedRoute
-from ember.server.services import artifacts, naming
+from ember.server.api.wire import CheckedRoute, LineageDepth
+from ember.server.services import artifacts, edges, naming
 from ember.server.services import blobs as blob_rules
 from ember.server.services.blobs import BlobStore
 from ember.server.services.lookup import get_artifact, get_artifact_file
@@ -66,8 +66,9 @@ def put_artifact(artifact_id: str, body: ArtifactIn, uploads: Receiving):
 
 
 @router.get("/{artifact_id}", summary="An artifact: metadata, files with sha256 and size, references, lineage")
-def read_artifact(artifact_id: str, user: CurrentUser, session: DbSession):
-    return artifacts.artifact_view(session, user, get_artifact(session, user, artifact_id))
+def read_artifact(artifact_id: str, user: CurrentUser, session: DbSession, depth: LineageDepth = "1"):
+    """``depth`` as for ``GET /runs/{id}``: the lineage's levels each way, or ``all``."""
+    return artifacts.artifact_view(session, user, get_artifact(session, user, artifact_id), edges.parse_depth(depth))
 
 
 @router.get("/{artifact_id}/files/{path:path}", summary="Download one file of an artifact")

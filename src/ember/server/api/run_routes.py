@@ -10,8 +10,8 @@ from fastapi.responses import StreamingResponse
 from ember.server.api.auth import CurrentUser, DbSession, Receiving
 from ember.server.api.responses import metrics_download
 from ember.server.api.run_search import RunSearchQuery
-from ember.server.api.wire import CheckedRoute, SafeJSONResponse
-from ember.server.services import logs, runs
+from ember.server.api.wire import CheckedRoute, LineageDepth, SafeJSONResponse
+from ember.server.services import edges, logs, runs
 from ember.server.services.lookup import get_run
 from ember.server.services.series import MAX_BUCKETS
 from ember.server.storage.schemas import LineageBatch, LogChunkIn, MetricBatch, RunEdit, RunIn, RunPageOut
@@ -71,8 +71,10 @@ def read_metrics_csv(
 
 
 @router.get("/{run_id}", summary="A run: metadata, hparams, platform, metric summary, lineage")
-def read_run(run_id: str, user: CurrentUser, session: DbSession):
-    return runs.run_view(session, user, get_run(session, user, run_id))
+def read_run(run_id: str, user: CurrentUser, session: DbSession, depth: LineageDepth = "1"):
+    """``depth``: the lineage's levels of inputs and outputs (``1`` the neighbours, ``all`` every level,
+    bounded by :data:`ember.server.services.edges.MAX_EDGES` and ``MAX_NODES``)."""
+    return runs.run_view(session, user, get_run(session, user, run_id), edges.parse_depth(depth))
 
 
 @router.get("/{run_id}/metrics", summary="Every point of one metric type, as the local store writes them")

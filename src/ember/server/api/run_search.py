@@ -49,12 +49,15 @@ class RunSearch:
         )
 
 
+_SORT = "name|status|start|duration|folder|hp:K|m:T/N (last value), m:T/N.best|.min|.max; -K descending"
+
+
 def run_search(
     folder: Annotated[str, Query(max_length=1024, description="only under this folder")] = "",
     q: Annotated[str, Query(max_length=200, description="part of the name")] = "",
     label: Annotated[str, Query(max_length=200)] = "",
     status: Annotated[str, Query(max_length=16)] = "",
-    sort: Annotated[str, Query(max_length=300, description="name|status|start|duration|folder|hp:K|m:T/N")] = "-start",
+    sort: Annotated[str, Query(max_length=300, description=_SORT)] = "-start",
     page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     per_page: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> RunSearch:

@@ -10,15 +10,20 @@ too. :func:`content_disposition` names a downloaded file.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import HTTPException, Request, Response
+from fastapi import HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from ember.server.services.codec import encode, loads, safe
 from ember.server.storage.domain_errors import Invalid, TooLarge
+
+LineageDepth = Annotated[
+    str, Query(max_length=20, description="levels of lineage each way: 1 (the neighbours), 2, ... or all")
+]
+"""A run's or artifact's ``?depth=``, read by :func:`ember.server.services.edges.parse_depth`."""
 
 
 class FieldError(HTTPException):

@@ -30,7 +30,7 @@ from fastapi.responses import FileResponse, Response
 from sqlalchemy import func, select
 
 from ember.server.api.auth import DbSession
-from ember.server.api.wire import content_disposition
+from ember.server.api.wire import LineageDepth, content_disposition
 from ember.server.console.lineage_pages import graph_of
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, crumbs, render
@@ -189,7 +189,9 @@ def preview(store: BlobStore, row: ArtifactFile) -> Preview:
 
 
 @router.get("/artifacts/{artifact_id}")
-def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Response:
+def artifact_page(
+    artifact_id: str, request: Request, session: DbSession, lineage_depth: LineageDepth = "1"
+) -> Response:
     user = require_viewer(request, session)
     art = get_artifact(session, user, artifact_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == art.folder_id)) or ""
@@ -199,7 +201,7 @@ def artifact_page(artifact_id: str, request: Request, session: DbSession) -> Res
     files = session.scalars(  # the first MAX_LISTED, whatever the artifact holds
         select(ArtifactFile).where(ArtifactFile.artifact_pk == art.pk).order_by(ArtifactFile.path).limit(MAX_LISTED)
     ).all()
-    lineage = edges.edges_of(session, "artifact", art.id, art.name, user)
+    lineage = edges.edges_of(session, "artifact", art.id, art.name, user, edges.parse_depth(lineage_depth))
     store: BlobStore = request.app.state.blobs
     previews = [preview(store, f) for f in files[:MAX_PREVIEWS]]
     return render(

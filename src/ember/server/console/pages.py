@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -21,7 +22,7 @@ from ember.server.console.session import (
     viewer,
 )
 from ember.server.console.views import ConsoleRoute, crumbs, render, secure
-from ember.server.services import folders, listing
+from ember.server.services import folders, grouping, listing
 from ember.server.services.perms import get_folder
 from ember.server.storage.domain_errors import Invalid
 from ember.server.storage.models import Folder, Run
@@ -76,20 +77,30 @@ def folder_page(
     path: Annotated[str | None, Query(max_length=1024)] = None,
     page_token: Annotated[str | None, Query(max_length=2000)] = None,
     per_page: Annotated[int, Query(ge=1, le=500)] = 50,
+    sort: Annotated[str, Query(max_length=300)] = "-start",
+    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
 ) -> Response:
-    """A folder a page at a time, from ``GET /api/v1/folders``'s pages: "next page" follows its token."""
+    """A folder a page at a time, from ``GET /api/v1/folders``'s pages: "next page" follows its token.
+
+    Its runs come newest first, a page per token; sorted by a header (``sort``, as the runs table
+    sorts: ``-m:val/acc.best``...), the folder's own runs (not its sub-folders') come from
+    :func:`ember.server.services.listing.list_runs`, numbered pages (``page``)."""
     user = require_viewer(request, session)
     if not path or path == "/":
         return _roots(request, session, user)
     found = folders.folder_view(session, user, path, per_page, page_token)
-    folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
-    total = (
-        session.scalar(select(func.count()).select_from(Run).where(Run.folder_id == folder_id, Run.deleted.is_(None)))
-        or 0
-    )
-    runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
+    if sort != "-start":
+        runs = listing.list_runs(
+            session, user, folder=found["path"], beneath=False, sort=sort, page=page, per_page=per_page
+        )
+    else:
+        folder_id = session.scalar(select(Folder.id).where(Folder.path == found["path"]))
+        where = (Run.folder_id == folder_id, Run.deleted.is_(None))
+        total = session.scalar(select(func.count()).select_from(Run).where(*where)) or 0
+        runs = listing.table_of(session, [r["id"] for r in found["runs"]], total, per_page)
     token = found["next_page_token"]
     keep = {"path": found["path"], **({"per_page": per_page} if per_page != 50 else {})}
+    keep_sorted = {**keep, **({"sort": sort} if sort != "-start" else {})}
     return render(
         request,
         "folder.html",
@@ -98,14 +109,16 @@ def folder_page(
         crumbs=crumbs(found["path"]),
         runs=runs,
         found=runs,
-        sortable=False,
+        sortable=True,
+        sort_page="folders",
         columns_key=found["path"],
-        params={},
-        sort="-start",
+        params=keep,
+        sort=sort,
+        run_pages=max(1, -(-runs.total // runs.per_page)) if sort != "-start" else 0,
         children=[(p.rsplit("/", 1)[-1], p) for p in found["folders"]],
         own=found["access"] == "own",
-        next_page=f"{PREFIX}/folders?{urlencode({**keep, 'page_token': token})}" if token else None,
-        first_page=f"{PREFIX}/folders?{urlencode(keep)}" if page_token else None,
+        next_page=f"{PREFIX}/folders?{urlencode({**keep_sorted, 'page_token': token})}" if token else None,
+        first_page=f"{PREFIX}/folders?{urlencode(keep_sorted)}" if page_token else None,
     )
 
 
@@ -139,11 +152,14 @@ def runs_page(
     session: DbSession,
     query: RunSearchQuery,
     where: Annotated[str, Query(max_length=2000)] = "",
+    group: Annotated[str, Query(max_length=400)] = "",
 ) -> Response:
     user = require_viewer(request, session)
     path = query.path(user)
     errors: list[str] = []
     error_at = 0  # the column of a filter error, 1-based
+    if group.strip():  # grouped: the first grouping.MAX_RUNS runs in the table's order, on one page
+        query = replace(query, page=1, per_page=grouping.MAX_RUNS)
     try:
         found = query.runs(session, user, [where])
     except Invalid as e:  # a filter or sort not understood: said beside the field, the form kept
@@ -153,9 +169,10 @@ def runs_page(
     q, label, status = query.q, query.label, query.status
     if (where.strip() or q or label or status) and not errors and found.total == 0:
         errors += listing.why_no_runs(session, user, path, [where], q, label, status)
-    given = {"folder": query.folder, "q": q, "label": label, "status": status, "where": where}
+    groups = _groups(found, group, errors)
+    given = {"folder": query.folder, "q": q, "label": label, "status": status, "where": where, "group": group.strip()}
     params: dict[str, object] = {k: v for k, v in given.items() if v}
-    if query.per_page != 50:
+    if query.per_page != 50 and not groups:
         params["per_page"] = query.per_page
     pages = max(1, -(-found.total // found.per_page))
     return render(
@@ -172,4 +189,17 @@ def runs_page(
         errors=errors,
         error_at=error_at,
         columns_key=path or "",
+        groups=groups,
     )
+
+
+def _groups(found: listing.RunPage, text: str, errors: list[str]) -> list[grouping.Group] | None:
+    """The table's runs grouped by ``?group=`` (None when not grouped, or when a key is wrong: said in ``errors``)."""
+    if not text.strip() or not found.runs:
+        return None
+    try:
+        keys = grouping.parse_keys(text, found.hparam_choices)
+    except Invalid as e:
+        errors.append(e.detail)
+        return None
+    return grouping.group_runs(found.runs, keys, found.metric_choices) if keys else None

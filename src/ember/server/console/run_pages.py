@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ember._format import format_time
 from ember.server.api.auth import DbSession
-from ember.server.api.wire import SafeJSONResponse
+from ember.server.api.wire import LineageDepth, SafeJSONResponse
 from ember.server.console.assets import VERSION
 from ember.server.console.lineage_pages import graph_of
 from ember.server.console.session import PREFIX, require_viewer
@@ -27,6 +27,8 @@ from ember.server.services.perms import Level, level
 from ember.server.services.runs import SKIPPED
 from ember.server.services.series import metric_counts
 from ember.server.storage.models import Artifact, ArtifactFile, Folder, User
+from ember.track.best import metric_mode, recorded_modes
+from ember.track.hparams import flatten
 
 router = APIRouter(prefix=PREFIX, route_class=ConsoleRoute, include_in_schema=False)
 TYPE_ORDER = {"train": 0, "val": 1, "test": 2}
@@ -65,6 +67,14 @@ def _types(counts: list[dict[str, Any]]) -> list[str]:
     return sorted({c["type"] for c in counts}, key=lambda t: (TYPE_ORDER.get(t, 3), t))
 
 
+def _modes(meta: Any, counts: list[dict[str, Any]]) -> dict[str, str]:
+    """Each metric's mode (``min``/``max``: the run's recorded one, else the name rule): the page's log
+    scale draws only the minimised ones on a log axis (never an accuracy)."""
+    recorded = recorded_modes(meta)
+    keys = (f"{c['type']}/{c['name']}" for c in counts)
+    return {k: metric_mode(k, recorded.get(k)) for k in keys}
+
+
 def _when(value: str | None) -> dict[str, str] | None:
     """An ISO time as shown: its text with its time zone (:func:`ember._format.format_time`)."""
     return {"iso": value, "text": format_time(value)} if value else None
@@ -101,12 +111,13 @@ def run_page(
     log_q: Annotated[str, Query(max_length=200)] = "",
     log_from: LineNumber = None,
     log_before: LineNumber = None,
+    lineage_depth: LineageDepth = "1",
 ) -> Response:
     user = require_viewer(request, session)
     run = get_run(session, user, run_id)
     folder = session.scalar(select(Folder.path).where(Folder.id == run.folder_id)) or ""
     found = metric_counts(session, run.pk)  # from the block summaries
-    lineage = edges.edges_of(session, "run", run.id, run.name, user)
+    lineage = edges.edges_of(session, "run", run.id, run.name, user, edges.parse_depth(lineage_depth))
     platform = run.platform if isinstance(run.platform, dict) else {}
     system = platform.get("platform") if isinstance(platform.get("platform"), dict) else {}
     status = liveness.shown_status(run.status, run.meta)
@@ -127,11 +138,13 @@ def run_page(
         status=status,
         reason=run.meta.get("reason") if isinstance(run.meta.get("reason"), str) else None,
         skipped=[str(n) for n in run.meta.get(SKIPPED) or [] if isinstance(run.meta.get(SKIPPED), list)],
-        duration=liveness.duration_s(start, end),
+        duration=liveness.duration_s(start, end, status == "Running"),
         started=_when(start),
         ended=_when(run.end_time),
         last_record=_when(end) if status == "Crashed" else None,
         types=_types(found),
+        modes=_modes(run.meta, found),
+        hparams=flatten(run.hparams) if isinstance(run.hparams, dict) else {},
         system=system,
         packages=_packages(system),
         git=platform.get("git") or {},
@@ -139,7 +152,7 @@ def run_page(
         output=_output(session, run.pk, log_q, log_from, log_before),
         max_hits=logs.MAX_HITS,
         log_q=log_q,
-        artifacts=_artifacts(session, user, lineage.edges),
+        artifacts=_artifacts(session, user, edges.touching(lineage, "run", run.id)),
         graph=graph_of("run", run.id, run.name, lineage),
         can_edit=level(session, user, run) >= Level.EDIT,
     )

@@ -20,6 +20,7 @@ from ember._format import format_bytes, format_duration, format_time
 from ember.server.api.errors import status_of
 from ember.server.console.session import PREFIX, NeedLogin, csrf_token, local_entry, local_pass
 from ember.server.storage.domain_errors import DomainError
+from ember.track import query
 
 _HERE = __import__("pathlib").Path(__file__).parent
 env = Environment(
@@ -63,7 +64,14 @@ def fmt_size(size: int | None) -> str:
     return "—" if size is None else format_bytes(size)
 
 
+def metric_sort(key: str, agg: str = "last") -> str:
+    """The sort key of a metric column (``TYPE/NAME``) by its last, best, min or max value, as the filter
+    language writes the field (``m:val/acc.best``; an odd name quoted)."""
+    return str(query.Field("m", key, agg))
+
+
 env.filters.update(time=fmt_time, duration=fmt_duration, value=fmt_value, size=fmt_size, urlpath=quote)
+env.filters.update(metric_sort=metric_sort)
 env.globals.update(PREFIX=PREFIX, urlencode=urlencode)
 
 

@@ -91,10 +91,10 @@ def put_artifact(
     return {"id": artifact_id, "action": action, "folder": folder_path, "cursors": cursors}
 
 
-def artifact_view(session: Session, user: User, artifact: Artifact) -> dict[str, Any]:
-    """An artifact the caller may view: metadata, files with sha256 and size, references, lineage (as
-    :func:`ember.server.services.runs.run_view` gives it)."""
-    lineage = edges.edges_of(session, "artifact", artifact.id, artifact.name, user)
+def artifact_view(session: Session, user: User, artifact: Artifact, depth: int | None = 1) -> dict[str, Any]:
+    """An artifact the caller may view: metadata, files with sha256 and size, references, lineage
+    ``depth`` levels each way (as :func:`ember.server.services.runs.run_view` gives it)."""
+    lineage = edges.edges_of(session, "artifact", artifact.id, artifact.name, user, depth)
     files = session.scalars(
         select(ArtifactFile).where(ArtifactFile.artifact_pk == artifact.pk).order_by(ArtifactFile.path)
     ).all()
@@ -107,9 +107,7 @@ def artifact_view(session: Session, user: User, artifact: Artifact) -> dict[str,
         "created": artifact.created,
         "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in files],
         "references": artifact.references,
-        "lineage": lineage.edges,
-        "lineage_hidden": lineage.hidden,
-        "lineage_more": lineage.more,
+        **edges.lineage_fields(lineage),
         "cursors": ingest.cursors(session, "artifact", artifact.id),
         "shares": shares_of(session, "artifact", artifact.pk),
     }

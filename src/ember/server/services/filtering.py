@@ -120,6 +120,11 @@ class Compiler:
         lo, hi = session.execute(select(func.min(value), func.max(value)).where(in_scope)).one()
         return Evidence(having, matching, span=None if lo is None else (lo, hi))
 
+    def metric_value(self, fld: Field) -> ColumnElement[Any]:
+        """The value a condition on the metric field ``fld`` compares, per ``Run`` of the outer query: its
+        last, minimum, maximum or best value; NULL for NaN or none (what the runs table sorts by)."""
+        return self._metric(fld)
+
     # -- one condition ------------------------------------------------------------------------------------
 
     def _comparison(self, c: Comparison) -> ColumnElement[bool]:

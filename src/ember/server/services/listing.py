@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, ScalarSelect, Select, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from ember.server.services import filtering, liveness
@@ -20,7 +20,7 @@ from ember.server.services.columns import RunPage, metric_summary, page_of
 from ember.server.services.perms import PUBLIC
 from ember.server.storage.db import json_item
 from ember.server.storage.domain_errors import Invalid
-from ember.server.storage.models import Artifact, Folder, MetricPoint, Run, Share, User
+from ember.server.storage.models import Artifact, Folder, Run, Share, User
 from ember.track import query
 from ember.track.best import Mode
 from ember.track.hparams import flatten
@@ -111,9 +111,12 @@ def filter_of(filters: Sequence[str] = (), q: str = "", label: str = "", status:
     return query.all_of(parts)
 
 
-def _in_scope(session: Session, user: User, folder: str | None) -> list[ColumnElement[bool]]:
-    """The WHERE clauses (on ``Run`` joined to its ``Folder``) of the runs the user may view (under ``folder``)."""
-    return [visible_condition(session, user), *([_under(folder)] if folder else [])]
+def _in_scope(session: Session, user: User, folder: str | None, beneath: bool = True) -> list[ColumnElement[bool]]:
+    """The WHERE clauses (on ``Run`` joined to its ``Folder``) of the runs the user may view in ``folder``
+    (and beneath it, unless ``beneath`` is false)."""
+    if not folder:
+        return [visible_condition(session, user)]
+    return [visible_condition(session, user), _under(folder) if beneath else Folder.path == folder]
 
 
 def _pks(where: list[ColumnElement[bool]]) -> Select[Any]:
@@ -139,21 +142,6 @@ def _compiler(session: Session, scope: Select[Any]) -> filtering.Compiler:
         return set(liveness.crashed_runs(session, running))
 
     return filtering.Compiler(session, crashed)
-
-
-def _last_value(key: str) -> ScalarSelect[Any]:
-    """The value of metric ``TYPE/NAME`` at its highest step, for the ``Run`` of the outer query (a sort).
-
-    One probe of the points' primary key (run, type, name, step) per run: no scan.
-    """
-    type_, _, name = key.partition("/")
-    return (
-        select(MetricPoint.value)
-        .where(MetricPoint.run_pk == Run.pk, MetricPoint.type == type_, MetricPoint.name == name)
-        .order_by(MetricPoint.step.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
 
 
 def why_no_runs(
@@ -184,11 +172,27 @@ def why_no_runs(
     return query.explain_empty(tree, lambda c: compiler.evidence(c, scope, session))
 
 
+def _sort_field(sort: str, key: str) -> tuple[str | None, query.Field | None]:
+    """The hparam or the metric field a sort key names (``hp:KEY``, ``m:TYPE/NAME[.best|.min|.max]``), or
+    neither for the other keys; 422 for a key that is none of them."""
+    if key.startswith("hp:"):
+        return key[3:], None
+    if key.startswith("m:"):
+        try:
+            return None, query.parse_field(key)
+        except query.FilterError as e:
+            raise Invalid(f"sort {sort[:80]!r}: {e.reason}") from None
+    if key not in SORT_KEYS:
+        raise Invalid(f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME[.best|.min|.max]")
+    return None, None
+
+
 def list_runs(
     session: Session,
     user: User,
     *,
     folder: str | None = None,
+    beneath: bool = True,
     q: str = "",
     label: str = "",
     status: str = "",
@@ -202,19 +206,22 @@ def list_runs(
     The filter is one WHERE clause (:mod:`ember.server.services.filtering`): the database filters, and,
     sorted by start, name or folder, also sorts, counts and cuts the page, so a page costs what
     one query over the runs' columns costs, never reading a run into Python. The other sorts
-    (status, duration, an hparam, a metric's last value) sort the rows the filter kept in
+    (status, duration, an hparam, a metric's last, best, minimum or maximum) sort the rows the filter kept in
     Python, reading only the column sorted on. The full rows and their metric summaries are
     read for the page's runs alone.
 
     Args:
-        folder: only runs in this folder or beneath it (an absolute path).
+        folder: only runs in this folder or beneath it (an absolute path). beneath: False keeps
+            the runs of ``folder`` itself (its folder page), not those of its sub-folders.
         q: a part of the name (ASCII letters in either case). label: one of the run's labels.
             status: the status shown (``Crashed``: a Running run whose process is gone, see
             :func:`ember.server.services.liveness.shown_status`).
         filters: filters in the language of :mod:`ember.track.query`, all of which must hold,
             e.g. ``["m:val/acc.best > 0.9 and (hp:lr < 1e-3 or hp:opt = sgd)"]``.
         sort: ``name``, ``status``, ``start``, ``duration``, ``folder``, ``hp:KEY`` or
-            ``m:TYPE/NAME``; a leading ``-`` sorts descending.
+            ``m:TYPE/NAME`` (its last value; ``m:TYPE/NAME.best``, ``.min``, ``.max``: as the filter
+            language reads them, "best" by the run's recorded mode, else the name rule); a leading
+            ``-`` sorts descending. A run without the value sorts last either way.
 
     Raises:
         Invalid: a filter that cannot be read (naming its column), a status or a sort that does not exist.
@@ -224,19 +231,18 @@ def list_runs(
     """
     tree = filter_of(filters or [], q, label, status)
     descending, sort_key = sort.startswith("-"), sort.lstrip("-") or "start"
-    if not (sort_key in SORT_KEYS or sort_key.startswith(("hp:", "m:"))):
-        raise Invalid(f"sort {sort[:80]!r}: use one of {', '.join(SORT_KEYS)}, hp:NAME or m:TYPE/NAME")
-    hp_sort = sort_key[3:] if sort_key.startswith("hp:") else None
-    m_sort = sort_key[2:] if sort_key.startswith("m:") else None
+    hp_sort, m_sort = _sort_field(sort, sort_key)
     hp_keys = sorted({*filtering.field_keys(tree, "hp"), *([hp_sort] if hp_sort else [])})
-    m_keys = sorted({*filtering.field_keys(tree, "m"), *([m_sort] if m_sort else [])})
+    m_keys = sorted({*filtering.field_keys(tree, "m"), *([m_sort.key] if m_sort else [])})
     per_page = max(1, min(per_page, 500))
     columns: list[Any] = [Run.pk, Run.name, Run.status, Run.start_time, Run.end_time, Folder.path]
+    scope = _in_scope(session, user, folder, beneath)
+    compiler = _compiler(session, _pks(scope))
     if hp_sort is not None:
         columns.append(hparam_item(session, hp_sort))
-    elif m_sort is not None:
-        columns.append(_last_value(m_sort))
-    stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(*conditions(session, user, folder, tree))
+    elif m_sort is not None:  # the value the filter language reads: last, best, min or max
+        columns.append(compiler.metric_value(m_sort))
+    stmt = select(*columns).join(Folder, Folder.id == Run.folder_id).where(*scope, compiler.condition(tree))
     if sort_key in _SQL_SORTS:
         # Filtered, sorted, counted and cut by the database (ISO times sort as text), the filter
         # evaluated once: the count rides along with the page (a window over the filtered rows).
@@ -299,8 +305,10 @@ def _sort_value(key: str, live: dict[int, tuple[str, Any]]) -> Callable[[Sequenc
         return operator.itemgetter(6)
     if key == "status":
         return lambda r: _status(r, live)
-    if key == "duration":
-        return lambda r: liveness.duration_s(r[3], live[r[0]][1] if r[0] in live else r[4])
+    if key == "duration":  # a Running run's: so far
+        return lambda r: liveness.duration_s(
+            r[3], live[r[0]][1] if r[0] in live else r[4], _status(r, live) == "Running"
+        )
     return operator.itemgetter({"name": 1, "start": 3, "folder": 5}[key])
 
 
@@ -319,22 +327,14 @@ def _fill_page(session: Session, chosen: list[dict[str, Any]]) -> dict[str, Mode
     summary = metric_summary(session, list(by_pk))
     for r in chosen:
         r["metrics"] = summary.values.get(r["pk"], {})
-        r["duration"] = liveness.duration_s(r["start_time"], r["end_time"])
+        r["duration"] = liveness.duration_s(r["start_time"], r["end_time"], r["status"] == "Running")
         r.pop("pk")
     return summary.modes
 
 
 def _sorted(rows: list[Any], descending: bool, get: Callable[[Any], Any]) -> list[Any]:
-    keyed = [(_comparable(get(r)), r) for r in rows]
+    keyed = [(query.order_key(get(r)), r) for r in rows]
     present = [(k, r) for k, r in keyed if k is not None]
     missing = [r for k, r in keyed if k is None]  # always last, whichever the direction
     present.sort(key=operator.itemgetter(0), reverse=descending)
     return [r for _, r in present] + missing
-
-
-def _comparable(value: Any) -> tuple[int, Any] | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, bool | int | float):
-        return (0, float(value))
-    return (1, str(value))

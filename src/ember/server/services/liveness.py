@@ -18,13 +18,23 @@ from ember.server.storage.db import json_item
 from ember.server.storage.models import MetricBlock, MetricPoint, Run
 
 
-def duration_s(start: str | None, end: str | None) -> float | None:
-    """Seconds between two ISO 8601 times (None when either is missing or unreadable)."""
+def duration_s(start: str | None, end: str | None, running: bool = False) -> float | None:
+    """Seconds between two ISO 8601 times (None when either is missing or unreadable).
+
+    ``running``: the run is Running (its process alive), and without an end it has lasted until
+    now: its elapsed time, not None (the console showed "—" for every running run).
+
+    Example:
+        >>> duration_s("2026-01-02T10:00:00+00:00", "2026-01-02T10:01:30+00:00")
+        90.0
+    """
     try:
         a = datetime.fromisoformat(start) if start else None
         b = datetime.fromisoformat(end) if end else None
     except ValueError:
         return None
+    if b is None and running and a is not None:
+        b = datetime.now(timezone.utc) if a.tzinfo else datetime.now(timezone.utc).replace(tzinfo=None)
     if a is None or b is None or (a.tzinfo is None) != (b.tzinfo is None):
         return None
     return max(0.0, (b - a).total_seconds())

@@ -148,14 +148,15 @@ def put_run(
     return {"id": run_id, "action": action, "folder": folder_path, "cursors": ingest.cursors(session, "run", run_id)}
 
 
-def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
+def run_view(session: Session, user: User, run: Run, depth: int | None = 1) -> dict[str, Any]:
     """A run the caller may view: metadata, hparams, platform, metric summary, lineage (as they may see it).
 
-    ``lineage`` holds the edges whose other end the caller may view; ``lineage_hidden`` counts
-    the others (:func:`ember.server.services.edges.edges_of`), ``lineage_more`` the visible ones past
-    :data:`ember.server.services.edges.MAX_EDGES`.
+    ``lineage`` holds the edges, ``depth`` levels upstream and downstream (``None``: all), whose other
+    end the caller may view; ``lineage_hidden`` counts the others
+    (:func:`ember.server.services.edges.edges_of`), ``lineage_more`` the visible ones left out at the
+    walk's caps, ``lineage_levels`` each node's level (see :func:`lineage_fields`).
     """
-    lineage = edges.edges_of(session, "run", run.id, run.name, user)
+    lineage = edges.edges_of(session, "run", run.id, run.name, user, depth)
     return {
         "id": run.id,
         "name": run.name,
@@ -171,9 +172,7 @@ def run_view(session: Session, user: User, run: Run) -> dict[str, Any]:
         "platform": run.platform,
         "meta": run.meta,
         "metrics": series.metric_counts(session, run.pk),
-        "lineage": lineage.edges,
-        "lineage_hidden": lineage.hidden,
-        "lineage_more": lineage.more,
+        **edges.lineage_fields(lineage),
         "cursors": ingest.cursors(session, "run", run.id),
         "shares": shares_of(session, "run", run.pk),
     }

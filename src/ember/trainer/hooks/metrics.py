@@ -66,10 +66,8 @@ class _AveragedMetric(BaseHook):
     def _add(self, phase: str, total: torch.Tensor | float, count: torch.Tensor | int, scale: int | float = 1) -> None:
         """Add ``total * scale`` to the phase's sum and ``count`` to its count."""
         if isinstance(total, torch.Tensor):
-            if total.requires_grad:
-                total = total.detach()
-            if total.dim() != 0:
-                total = _one_value(total, self.name)
+            if total.requires_grad or total.dim():  # per batch: one test for the usual detached 0-dim value
+                total = _one_value(total.detach(), self.name)
             pending = self._pending[phase]
             pending.append(total)
             self._scales[phase].append(scale)
@@ -78,7 +76,8 @@ class _AveragedMetric(BaseHook):
         else:
             self._fold(phase)
             self._accumulator(phase, self.trainer.engine.device).add_(total * scale)
-        self._seen[phase] = self._seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
+        seen = self._seen
+        seen[phase] = seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
 
     def _accumulator(self, phase: str, device: torch.device) -> torch.Tensor:
         """The phase's running sum on ``device`` (created, or moved there after a restore)."""
@@ -217,11 +216,11 @@ class LossHook(_AveragedMetric):
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this batch's loss to the epoch's sum and to the step storage."""
-        loss, trainer = loss.detach(), self.trainer
+        loss, trainer = loss.detach(), self._trainer_ref  # called by the bus: registered
         trainer.storage.put_scalar("train/loss", loss)
         if "train" in self.on:
             n = int(trainer.step_result["batch_size"])
-            self._add("train", loss, n, scale=n)
+            self._add("train", loss, n, n)
 
     def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this test batch's loss to the sum."""

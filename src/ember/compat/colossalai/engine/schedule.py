@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ember.errors import ConfigError
-from ember.trainer import DefaultSchedule
+from ember.trainer import DefaultSchedule, Steps
 
 __all__ = ["BaseSchedule", "InterleavedPipelineSchedule", "NonPipelineSchedule", "PipelineSchedule"]
 
@@ -42,17 +42,17 @@ class BaseSchedule(DefaultSchedule):
     def _batch(self, batch: Any) -> Any:
         return batch if self.data_process_func is None else self.data_process_func(batch)
 
-    def _inner(self, trainer: Any) -> Any:
+    def _inner(self, steps: Steps) -> Any:
         """The ember schedule that runs the batch."""
         return DefaultSchedule()
 
-    def forward_backward(self, trainer: Any, batch: Any, boundary: bool) -> dict[str, Any]:
+    def forward_backward(self, steps: Steps, batch: Any, boundary: bool) -> dict[str, Any]:
         """One training batch (see :class:`ember.trainer.Schedule`)."""
-        return self._inner(trainer).forward_backward(trainer, self._batch(batch), boundary)
+        return self._inner(steps).forward_backward(steps, self._batch(batch), boundary)
 
-    def forward(self, trainer: Any, batch: Any) -> dict[str, Any]:
+    def forward(self, steps: Steps, batch: Any) -> dict[str, Any]:
         """One evaluation batch."""
-        return self._inner(trainer).forward(trainer, self._batch(batch))
+        return self._inner(steps).forward(steps, self._batch(batch))
 
     def forward_backward_step(
         self, engine: Any, data_iter: Iterator[Any], forward_only: bool = False, return_loss: bool = True,
@@ -64,11 +64,11 @@ class BaseSchedule(DefaultSchedule):
             ``(output, label, loss)`` (output and label None without ``return_output_label``,
             loss None without ``return_loss``); the backward pass is done unless ``forward_only``.
         """
-        from ember.trainer import Trainer  # a throw-away Trainer: the schedule's methods take one
+        from ember.trainer import Trainer  # a throw-away Trainer: its step functions, the default ones
 
-        trainer = Trainer(engine=engine, schedule=self)
+        steps = Trainer(engine=engine, schedule=self).schedule_steps()
         batch = next(data_iter)
-        result = self.forward(trainer, batch) if forward_only else self.forward_backward(trainer, batch, False)
+        result = self.forward(steps, batch) if forward_only else self.forward_backward(steps, batch, False)
         output, label = (result["output"], result["label"]) if return_output_label else (None, None)
         return output, label, result["loss"] if return_loss else None
 
@@ -99,8 +99,8 @@ class PipelineSchedule(BaseSchedule):
         self.num_microbatches = num_microbatches
         self.tensor_shape, self.scatter_gather_tensors = tensor_shape, scatter_gather_tensors
 
-    def _inner(self, trainer: Any) -> Any:
-        schedule = trainer.engine.schedule
+    def _inner(self, steps: Steps) -> Any:
+        schedule = steps.engine.schedule
         if schedule is None:
             raise ConfigError(
                 f"{type(self).__name__}: the Engine runs no pipeline; set parallel = dict(pipeline=dict(size=P, "

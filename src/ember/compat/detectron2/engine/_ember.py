@@ -22,7 +22,7 @@ import torch
 
 from ember import distributed
 from ember.errors import TrainerError
-from ember.trainer import Trainer
+from ember.trainer import Steps
 from ember.trainer.hooks import BaseHook, CheckpointHook, Priority
 
 if TYPE_CHECKING:
@@ -102,12 +102,12 @@ class Step:
     def __init__(self, owner: SimpleTrainer) -> None:
         self._owner = weakref.proxy(owner)
 
-    def forward_backward(self, trainer: Trainer, batch: Any, boundary: bool) -> dict[str, Any]:
+    def forward_backward(self, steps: Steps, batch: Any, boundary: bool) -> dict[str, Any]:
         """One iteration's forward and backward (see ``SimpleTrainer.forward_backward``)."""
         owner = self._owner
         return owner.forward_backward(batch, owner.since_step_end(), boundary)
 
-    def forward(self, trainer: Trainer, batch: Any) -> dict[str, Any]:
+    def forward(self, steps: Steps, batch: Any) -> dict[str, Any]:
         """The losses of one batch without backward (``ember_trainer.evaluate``)."""
         loss_dict, total = self._owner.losses(batch)
         return {"loss": total, "output": loss_dict, "label": None, "batch_size": batch_size(batch)}

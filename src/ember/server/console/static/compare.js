@@ -8,7 +8,7 @@
   const $ = (id) => document.getElementById(id);
   const data = JSON.parse($("compare-data").textContent);
   const params = new URLSearchParams(window.location.search);
-  const state = { x: "step", smoothing: 0, log: false, group: data.hparams.includes(params.get("group")) ? params.get("group") : "" };
+  const state = { x: "step", smoothing: 0, log: false, groups: groupKeysOf(params.get("group")) };
 
   // Plotly renders a subset of HTML in titles, legends and hover labels: names are the users'
   // text, so they are escaped to show as typed.
@@ -90,6 +90,41 @@
     } } };
   }
 
+  // Smoothed, each shown run's raw line is drawn faint beneath its smoothed one (as on the run page),
+  // before uPlot draws the series; the stars sit on raw points, the values recorded.
+  function rawPlugin(view) {
+    return { hooks: { drawAxes: (u) => {
+      if (!view.smoothed || view.grouped) return;
+      const ctx = u.ctx, b = u.bbox;
+      ctx.save();
+      ctx.beginPath(); ctx.rect(b.left, b.top, b.width, b.height); ctx.clip();
+      ctx.globalAlpha = 0.3; ctx.lineWidth = devicePixelRatio;
+      view.tables.forEach((t, k) => {
+        if (!u.series[k + 1].show) return;
+        ctx.strokeStyle = t.run.color; ctx.beginPath();
+        let pen = false;
+        t.x.forEach((x, i) => {
+          if (t.raw[i] === null) { pen = false; return; }
+          const px = u.valToPos(x, "x", true), py = u.valToPos(t.raw[i], "y", true);
+          if (pen) ctx.lineTo(px, py); else ctx.moveTo(px, py);
+          pen = true;
+        });
+        ctx.stroke();
+      });
+      ctx.restore();
+    } } };
+  }
+  // The y range of a smoothed chart holds the raw values too (their spikes are drawn beneath).
+  function rawRange(view, log) {
+    return (u, lo, hi) => {
+      for (const [k, t] of view.tables.entries()) {
+        if (!u.series[k + 1].show) continue;
+        for (const v of t.raw) if (v !== null) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      }
+      return log ? uPlot.rangeLog(lo, hi, 10, true) : uPlot.rangeNum(lo, hi, 0.1, true);
+    };
+  }
+
   // What the cursor is on: the best point under it, else the run whose line is picked out.
   function hoverText(view, u) {
     const left = u.cursor.left, top = u.cursor.top;
@@ -132,19 +167,24 @@
       view.smoothing = smoothIn.value === "" ? null : Math.min(0.99, Math.max(0, Number(smoothIn.value)));
       drawMetric(view).catch(showError);
     });
-    Object.assign(view, { bestNote: bestNote, logBox: logBox, hover: hover, plotDiv: plot });
+    Object.assign(view, { bestNote: bestNote, logBox: logBox, smoothIn: smoothIn, hover: hover, plotDiv: plot });
     return view;
   }
 
-  // ---- grouped runs: one band per value of an hparam (seeds folded), mean ± std at each x ----
-  const groupKey = (run) => JSON.stringify(run.hparams[state.group] === undefined ? null : run.hparams[state.group]);
+  // ---- grouped runs: one band per combination of the values of some hparams (seeds folded), mean ± std at each x ----
+  // The keys grouped by, from the address (?group=opt,lr): those that differ here, each once.
+  function groupKeysOf(text) {
+    return Array.from(new Set(String(text || "").split(",").map((k) => k.trim()))).filter((k) => data.hparams.includes(k));
+  }
+  const hparamOf = (run, k) => (run.hparams[k] === undefined ? null : run.hparams[k]);
+  const groupKey = (run) => JSON.stringify(state.groups.map((k) => hparamOf(run, k)));
   function groupsOf() {
     const out = new Map();
     for (const run of data.runs) {
       const key = groupKey(run);
       if (!out.has(key)) {
-        const value = run.hparams[state.group];
-        out.set(key, { key: key, label: state.group + "=" + (value === null || value === undefined ? "—" : String(value)), runs: [] });
+        const label = state.groups.map((k) => k + "=" + (hparamOf(run, k) === null ? "—" : String(hparamOf(run, k)))).join(" · ");
+        out.set(key, { key: key, label: label, runs: [] });
       }
       out.get(key).runs.push(run);
     }
@@ -186,9 +226,13 @@
     return { cols: cols, series: series, bands: bands };
   }
 
+  // The page's log scale puts a minimised metric (a loss) on a log axis, never a maximised one (an
+  // accuracy): that takes the chart's own log box.
+  const pageLog = (metric) => data.modes[metric] === "min";
+
   async function drawMetric(view) {
     const answers = await typeSeries(view.type);
-    const log = view.log === null ? state.log : view.log;
+    const log = view.log === null ? state.log && pageLog(view.metric) : view.log;
     const smoothing = view.smoothing === null ? state.smoothing : view.smoothing;
     view.logBox.checked = log;
     const tables = [];
@@ -215,6 +259,7 @@
       if (near >= 0) view.stars.push({ series: k + 1, run: t.run, x: t.x[near], y: t.raw[near], step: t.step[near] });
     }
     view.tables = tables;
+    view.smoothed = smoothing > 0;
     const div = view.div;
     div.dataset.traces = String(tables.length);
     div.dataset.colors = JSON.stringify(tables.map((t) => t.run.color));
@@ -230,7 +275,7 @@
       label: t.run.name, stroke: t.run.color, width: 1.4, show: !hidden.has(t.run.id),
       points: { show: t.x.length < 60, size: 4 } })));
     let plotCols = cols, bands = [];
-    view.grouped = Boolean(state.group);
+    view.grouped = state.groups.length > 0;
     div.dataset.groups = "";
     if (view.grouped) {  // no stars: the runs' own lines are not drawn; the best stays named above
       ({ cols: plotCols, series: series, bands: bands } = groupedPlot(view, tables, xs));
@@ -238,8 +283,8 @@
       div.dataset.stars = "";
     }
     view.plot = new uPlot({
-      width: width, height: 250, series: series, bands: bands, plugins: [starsPlugin(view)],
-      scales: { x: { time: false }, y: { distr: log ? 3 : 1 } },
+      width: width, height: 250, series: series, bands: bands, plugins: [rawPlugin(view), starsPlugin(view)],
+      scales: { x: { time: false }, y: Object.assign({ distr: log ? 3 : 1 }, view.smoothed && !view.grouped ? { range: rawRange(view, log) } : {}) },
       axes: [{ label: AXES[state.x], labelSize: 18, size: 36 }, { size: 56 }],
       legend: { show: false }, focus: { alpha: 0.15 },
       cursor: { focus: { prox: 24 }, drag: { x: true, y: false, setScale: true } },
@@ -261,7 +306,7 @@
     const legend = $("compare-legend");
     if (!legend) return;
     hidden.clear();
-    if (!state.group) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
+    if (!state.groups.length) { legend.replaceChildren(...runLegend); runLegend.forEach((li) => li.classList.remove("off")); }
     else {
       legend.replaceChildren(...Array.from(groupsOf().values()).map((g) => {
         const li = document.createElement("li"), sw = document.createElement("span");
@@ -273,6 +318,29 @@
     }
     const count = $("legend-count");
     if (count) count.textContent = String(legend.children.length);
+  }
+  function setGroups(keys) {
+    state.groups = keys;
+    const url = new URL(window.location.href);
+    if (keys.length) url.searchParams.set("group", keys.join(",")); else url.searchParams.delete("group");
+    window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
+    showGroupKeys();
+    renderLegend();
+    return drawGrid();
+  }
+  // The keys grouped by, each a button that takes it away; the select then offers the others.
+  function showGroupKeys() {
+    const box = $("cmp-group-keys"), select = $("cmp-group");
+    if (!box || !select) return;
+    box.replaceChildren(...state.groups.map((k) => {
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "group-key"; b.dataset.key = k; b.title = "stop grouping by " + k;
+      b.textContent = k + " ×";
+      return b;
+    }));
+    select.value = "";
+    select.options[0].textContent = state.groups.length ? "+ and by…" : "— each run —";
+    for (const o of select.options) if (o.value) o.disabled = state.groups.includes(o.value);
   }
   function toggleGroup(key) {
     if (hidden.has(key)) hidden.delete(key); else hidden.add(key);
@@ -383,7 +451,7 @@
       showlegend: false, xaxis: numeric ? { title: { text: esc(hp) }, type: logX ? "log" : "linear" }
         : { title: { text: esc(hp) }, type: "linear", tickvals: cats.map((_, i) => i), ticktext: cats.map(esc),
             range: [-0.6, cats.length - 0.4], zeroline: false },
-      yaxis: { title: { text: esc(metric) }, type: state.log ? "log" : "linear" } }).then(() => {
+      yaxis: { title: { text: esc(metric) }, type: state.log && pageLog(metric) ? "log" : "linear" } }).then(() => {
       if (!sc.dataset.wired) {
         sc.dataset.wired = "1";
         sc.on("plotly_click", (ev) => {
@@ -395,22 +463,65 @@
     return Promise.all([parDone, scDone]);
   }
 
+  // ---- the page's settings kept in its address, so a reload or a shared link shows the same page:
+  // x axis, smoothing, log scale (the page's and each chart's own), hidden runs or groups, group by,
+  // and the metric, value and hparam of "Hyper-parameters -> metric". Written on every change. ----
+  const SELECTS = { metric: "cmp-metric", value: "cmp-value", scatter: "cmp-hparam" };
+  function readSettings() {
+    if (AXES[params.get("x")]) state.x = params.get("x");
+    const smoothing = Number(params.get("smoothing"));
+    if (smoothing > 0 && smoothing < 1) state.smoothing = smoothing;
+    state.log = params.get("log") === "1";
+    const view = (metric) => views.find((v) => v.metric === metric);
+    for (const m of params.getAll("chart_log")) if (view(m)) view(m).log = true;
+    for (const m of params.getAll("chart_linear")) if (view(m)) view(m).log = false;
+    for (const pair of params.getAll("chart_smoothing")) {
+      const cut = pair.lastIndexOf(":"), v = Number(pair.slice(cut + 1));
+      const chart = cut > 0 && view(pair.slice(0, cut));
+      if (chart && v >= 0 && v < 1) { chart.smoothing = v; chart.smoothIn.value = String(v); }
+    }
+    if ($("cmp-x")) $("cmp-x").value = state.x;
+    if ($("cmp-smoothing")) { $("cmp-smoothing").value = String(state.smoothing); $("cmp-smoothing-value").textContent = String(state.smoothing); }
+    if ($("cmp-log")) $("cmp-log").checked = state.log;
+    for (const [key, id] of Object.entries(SELECTS)) {
+      const box = $(id), want = params.get(key);
+      if (box && want !== null && Array.from(box.options).some((o) => o.value === want)) box.value = want;
+    }
+    const known = new Set(Array.from(document.querySelectorAll("#compare-legend li")).map((li) => li.dataset.run || li.dataset.group));
+    for (const key of params.getAll("hide")) if (known.has(key)) hidden.add(key);
+    for (const li of document.querySelectorAll("#compare-legend li")) li.classList.toggle("off", hidden.has(li.dataset.run || li.dataset.group));
+    if ($("legend-count")) $("legend-count").textContent = String($("compare-legend").children.length - hidden.size);
+  }
+  function saveSettings() {
+    const url = new URL(window.location.href), p = url.searchParams;
+    for (const key of ["x", "smoothing", "log", "chart_log", "chart_linear", "chart_smoothing", "hide", "group", ...Object.keys(SELECTS)]) p.delete(key);
+    if (state.x !== "step") p.set("x", state.x);
+    if (state.smoothing) p.set("smoothing", String(state.smoothing));
+    if (state.log) p.set("log", "1");
+    for (const v of views) {
+      if (v.log !== null) p.append(v.log ? "chart_log" : "chart_linear", v.metric);
+      if (v.smoothing !== null) p.append("chart_smoothing", v.metric + ":" + v.smoothing);
+    }
+    for (const key of hidden) p.append("hide", key);
+    if (state.groups.length) p.set("group", state.groups.join(","));
+    for (const [key, id] of Object.entries(SELECTS)) if ($(id) && $(id).selectedIndex > 0) p.set(key, $(id).value);
+    window.history.replaceState(null, "", url);
+  }
+
   function wire() {
     for (const div of document.querySelectorAll("#compare-grid .chart")) views.push(build(div));
     const on = (id, event, fn) => { if ($(id)) $(id).addEventListener(event, fn); };
     const pick = (li) => (li.dataset.group !== undefined ? toggleGroup(li.dataset.group) : toggleRun(li.dataset.run));
     on("compare-legend", "click", (e) => { const li = e.target.closest("li"); if (li) pick(li); });
     on("compare-legend", "keydown", (e) => { const li = e.target.closest("li"); if (li && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); pick(li); } });
-    on("cmp-group", "change", (e) => {
-      state.group = e.target.value;
-      const url = new URL(window.location.href);
-      if (state.group) url.searchParams.set("group", state.group); else url.searchParams.delete("group");
-      window.history.replaceState(null, "", url);  // the grouping is kept in the address, for a reload or a link
-      renderLegend();
-      drawGrid();
+    // "group by" adds a key (one group per combination of their values); a key's button takes it away
+    on("cmp-group", "change", (e) => setGroups(e.target.value ? state.groups.concat([e.target.value]) : []));
+    on("cmp-group-keys", "click", (e) => {
+      const b = e.target.closest("button[data-key]");
+      if (b) setGroups(state.groups.filter((k) => k !== b.dataset.key));
     });
-    if ($("cmp-group")) $("cmp-group").value = state.group;
-    if (state.group) renderLegend();
+    showGroupKeys();
+    if (state.groups.length) renderLegend();
     let resize = null;
     window.addEventListener("resize", () => {
       clearTimeout(resize);
@@ -420,6 +531,8 @@
     on("cmp-log", "change", (e) => { state.log = e.target.checked; drawGrid(); drawSweep(); });
     on("cmp-smoothing", "input", (e) => { state.smoothing = Number(e.target.value); $("cmp-smoothing-value").textContent = e.target.value; drawGrid(); });
     for (const id of ["cmp-metric", "cmp-value", "cmp-hparam"]) on(id, "change", drawSweep);
+    readSettings();
+    for (const section of ["metrics", "sweep"]) for (const event of ["change", "input", "click", "keydown"]) on(section, event, saveSettings);
   }
 
   wire();

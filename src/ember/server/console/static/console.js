@@ -80,8 +80,23 @@
     }
   }
 
+  // A grouped runs table (?group=a,b): a click on a group's row shows or hides its runs.
+  function runGroups() {
+    const table = $("runs-table");
+    if (!table) return;
+    table.addEventListener("click", (e) => {
+      const button = e.target.closest("button.group-toggle");
+      if (!button) return;
+      const open = button.getAttribute("aria-expanded") !== "true";
+      button.setAttribute("aria-expanded", String(open));
+      button.textContent = (open ? "▾ " : "▸ ") + button.textContent.slice(2);
+      for (const row of table.querySelectorAll("tr[data-member-of='" + button.dataset.group + "']")) row.hidden = !open;
+    });
+  }
+
   columnChooser();
   filterError();
   compareGuard();
   bulkEdit();
+  runGroups();
 })();

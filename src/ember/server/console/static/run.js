@@ -94,9 +94,14 @@
     return hi > lo ? [lo, hi] : null;
   }
 
+  // The page's log scale puts a minimised metric (a loss) on a log axis, never a maximised one (an
+  // accuracy, whose best is its maximum): that takes the chart's own log box. Modes come from the server.
+  const modes = JSON.parse(root.dataset.modes || "{}");
+  const pageLog = (view) => modes[view.type + "/" + view.name] === "min";
+
   // [x, value, smoothed?] columns for uPlot, sorted by x, without the points that have no x.
   function columns(view, s) {
-    const xs = xsOf(s), log = view.log === null ? state.log : view.log;
+    const xs = xsOf(s), log = view.log === null ? state.log && pageLog(view) : view.log;
     const smoothing = view.smoothing === null ? state.smoothing : view.smoothing;
     const idx = [];
     for (let i = 0; i < xs.length; i++) if (xs[i] !== null && xs[i] !== undefined) idx.push(i);
@@ -138,7 +143,9 @@
 
   function options(view, shape, width) {
     const time = state.x === "time";
-    const series = [{ label: AXES[state.x] }, { label: "value", stroke: "#1f5fbf", width: 1.5,
+    // wall time hovers to the second (uPlot's default stops at the minute)
+    const x = time ? { label: AXES[state.x], value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" } : { label: AXES[state.x] };
+    const series = [x, { label: "value", stroke: "#1f5fbf", width: 1.5,
       alpha: shape.smoothing ? 0.3 : 1, points: { show: shape.cols[0].length < 60, size: 5 } }];
     if (shape.smoothing) series.push({ label: "smoothed", stroke: "#1f5fbf", width: 2 });
     return {
