@@ -21,12 +21,12 @@ from sqlalchemy import select
 
 from ember.server.api.auth import DbSession
 from ember.server.console.assets import VERSION
-from ember.server.console.data import COMPARE_IDS
 from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import ConsoleRoute, render
 from ember.server.services import listing, liveness, naming
 from ember.server.services.columns import metric_order, metric_summary
 from ember.server.services.lookup import get_runs
+from ember.server.services.series import COMPARE_IDS
 from ember.server.storage.models import Run
 from ember.track.best import Mode, metric_mode
 from ember.track.hparams import flatten

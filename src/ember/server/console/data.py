@@ -14,7 +14,7 @@ from ember.server.console.session import PREFIX, require_viewer
 from ember.server.console.views import DataRoute, secure
 from ember.server.services import codec, liveness
 from ember.server.services.lookup import get_artifact_file, get_run, get_runs
-from ember.server.services.series import MAX_BUCKETS
+from ember.server.services.series import COMPARE_IDS, MAX_BUCKETS
 
 router = APIRouter(prefix=PREFIX, route_class=DataRoute, include_in_schema=False)
 MetricType = Annotated[str, Query(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -49,10 +49,6 @@ def series(
     response = Response(body, media_type="application/json")
     secure(response)
     return response
-
-
-COMPARE_IDS = 100
-"""Runs in one ``/compare/series`` request: the compare page asks for 500 runs in 5 requests."""
 
 
 @router.get("/compare/series")

@@ -59,6 +59,9 @@ def metric_counts(session: Session, run_pk: int) -> list[dict[str, Any]]:
     return [{"type": t, "name": n, "count": int(c), "last_step": int(s)} for t, n, c, s in rows]
 
 
+COMPARE_IDS = 100
+"""Runs in one ``/ui/compare/series`` request (:meth:`SeriesReader.series_json_many`): the compare page asks
+for 500 runs in 5 requests."""
 KEEP_BYTES = 64 << 20
 """The last answers' JSON kept per server process, at most this many bytes: a compare page of 500
 runs x 2 metric types (100 points a metric) or 250 run pages of 3 x 1,000,000 points. Kept by
