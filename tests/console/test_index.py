@@ -34,8 +34,8 @@ from ember.server.services import admin
 from ember.server.services.upload import Uploads
 from ember.server.storage.models import User
 from ember.server.storage.settings import Settings
-from ember.track.artifact import run_folder
 from ember.track.client import Client, Credentials, upload_artifact, upload_run
+from ember.track.lineage import run_folder
 from tests.console._data import make_store, stored_rows, write_runs
 
 BASE = "http://127.0.0.1:8766"

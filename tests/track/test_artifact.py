@@ -90,7 +90,7 @@ def test_mark_input_and_output_record_the_edge_in_both_ends(tmp_path: Path) -> N
 
 def test_an_artifact_belongs_in_the_folder_of_the_run_that_wrote_it_else_of_one_that_used_it(tmp_path: Path) -> None:
     """Issue 33, item 10: `ember ui` and `ember upload` of a store filed every artifact in ``default``."""
-    from ember.track.artifact import run_folder
+    from ember.track.lineage import run_folder
 
     data, model, loose = (track.create_artifact(n) for n in ("data", "model", "loose"))
     train = track.create_run(name="train", folder="vision/resnet")

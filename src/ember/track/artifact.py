@@ -307,38 +307,6 @@ class NoOpArtifact(Artifact):
         return {}
 
 
-def run_folder(path: Path) -> str | None:
-    """The tracking folder an artifact belongs in: its run's, read from its ``lineage.jsonl``.
-
-    The run whose output it is, else the first run that used it as an input; None when no run of
-    the store names it (or its lineage, or that run's ``run.json``, cannot be read). ``ember
-    upload`` of a store and ``ember ui`` file an artifact there, beside its run, and in ``default``
-    only when this is None (before, every artifact went to ``default``, away from its run).
-
-    Example:
-        >>> run_folder(Path(".ember/artifacts/model_260520_101700_x1y2z3"))
-        'mnist'
-    """
-    try:
-        edges = lineage.read_edges(path)
-    except TrackingError:
-        return None
-    produced = [
-        e["source"] for e in edges if e["source"].get("kind") == "run" and e["target"].get("kind") == "artifact"
-    ]
-    used = [e["target"] for e in edges if e["target"].get("kind") == "run" and e["source"].get("kind") == "artifact"]
-    for ref in produced + used:
-        meta_file = lineage.resolve_ref(ref, path.parent.parent) / "run.json"
-        try:
-            meta = read_json(meta_file, follow_links=False) if meta_file.is_file() else None
-        except TrackingError:
-            continue
-        folder = meta.get("folder") if isinstance(meta, dict) else None
-        if isinstance(folder, str) and folder.strip("/"):
-            return folder
-    return None
-
-
 def create_artifact(
     name: str,
     labels: list[str] | None = None,

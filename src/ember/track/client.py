@@ -35,7 +35,6 @@ from ember.errors import TrackingError
 from ember.track import images, lineage
 from ember.track._fs import ARTIFACTS_DIR, RUNS_DIR, read_json
 from ember.track._upload_io import UploadError, lines_from, no_follow, read_from
-from ember.track.artifact import run_folder
 from ember.track.receiver import (
     Answer,
     ArtifactBody,
@@ -572,7 +571,9 @@ def upload(
             return [upload_run(root, folder, make_folder, conflict_strategy, client)]
         if (root / "artifact.json").is_file():
             return [
-                upload_artifact(root, folder or run_folder(root) or "default", make_folder, conflict_strategy, client)
+                upload_artifact(
+                    root, folder or lineage.run_folder(root) or "default", make_folder, conflict_strategy, client
+                )
             ]
         runs = sorted(p for p in (root / RUNS_DIR).glob("*") if (p / "run.json").is_file())
         arts = sorted(p for p in (root / ARTIFACTS_DIR).glob("*") if (p / "artifact.json").is_file())
@@ -580,7 +581,7 @@ def upload(
             raise UploadError(f"{root} holds no run.json, artifact.json, runs/ or artifacts/: nothing to upload")
         with _keeping(f"every run and artifact of {root}", root, replace=True):  # `ember upload ROOT` goes on
             done = [
-                upload_artifact(a, folder or run_folder(a) or "default", make_folder, conflict_strategy, client)
+                upload_artifact(a, folder or lineage.run_folder(a) or "default", make_folder, conflict_strategy, client)
                 for a in arts
             ]
             return done + [upload_run(r, folder, make_folder, conflict_strategy, client, artifacts=False) for r in runs]

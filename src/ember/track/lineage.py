@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ember.errors import TrackingError, short_repr
-from ember.track._fs import append_line, complete_lines
+from ember.track._fs import append_line, complete_lines, read_json
 
 LINEAGE_FILE = "lineage.jsonl"
 
@@ -93,3 +93,35 @@ def resolve_ref(ref: dict[str, Any], home: Path) -> Path:
     """The folder a reference read from a lineage file under store root ``home`` points to."""
     path = ref.get("path", "")
     return Path(path) if os.path.isabs(path) else home / path
+
+
+def run_folder(path: Path) -> str | None:
+    """The tracking folder an artifact belongs in: its run's, read from its ``lineage.jsonl``.
+
+    The run whose output it is, else the first run that used it as an input; None when no run of
+    the store names it (or its lineage, or that run's ``run.json``, cannot be read). ``ember
+    upload`` of a store and ``ember ui`` file an artifact there, beside its run, and in ``default``
+    only when this is None (before, every artifact went to ``default``, away from its run).
+
+    Example:
+        >>> run_folder(Path(".ember/artifacts/model_260520_101700_x1y2z3"))
+        'mnist'
+    """
+    try:
+        edges = read_edges(path)
+    except TrackingError:
+        return None
+    produced = [
+        e["source"] for e in edges if e["source"].get("kind") == "run" and e["target"].get("kind") == "artifact"
+    ]
+    used = [e["target"] for e in edges if e["target"].get("kind") == "run" and e["source"].get("kind") == "artifact"]
+    for ref in produced + used:
+        meta_file = resolve_ref(ref, path.parent.parent) / "run.json"
+        try:
+            meta = read_json(meta_file, follow_links=False) if meta_file.is_file() else None
+        except TrackingError:
+            continue
+        folder = meta.get("folder") if isinstance(meta, dict) else None
+        if isinstance(folder, str) and folder.strip("/"):
+            return folder
+    return None

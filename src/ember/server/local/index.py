@@ -43,7 +43,7 @@ from ember.server.local.damaged import damaged_id, forget_artifact, forget_run, 
 from ember.server.local.scan import HOT_S, Entry, Folders, signature
 from ember.server.services.upload import NewRuns, Recorded, Uploads
 from ember.server.storage.models import Run, User
-from ember.track.artifact import run_folder
+from ember.track import lineage
 from ember.track.client import Client, Credentials, UploadError, upload_artifact, upload_run
 from ember.track.layout import ARTIFACTS_DIR, RUNS_DIR
 from ember.track.store import DAMAGED, STALE_AFTER_S, run_info
@@ -486,7 +486,7 @@ class StoreIndex:
             kind.indexed += first
             entry.signature, entry.listed = signature(entry.path), True
             try:
-                home = run_folder(entry.path) or "default"  # beside the run it came from
+                home = lineage.run_folder(entry.path) or "default"  # beside the run it came from
                 entry.node_id = str(upload_artifact(entry.path, home, True, "new", client)["id"])
                 entry.error = None
                 self._artifact_errors.pop(name, None)
