@@ -73,3 +73,10 @@ def test_a_parameter_frozen_after_initialize_raises_before_the_update_on_every_r
         assert frozen["error"] is not None, "DDP silently applied an update it could not average"
         assert "'0.weight'" in frozen["error"] and "find_unused_parameters=True" in frozen["error"]
         assert frozen["unchanged"]
+
+
+def test_a_static_graph_with_accumulation_is_one_config_error_on_every_rank(ranks: dict[int, dict]) -> None:
+    """Before: torch's ``expect_autograd_hooks_ INTERNAL ASSERT`` at the first step."""
+    for r in ranks.values():
+        assert r["static_graph"] is not None and "gradient_accumulation=2" in r["static_graph"]
+        assert "drop ddp.static_graph" in r["static_graph"]

@@ -141,6 +141,17 @@ def find_unused_flag(config: dict[str, Any]) -> bool:
     return bool(engine.wrapped_model.find_unused_parameters)
 
 
+def static_graph_refusal() -> str | None:
+    """``ddp.static_graph`` with accumulation: one ember error before DDP is built (torch asserted)."""
+    model = tiny_mlp()
+    config = {"ddp": {"static_graph": True}, "gradient_accumulation": 2}
+    try:
+        ember.initialize(model, torch.optim.SGD(model.parameters(), lr=0.1), config=config)
+    except ember.errors.ConfigError as err:
+        return str(err)
+    return None
+
+
 def main() -> None:
     ember.launch_from_torch(config={"seed": 0}, verbose=False)
     ds = tiny_dataset(32 * 6)
@@ -176,6 +187,7 @@ def main() -> None:
         "alias": find_unused_flag({"find_unused_parameters": True}),
         "ddp_section": find_unused_flag({"ddp": {"find_unused_parameters": True}}),
     }
+    out["static_graph"] = static_graph_refusal()
     out["any_true"] = distributed.any_true(ember.context.rank == 1)
     report(out)
 

@@ -237,6 +237,14 @@ def parallelize(
         return _parallelize_grid(model, optimizer, cfg, plan, lr_scheduler)
     fsdp = plan.zero_stage >= 2 and layout.data > 1
     if plan.tensor_plan is None and not fsdp and layout.context == 1:
+        if cfg.ddp and cfg.ddp.get("static_graph") and cfg.gradient_accumulation > 1:
+            # torch's reducer asserts (expect_autograd_hooks_) at the first step: a static graph is
+            # recorded in an iteration that all-reduces, and no_sync skips that
+            raise ConfigError(
+                f"config ddp.static_graph=True with gradient_accumulation={cfg.gradient_accumulation}: torch's DDP "
+                "cannot skip the gradient all-reduce (no_sync) of a non-boundary micro-step on a static graph; "
+                "drop ddp.static_graph, or set gradient_accumulation=1"
+            )
         eval_module = _compiled(model, cfg)  # compile before DDP: DDP(compile(m)) compiles, the reverse runs eager
         ddp = wrap_data_parallel(
             eval_module, ctx.device, cfg.ddp, process_group=mesh["data"].get_group(), deterministic=cfg.deterministic
