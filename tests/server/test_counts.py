@@ -7,6 +7,8 @@ migration 0012 counts the points and metrics of an existing database."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +186,26 @@ def test_a_users_runs_and_folders_are_bounded_whoever_makes_them(tmp_path: Path,
         client = Client(Credentials("http://testserver", server.keys["alice"]), http=server.client)
         with pytest.raises(UploadError, match=r"PUT /runs/\w+ -> 413: .*--max-user-runs"):
             upload_run(run.path, folder="c", client=client)
+    server.client.app.state.engine.dispose()
+
+
+def test_concurrent_new_runs_never_take_a_user_past_the_limit(tmp_path: Path, db_url: str) -> None:
+    """Eight runs sent at once against a limit of 3: exactly 3 made, 5 refused. Before, on
+    PostgreSQL each request counted the owner's runs before any had committed, and all were made."""
+    server = make_server(tmp_path, db_url, max_user_runs=3)
+    with server.client:
+        assert server.req("POST", "/folders", json={"path": "race"}).status_code == 200
+        start = threading.Barrier(8)
+
+        def put(i: int) -> int:
+            start.wait()
+            return int(_put_run(server, f"{i:032x}", folder="race").status_code)
+
+        with ThreadPoolExecutor(8) as pool:
+            codes = sorted(pool.map(put, range(8)))
+        assert codes == [200] * 3 + [413] * 5, codes
+        listed = server.req("GET", "/search/runs", params={"per_page": 50}).json()
+        assert listed["total"] == 3
     server.client.app.state.engine.dispose()
 
 

@@ -98,10 +98,13 @@ def check_owned(session: Session, kind: type[Folder | Run], owner_id: int, addin
     """413 when ``adding`` more folders or runs take the tree of ``owner_id`` past ``limit`` (None: no limit).
 
     One count over the owner's index range (``ix_folders_owner_id``, ``ix_runs_owner_id``), which
-    the limit itself bounds.
+    the limit itself bounds, after locking the owner's row until the transaction ends: on
+    PostgreSQL two requests that counted at once would each have seen room for their own run
+    (SQLite runs one writer at a time already, and ignores the lock).
     """
     if limit is None or adding <= 0:
         return
+    session.execute(select(User.id).where(User.id == owner_id).with_for_update())
     held = int(session.scalar(select(func.count()).select_from(kind).where(kind.owner_id == owner_id)) or 0)
     if held + adding > limit:
         what = "folders" if kind is Folder else "runs"
