@@ -70,10 +70,6 @@ def forward(engine: Any, batch: Any, move: bool = False) -> tuple[Any, Any, int]
     """
     if move:
         batch = to_device(batch, engine.device)
-    if type(batch) is tuple and len(batch) == 2:  # (inputs, label): split and sized without the general search
-        inputs, label = batch
-        if type(inputs) is torch.Tensor and inputs.dim() > 0:
-            return engine(inputs), label, inputs.shape[0]
     args, kwargs, label = split_batch(batch)
     output = engine(*args, **kwargs) if kwargs else engine(*args)
     return output, label, batch_size(batch)
