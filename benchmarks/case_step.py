@@ -37,6 +37,26 @@ def hand_epochs(w: Workload, loader: Iterable[Any], model: Any = None) -> None:
             opt.step()
 
 
+def hand_epochs_same_work(w: Workload, loader: Iterable[Any], logger: Any) -> None:
+    """The hand loop doing what :func:`default_hooks` ask of the Trainer: each epoch's
+    sample-weighted mean loss (every batch's loss read, as a PyTorch tutorial's ``running_loss``
+    does), the per-epoch LR schedule and a log line per epoch. The yardstick for ember's own cost
+    with those hooks: what the Trainer adds beyond the work they do."""
+    model, opt, crit = w.model, w.optimizer, w.criterion
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0)
+    for epoch in range(w.epochs):
+        total, seen = 0.0, 0
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = crit(model(x), y)
+            loss.backward()
+            opt.step()
+            n = len(y)
+            total, seen = total + loss.item() * n, seen + n
+        sched.step()
+        logger.info(f"epoch {epoch}: train/loss {total / seen:.5g}, lr {sched.get_last_lr()[0]:.3g}")
+
+
 def engine_epochs(engine: Any, loader: Iterable[Any], epochs: int) -> None:
     """The same run with ember's Engine standing in for model, optimizer and loss."""
     for _ in range(epochs):

@@ -1,4 +1,4 @@
-"""The per-step storage (lazy, no sync on put) and the per-epoch history (latest, best, state)."""
+"""The per-step storage (CPU values read at once, others lazily) and the per-epoch history."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ember.errors import TrainerError
-from ember.trainer.storage import Cursor, History, StepStorage, UnknownScalarError
+from ember.trainer.storage import Cursor, History, StepStorage, UnknownScalarError, held
 
 
 def test_put_scalar_keeps_tensors_without_reading_them() -> None:
@@ -17,6 +17,16 @@ def test_put_scalar_keeps_tensors_without_reading_them() -> None:
     storage.put_scalar("loss", torch.empty((), device="meta"))  # reading a meta tensor would raise
     storage.put_scalars(lr=0.1)
     assert storage.names() == ["loss", "lr"] and storage.latest_step("loss") == 3
+
+
+def test_put_scalar_reads_a_cpu_tensor_at_once_and_keeps_the_float() -> None:
+    storage = StepStorage()
+    loss = torch.tensor(0.25, requires_grad=True) * 2
+    storage.put_scalar("loss", loss)
+    with torch.no_grad():
+        loss.add_(1)  # what was put is the value at the put, not the tensor
+    assert storage.values("loss") == [(0, 0.5)] and type(held(torch.tensor(2.0))) is float
+    assert held(torch.empty((), device="meta")).is_meta  # an accelerator's value stays a tensor
 
 
 def test_storage_reads_latest_means_and_windows() -> None:

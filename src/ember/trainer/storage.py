@@ -1,9 +1,10 @@
 """What the Trainer remembers of a run: per-step scalars and per-epoch metrics.
 
 * :class:`StepStorage` (``trainer.storage``) holds the last few values of per-step scalars
-  (the loss, the learning rate, throughput). Values may be tensors: they are kept as given and
-  only turned into Python numbers when someone reads them, so putting a loss every step costs
-  no host-device synchronisation.
+  (the loss, the learning rate, throughput). Values may be tensors: on an accelerator they are
+  kept as given and only turned into Python numbers when someone reads them, so putting a loss
+  every step costs no host-device synchronisation; on the CPU they are read at once
+  (:func:`held`).
   Writers (the step logger, TensorBoard, tracking) read it, each through its own
   :class:`Cursor`: the values put since that writer's last write.
 * :class:`History` (``trainer.history``) holds one value per epoch for each metric
@@ -22,7 +23,7 @@ import torch
 
 from ember.errors import TrainerError
 
-__all__ = ["Cursor", "History", "Mode", "Reduce", "Scalar", "StepStorage", "UnknownScalarError"]
+__all__ = ["Cursor", "History", "Mode", "Reduce", "Scalar", "StepStorage", "UnknownScalarError", "held"]
 
 Scalar = float | int | torch.Tensor
 """A number, or a one-element tensor (read lazily)."""
@@ -45,6 +46,27 @@ class UnknownScalarError(TrainerError, KeyError):
     __str__ = Exception.__str__  # KeyError's would quote the whole message
 
 
+def held(value: torch.Tensor) -> float | torch.Tensor:
+    """How a per-step value is kept until it is read: a float on the CPU, a detached tensor elsewhere.
+
+    Reading a CPU tensor waits for nothing, and keeping per-step tensors alive until a window or
+    a sum lets them go costs more than the read (their memory is cold by then: about 3 µs a step
+    for the loss alone, ``benchmarks/overhead.py``); on an accelerator the read would make the
+    host wait for the device, so the tensor is kept and read in bulk where it is logged. The
+    step storage and the metric hooks keep their values this way.
+
+    Args:
+        value: a one-element tensor.
+
+    Example:
+        >>> held(torch.tensor(0.5))
+        0.5
+    """
+    if value.is_cpu:
+        return value.item()
+    return value.detach() if value.requires_grad else value  # detaching again would only cost time
+
+
 def _check_scalar(name: str, value: Any) -> Scalar:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -52,7 +74,7 @@ def _check_scalar(name: str, value: Any) -> Scalar:
                 f"scalar {name!r} must be a number or a one-element tensor, got a tensor of shape "
                 f"{tuple(value.shape)}: reduce it (e.g. .mean()) first"
             )
-        return value.detach() if value.requires_grad else value  # detaching again would only cost time
+        return held(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TrainerError(f"scalar {name!r} must be a number or a one-element tensor, got {type(value).__name__}")
     return value
@@ -118,9 +140,10 @@ class StepStorage:
     def put_scalar(self, name: str, value: Scalar, step: int | None = None) -> None:
         """Record ``value`` for ``name`` at ``step`` (default: :attr:`step`).
 
-        A tensor is detached and kept as is: do not modify it in place afterwards.
+        A tensor on the CPU is read at once; elsewhere it is detached and kept as is (do not
+        modify it in place afterwards): see :func:`held`.
         """
-        if type(value) is not torch.Tensor or value.requires_grad or value.dim() != 0:  # else nothing to check
+        if type(value) is not float:  # per step: a loss comes as the float LossHook read (held)
             value = _check_scalar(name, value)
         buf = self._buffers.get(name)
         if buf is None:

@@ -20,7 +20,7 @@ from ember import distributed
 from ember.errors import HookError
 from ember.trainer.hooks._util import PHASES, accumulator, check_phases
 from ember.trainer.hooks.base import BaseHook, Priority
-from ember.trainer.storage import Mode
+from ember.trainer.storage import Mode, held
 
 __all__ = ["AccuracyHook", "LossHook", "MetricHook"]
 
@@ -41,12 +41,13 @@ class _AveragedMetric(BaseHook):
         super().__init__(priority, name)
         self.on = check_phases(on, type(self).__name__)
         # The sum is a 0-dim float64 tensor on the device (no host sync per batch); the count
-        # stays a Python number unless a hook counts with tensors. A batch's tensor is not added
+        # stays a Python number unless a hook counts with tensors. A batch's value is not added
         # at once: it waits in `_pending` (with its scale) and _FOLD_EVERY of them are added in
-        # one go, because one tensor op per batch is measurable on a small model.
+        # one go, because one tensor op per batch is measurable on a small model. It waits as
+        # the storage keeps it (`held`): a float on the CPU, a tensor on an accelerator.
         self._sum: dict[str, torch.Tensor | None] = {"train": None, "test": None}
         self._seen: dict[str, torch.Tensor | float] = {"train": 0, "test": 0}
-        self._pending: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+        self._pending: dict[str, list[torch.Tensor | float]] = {"train": [], "test": []}
         self._scales: dict[str, list[int | float]] = {"train": [], "test": []}
 
     def records(self) -> list[str]:
@@ -68,14 +69,12 @@ class _AveragedMetric(BaseHook):
         if isinstance(total, torch.Tensor):
             if total.requires_grad or total.dim():  # per batch: one test for the usual detached 0-dim value
                 total = _one_value(total.detach(), self.name)
-            pending = self._pending[phase]
-            pending.append(total)
-            self._scales[phase].append(scale)
-            if len(pending) >= _FOLD_EVERY:
-                self._fold(phase)
-        else:
+            total = held(total)
+        pending = self._pending[phase]
+        pending.append(total)
+        self._scales[phase].append(scale)
+        if len(pending) >= _FOLD_EVERY:
             self._fold(phase)
-            self._accumulator(phase, self.trainer.engine.device).add_(total * scale)
         seen = self._seen
         seen[phase] = seen[phase] + (count.detach() if isinstance(count, torch.Tensor) else count)
 
@@ -168,13 +167,19 @@ class _AveragedMetric(BaseHook):
             self._pending[phase], self._scales[phase] = list(saved["values"].unbind()), list(saved["scales"])
 
 
-def _stacked(values: list[torch.Tensor]) -> torch.Tensor:
-    """``values`` as one tensor on the device of the newest: restored values wait on the CPU at
-    the front of the list, new ones are made on the Engine's device (a GPU)."""
-    device = values[-1].device
-    if values[0].device != device:
-        values = [v.to(device) for v in values]
-    return torch.stack(values)
+def _stacked(values: list[torch.Tensor | float]) -> torch.Tensor:
+    """``values`` as one tensor: the floats read on the CPU as float64; tensors on the device of the
+    newest (restored values wait on the CPU at the front of the list, new ones are made on the
+    Engine's device); a mix (a run resumed on the CPU, or a metric computed apart from the
+    device) in the accumulator's dtype there."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return torch.tensor(values, dtype=torch.float64)
+    device = tensors[-1].device
+    if len(tensors) == len(values):
+        return torch.stack(tensors if tensors[0].device == device else [v.to(device) for v in tensors])
+    dtype = accumulator(device).dtype
+    return torch.stack([torch.as_tensor(v, dtype=dtype, device=device) for v in values])
 
 
 def _one_value(total: torch.Tensor, hook: str) -> torch.Tensor:
@@ -188,8 +193,9 @@ def _one_value(total: torch.Tensor, hook: str) -> torch.Tensor:
 class LossHook(_AveragedMetric):
     """Records the sample-weighted mean loss of each epoch: ``train/loss`` and ``test/loss``.
 
-    Also puts every batch's loss into ``trainer.storage`` as ``train/loss`` (a tensor, read
-    only where it is logged). With gradient accumulation the loss is the micro-batch's own
+    Also puts every batch's loss into ``trainer.storage`` as ``train/loss`` (on an accelerator
+    a tensor, read only where it is logged; on the CPU the float, read at once: see
+    :func:`~ember.trainer.storage.held`). With gradient accumulation the loss is the micro-batch's own
     (not divided by the accumulation count).
 
     Args:
@@ -216,11 +222,11 @@ class LossHook(_AveragedMetric):
 
     def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this batch's loss to the epoch's sum and to the step storage."""
-        loss, trainer = loss.detach(), self._trainer_ref  # called by the bus: registered
-        trainer.storage.put_scalar("train/loss", loss)
+        value, trainer = held(loss), self._trainer_ref  # called by the bus: registered
+        trainer.storage.put_scalar("train/loss", value)
         if "train" in self.on:
             n = int(trainer.step_result["batch_size"])
-            self._add("train", loss, n, n)
+            self._add("train", value, n, n)
 
     def after_test_iter(self, output: Any, label: Any, loss: Any) -> None:
         """Add this test batch's loss to the sum."""
