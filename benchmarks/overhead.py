@@ -46,6 +46,7 @@ import torch
 import ember
 from benchmarks import case_step
 from benchmarks.workloads import Workload
+from ember.trainer.hooks import BaseHook
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CONTENDERS = (
@@ -53,15 +54,25 @@ CONTENDERS = (
     "hand loop, the default hooks' work",
 )  # fmt: skip
 PARTS = (
-    "hand loop", "ember Engine loop", "ember Trainer, no hooks", "ember Trainer, LossHook",
-    "ember Trainer, LossHook + LRSchedulerHook", "ember Trainer, default hooks",
+    "hand loop", "hand loop, the default hooks' work", "ember Engine loop",
+    "ember Engine loop, nonfinite_loss='ignore'", "ember Trainer, no hooks", "ember Trainer, a hook that does nothing",
+    "ember Trainer, LossHook", "ember Trainer, LossHook + LRSchedulerHook", "ember Trainer, default hooks",
 )  # fmt: skip
-"""With ``--parts``: the default hook list grown one part at a time, to see what each costs."""
+"""With ``--parts``: the default hook list grown one part at a time, to see what each costs; the
+Engine without its non-finite loss check; the hook dispatch alone (an ``after_train_iter`` that
+does nothing)."""
 _HOOKS_KEPT = {
     "ember Trainer, no hooks": 0, "ember Trainer, LossHook": 1, "ember Trainer, LossHook + LRSchedulerHook": 2,
     "ember Trainer, default hooks": 5,
 }  # fmt: skip
 """How many of :func:`case_step.default_hooks` (loss, LR schedule, accuracy, metric log, memory log) each keeps."""
+
+
+class _Idle(BaseHook):
+    """A hook whose ``after_train_iter`` does nothing: the cost of the hook dispatch itself."""
+
+    def after_train_iter(self, output: Any, label: Any, loss: Any) -> None:
+        """Nothing."""
 
 
 def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Workload]:
@@ -74,6 +85,10 @@ def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Worklo
     if name == "hand loop, the default hooks' work":
         w.model.train()
         return lambda: case_step.hand_epochs_same_work(w, loader, ember.get_dist_logger()), w
+    if name == "ember Engine loop, nonfinite_loss='ignore'":
+        engine = ember.initialize(w.model, w.optimizer, w.criterion, config={"nonfinite_loss": "ignore"})[0]
+        engine.train()
+        return lambda: case_step.engine_epochs(engine, loader, epochs), w
     engine = case_step._engine(w)
     if name == "ember Engine loop":
         engine.train()
@@ -82,6 +97,8 @@ def build(name: str, params: dict[str, Any]) -> tuple[Callable[[], None], Worklo
 
     logger = ember.get_dist_logger()
     trainer = Trainer(engine=engine, logger=logger)
+    if name == "ember Trainer, a hook that does nothing":
+        return lambda: trainer.fit(loader, epochs=epochs, hooks=[_Idle()]), w
     kept = _HOOKS_KEPT[name]  # none: no LR scheduler built either (it wraps the optimizer's step)
     chosen = case_step.default_hooks(w, logger)[:kept] if kept else []
     return lambda: trainer.fit(loader, epochs=epochs, hooks=chosen), w
@@ -135,6 +152,8 @@ def _measure(
         times = cpu[name, long]
         us = statistics.median(times) / steps * 1e6
         paired = [a / b for a, b in zip(times, hand, strict=True)]
+        diffs = [(a - b) / steps * 1e6 for a, b in zip(times, hand, strict=True)]
+        quartiles = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
         rows.append({
             "contender": name,
             "us_per_step": us,
@@ -143,6 +162,8 @@ def _measure(
             "paired_ratio": statistics.median(paired),
             "paired_min": min(paired),
             "paired_max": max(paired),
+            "paired_overhead_us": statistics.median(diffs),
+            "paired_overhead_iqr_us": [quartiles[0], quartiles[2]],
             "fastest_us_per_step": min(times) / steps * 1e6,
             "fastest_ratio": min(times) / min(hand),
             "cpu_s": times,
@@ -184,17 +205,21 @@ def markdown(record: dict[str, Any]) -> str:
         ),
         "",
         "| contender | µs per step (median) | overhead vs the hand loop | ratio of medians | paired ratio (min–max) "
-        "| fastest run: µs per step | ratio of fastest runs |",
-        "|---|---|---|---|---|---|---|",
+        "| fastest run: µs per step | ratio of fastest runs | paired overhead, µs per step (IQR) |",
+        "|---|---|---|---|---|---|---|---|",
         *(
             f"| {r['contender']} | {r['us_per_step']:,.1f} | {r['overhead_us_per_step']:+,.1f} µs | "
             f"{r['ratio']:.3f}x | {r['paired_ratio']:.3f}x ({r['paired_min']:.3f}–{r['paired_max']:.3f}) | "
-            f"{r['fastest_us_per_step']:,.1f} | {r['fastest_ratio']:.3f}x |"
+            f"{r['fastest_us_per_step']:,.1f} | {r['fastest_ratio']:.3f}x | {r['paired_overhead_us']:+,.1f} "
+            f"({r['paired_overhead_iqr_us'][0]:+,.1f} to {r['paired_overhead_iqr_us'][1]:+,.1f}) |"
             for r in record["rows"]
         ),
         "",
         "Neighbours on a shared machine only ever add time, so each contender's fastest run is the "
-        "estimate least touched by them; the paired ratio compares runs made moments apart.",
+        "estimate least touched by them; the paired ratio and the paired overhead compare runs made "
+        "moments apart (the median over rounds of each round's difference to the hand loop). On a "
+        "noisy VM many short rounds (`--batches 200 --epochs 2 --rounds 60`) pin the overhead down "
+        "better than a few long ones.",
         "",
     ]
     if record.get("short_batches"):
