@@ -14,6 +14,11 @@ period has passed (:func:`collect`). A user's storage (:func:`usage`) is the blo
 artifacts in their folder tree, plus their uploads still waiting for an artifact, plus the
 images, the stored output (``runs.log_bytes``) and the metric points (``runs.metric_points``, each
 :data:`POINT_BYTES`) of the runs in their tree.
+
+A write that adds bytes to an owner's storage (metric points, output, images, a blob upload, an
+artifact listing blobs) locks the owner's row first (:func:`hold`, step 1 of the lock order in
+:mod:`ember.server.services.perms`) and sums their usage once the bytes are in (:func:`charge`):
+requests sent at once take turns, so none passes on a sum that misses another's bytes.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ember._atomic import atomic_path, fsync_dir
 from ember.server.services import naming
 from ember.server.services.ingest import insert_ignore
-from ember.server.services.perms import Level, level
+from ember.server.services.perms import Level, level, lock_owner
 from ember.server.storage.domain_errors import Invalid, TooLarge
 from ember.server.storage.models import Artifact, ArtifactFile, Blob, BlobUpload, Run, RunImage, User, now
 from ember.server.storage.settings import Settings
@@ -170,7 +175,8 @@ def lock(session: Session) -> None:
 
     On SQLite every transaction already holds the database's write lock; on PostgreSQL a
     transaction-scoped advisory lock does it, so a blob being collected cannot be re-uploaded
-    (its file replaced) between the collector's check and its unlink.
+    (its file replaced) between the collector's check and its unlink. Step 2 of the lock order
+    (:mod:`ember.server.services.perms`): after the owner's row, before any node's rows.
     """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(7316871)"))
@@ -240,9 +246,10 @@ def record_in(session: Session, store: BlobStore, settings: Settings, user: User
         TooLarge: 413 when the upload takes the user past the quota (nothing is recorded).
     """
     size = tmp.stat().st_size
+    hold(session, user.id, settings.quota_bytes)
     lock(session)
     record_upload(session, user, sha, size, settings.blob_grace_s)
-    check_quota(session, user.id, user.name, settings.quota_bytes)
+    charge(session, user.id, settings.quota_bytes)
     store.place(tmp, sha)
     return size
 
@@ -297,10 +304,17 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     return int(total or 0) + int(pictures or 0) + int(output or 0) + int(points or 0) * POINT_BYTES
 
 
-def usage_now(sessions: sessionmaker[Session], user: User) -> int:
-    """:func:`usage` in a read-only transaction of its own (a streaming upload holds no session)."""
+def upload_usage(session: Session, user_id: int, settings: Settings) -> int | None:
+    """The usage :func:`upload_limit` bounds the user's next blob with: None without a quota."""
+    if settings.quota_bytes is None:
+        return None
+    return usage(session, user_id)
+
+
+def usage_now(sessions: sessionmaker[Session], user: User, settings: Settings) -> int | None:
+    """:func:`upload_usage` in a read-only transaction of its own (a streaming upload holds no session)."""
     with sessions() as session, session.begin():
-        return usage(session, user.id)
+        return upload_usage(session, user.id, settings)
 
 
 def quota_text(user: User, quota: int) -> str:
@@ -311,27 +325,29 @@ def quota_text(user: User, quota: int) -> str:
     )
 
 
-def check_quota(session: Session, user_id: int, name: str, quota: int | None) -> None:
-    """413 when the user holds more than ``quota`` bytes (inside the transaction that added them)."""
+def hold(session: Session, owner_id: int, quota: int | None) -> None:
+    """Start a write that adds bytes to the owner's storage: with a quota, lock the owner's row
+    (:func:`~ember.server.services.perms.lock_owner`), before any other lock but a new node's id,
+    so that :func:`charge` sees what the writes before it left."""
+    if quota is not None:
+        lock_owner(session, owner_id)
+
+
+def charge(session: Session, owner_id: int, quota: int | None) -> None:
+    """413 when the bytes this transaction added (flushed here) take the owner past ``quota`` (None:
+    no quota); the caller took :func:`hold` first."""
     if quota is None:
         return
-    used = usage(session, user_id)
+    session.flush()
+    used = usage(session, owner_id)
     if used > quota:
+        name = session.scalar(select(User.name).where(User.id == owner_id)) or "?"
         raise TooLarge(
             f"this would make {used} bytes of artifact files, run images, metric points ({POINT_BYTES} bytes each) "
             f"and run output held by {name!r}, over the quota of {quota} bytes per user: delete artifacts or runs "
             "with images, many points or long output, or ask an admin "
             "to raise `ember server --quota-mb`",
         )
-
-
-def check_run_quota(session: Session, run: Run, quota: int | None) -> None:
-    """:func:`check_quota` of the run's owner, after what the request added to the run (flushed here)."""
-    if quota is None:
-        return
-    session.flush()
-    owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
-    check_quota(session, run.owner_id, owner, quota)
 
 
 def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = None, at: datetime | None = None) -> int:
