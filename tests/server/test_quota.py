@@ -11,13 +11,17 @@ the owner holds.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select, text
 
 from tests.server.conftest import Server, make_server
 
@@ -115,4 +119,111 @@ def test_requests_sent_at_once_never_take_a_user_past_the_quota(tmp_path: Path, 
         assert _usage(server, "bob") == sum(
             UNIT for code, s in zip(codes, sends, strict=True) if s[0] == "bob" and code == 413
         )
+    server.client.app.state.engine.dispose()
+
+
+def _bound(server: Server, name: str = "alice") -> int | None:
+    with server.client.app.state.engine.connect() as conn:
+        found = conn.execute(text("SELECT stored_bytes FROM users WHERE name = :n"), {"n": name}).scalar_one()
+    return None if found is None else int(found)
+
+
+def _statements(server: Server) -> Iterator[list[str]]:
+    """The SQL the server runs while the ``with`` block sends requests."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    engine = server.client.app.state.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+watch = contextmanager(_statements)
+
+
+def test_the_quota_check_adds_to_a_bound_that_stays_above_the_usage_as_bytes_come_and_go(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The owner's bound (``users.stored_bytes``) is raised by what each write adds and left alone by
+    what frees bytes; a batch is summed against the whole store only when the bound leaves no room,
+    so a refusal is always exact and a metrics batch reads none of the owner's artifacts."""
+    from ember.server.services.blobs import collect
+    from ember.server.storage.models import now
+
+    server = make_server(tmp_path, db_url, quota_bytes=20 * UNIT)
+    app = server.client.app
+
+    def fits() -> None:  # the invariant: never below the usage
+        for name in ("alice", "bob"):
+            bound = _bound(server, name)
+            assert bound is None or bound >= _usage(server, name), (name, bound, _usage(server, name))
+
+    with server.client:
+        server.add_user("bob")
+        run = f"{1:032x}"
+        _run(server, run)
+        grant = {"kind": "folder", "target": "/alice/runs", "grantee": "bob", "level": "edit"}
+        assert server.req("PUT", "/shares", json=grant).status_code == 200
+        assert _bound(server) is None  # not known yet: the first check sums the store
+        assert server.req("POST", f"/runs/{run}/metrics", json=_points(0, 8)).status_code == 200
+        assert _bound(server) == _usage(server) == UNIT
+        # an upload counts once: pending, then listed by the owner's artifact
+        own = _blob(server, b"a" * 4 * UNIT)
+        artifact_id, body = _artifact("mine", own, 4 * UNIT, "runs")
+        assert server.req("PUT", f"/artifacts/{artifact_id}", json=body).status_code == 200
+        assert _bound(server) == _usage(server) == 5 * UNIT
+        # with room in the bound, a metrics batch touches no artifact, upload or image: one statement checks
+        with watch(server) as seen:
+            assert server.req("POST", f"/runs/{run}/metrics", json=_points(10, 8, first_step=8)).status_code == 200
+        assert seen and not [s for s in seen if "artifact_files" in s or "blob_uploads" in s or "run_images" in s]
+        assert _bound(server) == _usage(server) == 6 * UNIT
+        # freeing bytes leaves the bound: deleting the artifact collects its blob
+        assert server.req("DELETE", f"/artifacts/{artifact_id}").status_code == 200
+        assert _bound(server) == 6 * UNIT and _usage(server) == 2 * UNIT
+        # 17 KiB more: past the bound's room, so the store is summed (and seen to fit) and the bound exact again
+        with watch(server) as seen:
+            assert (
+                server.req("POST", f"/runs/{run}/metrics", json=_points(20, 17 * 8, first_step=16)).status_code == 200
+            )
+        assert [s for s in seen if "artifact_files" in s]
+        assert _bound(server) == _usage(server) == 19 * UNIT
+        refused = server.req("POST", f"/runs/{run}/metrics", json=_points(30, 16, first_step=1000))
+        assert refused.status_code == 413 and "--quota-mb" in refused.json()["detail"]
+        assert _usage(server) == 19 * UNIT
+        # another user's upload listed in alice's folder: it leaves bob's usage (his bound stays) and joins alice's
+        theirs = _blob(server, b"b" * UNIT, user="bob")
+        assert _bound(server, "bob") == _usage(server, "bob") == UNIT
+        artifact_id, body = _artifact("bobs", theirs, UNIT, "/alice/runs")
+        assert server.req("PUT", f"/artifacts/{artifact_id}", json=body, user="bob").status_code == 200
+        assert _bound(server) == _usage(server) == 20 * UNIT
+        assert _bound(server, "bob") == UNIT and _usage(server, "bob") == 0
+        fits()
+        # output and images count; a pending upload whose grace period is over is collected
+        assert server.req("DELETE", f"/runs/{run}", params={"purge": "true"}).status_code == 200
+        assert _usage(server) == UNIT
+        second = f"{2:032x}"
+        _run(server, second)
+        log = {"start": 0, "end": UNIT, "text": "x" * UNIT}
+        assert server.req("POST", f"/runs/{second}/log", json=log).status_code == 200
+        image = {"start": 0, "end": 10, "images": [{"name": "x", "step": 0, "time": 1.0, "png": _png(2 * UNIT)}]}
+        assert server.req("POST", f"/runs/{second}/images", json=image).status_code == 200
+        _blob(server, b"c" * 3 * UNIT)  # pending: no artifact lists it
+        assert _usage(server) == 7 * UNIT
+        fits()
+        with app.state.sessions() as session, session.begin():
+            assert collect(session, app.state.blobs, at=now() + timedelta(days=2)) == 1
+        assert _usage(server) == 4 * UNIT
+        fits()
+        # a write without a quota forgets the bound; a quota set again starts from the exact sum
+        app.state.settings = dataclasses.replace(app.state.settings, quota_bytes=None)
+        assert server.req("POST", f"/runs/{second}/metrics", json=_points(0, 8)).status_code == 200
+        assert _bound(server) is None
+        app.state.settings = dataclasses.replace(app.state.settings, quota_bytes=20 * UNIT)
+        assert server.req("POST", f"/runs/{second}/metrics", json=_points(10, 8, first_step=8)).status_code == 200
+        assert _bound(server) == _usage(server) == 6 * UNIT
     server.client.app.state.engine.dispose()

@@ -35,8 +35,9 @@ def put_artifact(
     """Create or update an artifact (by id); the file list is sent whole: it then holds exactly these files.
 
     Every file's blob must be uploaded first (409 naming those that are not); a size that differs
-    from the uploaded blob's is a 422; blobs no artifact lists any more are collected; 413 when
-    the artifact takes its owner past the quota (nothing kept).
+    from the uploaded blob's is a 422; blobs no artifact lists any more are collected. The blobs
+    newly listed count in the owner's quota, but for those the owner's own pending uploads
+    already count (413 past it, nothing kept).
     """
     meta = body.artifact
     if meta.id != naming.node_id(artifact_id, "artifact id"):
@@ -77,6 +78,7 @@ def put_artifact(
     artifact.references = [r.model_dump() for r in meta.references]
     session.flush()
     old = {f.path: f for f in session.scalars(select(ArtifactFile).where(ArtifactFile.artifact_pk == artifact.pk))}
+    added = blob_rules.newly_held(session, artifact.owner_id, set(wanted) - {f.sha256 for f in old.values()}, have)
     for path, row in old.items():
         if path not in files or row.sha256 != files[path].sha256:
             freed.add(row.sha256)
@@ -90,7 +92,7 @@ def put_artifact(
             kept.size, kept.sha256 = f.size, f.sha256
     session.flush()
     blob_rules.claim(session, user, wanted)
-    blob_rules.charge(session, artifact.owner_id, settings.quota_bytes)
+    blob_rules.charge(session, artifact.owner_id, added, settings.quota_bytes)
     blob_rules.collect(session, store, freed)
     folder_path = session.scalar(select(Folder.path).where(Folder.id == artifact.folder_id))
     cursors = ingest.cursors(session, "artifact", artifact_id)
@@ -120,8 +122,8 @@ def artifact_view(session: Session, user: User, artifact: Artifact, depth: int |
 
 
 def delete_artifact(session: Session, user: User, artifact_id: str, store: BlobStore) -> dict[str, Any]:
-    """Delete an artifact the caller may edit, and the blobs no other artifact lists (locking its
-    owner's row, then the blob lock, then its rows)."""
+    """Delete an artifact the caller may edit, and the blobs no other artifact lists (its owner's
+    row, then the blob lock, then its rows: it frees bytes, so no bound changes)."""
     artifact = get_artifact(session, user, artifact_id, Level.EDIT)
     lock_owner(session, artifact.owner_id)
     blob_rules.lock(session)

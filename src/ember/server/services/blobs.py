@@ -15,10 +15,19 @@ artifacts in their folder tree, plus their uploads still waiting for an artifact
 images, the stored output (``runs.log_bytes``) and the metric points (``runs.metric_points``, each
 :data:`POINT_BYTES`) of the runs in their tree.
 
-A write that adds bytes to an owner's storage (metric points, output, images, a blob upload, an
-artifact listing blobs) locks the owner's row first (:func:`hold`, step 1 of the lock order in
-:mod:`ember.server.services.perms`) and sums their usage once the bytes are in (:func:`charge`):
-requests sent at once take turns, so none passes on a sum that misses another's bytes.
+The quota's check does not sum that on every request: each user's row keeps a bound,
+``users.stored_bytes``, never below their usage. A write that adds bytes to an owner's storage
+(metric points, output, images, a blob upload, an artifact listing blobs) first locks the owner
+(:func:`hold`, step 1 of the lock order in :mod:`ember.server.services.perms`), and once the
+bytes are in, :func:`charge` adds what it stored (at least what the usage grew by) to the bound:
+within the quota, the request passes and the bound is raised; past it, the usage is summed
+exactly and the request refused only when that is past the quota too (the sum becomes the bound).
+What frees bytes (a run or artifact deleted or purged, a blob collected, an upload's grace
+period over, an upload listed by someone else's artifact) leaves the bound alone: it only gets
+looser, and the next check it would refuse sums again. Owners never change (a run or artifact
+stays in the tree it was made in), so no bytes move between users. A write without a quota
+(``ember ui``'s own store, a server without ``--quota-mb``) forgets the bound (NULL) instead, so a
+quota set later starts from an exact sum.
 """
 
 from __future__ import annotations
@@ -249,7 +258,7 @@ def record_in(session: Session, store: BlobStore, settings: Settings, user: User
     hold(session, user.id, settings.quota_bytes)
     lock(session)
     record_upload(session, user, sha, size, settings.blob_grace_s)
-    charge(session, user.id, settings.quota_bytes)
+    charge(session, user.id, size, settings.quota_bytes)
     store.place(tmp, sha)
     return size
 
@@ -274,6 +283,22 @@ def claim(session: Session, user: User, shas: Iterable[str]) -> None:
             .where(BlobUpload.user_id == user.id, BlobUpload.sha256.in_(wanted))
             .values(pending_until=None)
         )
+
+
+def newly_held(session: Session, owner_id: int, shas: set[str], sizes: dict[str, int]) -> int:
+    """At least what listing ``shas`` (not yet in the artifact) in an artifact of the owner adds to
+    their :func:`usage`: their sizes (``sizes``), but for the owner's uploads still pending, which
+    count already (a blob the owner lists elsewhere too is counted again: the bound only loosens)."""
+    if not shas:
+        return 0
+    pending = set(
+        session.scalars(
+            select(BlobUpload.sha256).where(
+                BlobUpload.user_id == owner_id, BlobUpload.sha256.in_(sorted(shas)), BlobUpload.pending_until > now()
+            )
+        )
+    )
+    return sum(sizes[sha] for sha in shas - pending)
 
 
 def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
@@ -305,9 +330,14 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
 
 
 def upload_usage(session: Session, user_id: int, settings: Settings) -> int | None:
-    """The usage :func:`upload_limit` bounds the user's next blob with: None without a quota."""
+    """The usage :func:`upload_limit` bounds the user's next blob with: None without a quota; the
+    user's bound (``users.stored_bytes``) when it leaves room for the largest blob the server takes
+    anyway, else the exact :func:`usage` (the limit is then what is left of the quota)."""
     if settings.quota_bytes is None:
         return None
+    bound = session.scalar(select(User.stored_bytes).where(User.id == user_id))
+    if bound is not None and settings.quota_bytes - bound >= settings.max_blob_bytes:
+        return int(bound)
     return usage(session, user_id)
 
 
@@ -326,17 +356,33 @@ def quota_text(user: User, quota: int) -> str:
 
 
 def hold(session: Session, owner_id: int, quota: int | None) -> None:
-    """Start a write that adds bytes to the owner's storage: with a quota, lock the owner's row
+    """Start a write that adds bytes to the owner's storage: lock the owner's row
     (:func:`~ember.server.services.perms.lock_owner`), before any other lock but a new node's id,
-    so that :func:`charge` sees what the writes before it left."""
+    so that :func:`charge` sees what the writes before it left. Without a quota, forget the
+    owner's bound instead (it would miss these bytes); once it is NULL that locks nothing."""
     if quota is not None:
         lock_owner(session, owner_id)
+    else:
+        session.execute(_FORGET, {"id": owner_id})
 
 
-def charge(session: Session, owner_id: int, quota: int | None) -> None:
-    """413 when the bytes this transaction added (flushed here) take the owner past ``quota`` (None:
-    no quota); the caller took :func:`hold` first."""
+_FORGET = text("UPDATE users SET stored_bytes = NULL WHERE id = :id AND stored_bytes IS NOT NULL")
+_RAISE = text(
+    "UPDATE users SET stored_bytes = stored_bytes + :added WHERE id = :id AND stored_bytes + :added <= :quota"
+)
+
+
+def charge(session: Session, owner_id: int, added: int, quota: int | None) -> None:
+    """413 when the bytes this transaction added take the owner past ``quota`` (None: no quota).
+
+    ``added``: at least what the owner's :func:`usage` grew by in this transaction (more only
+    loosens the bound). The caller took :func:`hold` first. One statement raises the owner's bound
+    when the sum stays within the quota; otherwise (or with no bound yet) the usage is summed
+    exactly, after what the request added is flushed, and kept as the bound when it fits.
+    """
     if quota is None:
+        return
+    if session.connection().execute(_RAISE, {"added": added, "id": owner_id, "quota": quota}).rowcount == 1:
         return
     session.flush()
     used = usage(session, owner_id)
@@ -348,6 +394,12 @@ def charge(session: Session, owner_id: int, quota: int | None) -> None:
             "with images, many points or long output, or ask an admin "
             "to raise `ember server --quota-mb`",
         )
+    session.execute(update(User).where(User.id == owner_id).values(stored_bytes=used))
+
+
+def charge_points(session: Session, owner_id: int, quota: int | None, points: int) -> None:
+    """:func:`charge` of ``points`` new metric points (:data:`POINT_BYTES` each)."""
+    charge(session, owner_id, points * POINT_BYTES, quota)
 
 
 def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = None, at: datetime | None = None) -> int:
@@ -358,7 +410,7 @@ def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = Non
         at: the time pending uploads are compared with (now).
 
     The files are unlinked inside the transaction, under :func:`lock`, so that an upload of the
-    same bytes waits and then stores them anew.
+    same bytes waits and then stores them anew. It frees bytes, so no bound changes.
     """
     at = at or now()
     lock(session)

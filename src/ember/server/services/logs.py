@@ -169,7 +169,7 @@ def store_log(
         at, line, text = last.start, last.line, last.text + text
     session.execute(insert(LogPiece), pieces(run.pk, text, at, line))
     run.log_bytes = size
-    blobs.charge(session, run.owner_id, quota)
+    blobs.charge(session, run.owner_id, added, quota)
     return ingest.advance(session, "run", run.id, STREAM, end)
 
 

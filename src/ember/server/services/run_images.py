@@ -110,7 +110,8 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
                 "per run: log images less often (every N steps), or ask an admin to raise "
                 "`ember server --max-run-images`"
             )
-    blobs.charge(session, run.owner_id, quota)
+    # every image sent counts, those a retry sent before too: the bound only gets looser
+    blobs.charge(session, run.owner_id, sum(row["size"] for row in rows), quota)
     return ingest.advance(session, "run", run.id, STREAM, batch.end)
 
 

@@ -143,7 +143,7 @@ class Uploads:
             lines = decoded(MetricBatch, batch)
             run = get_run(self.session, self.user, run_id, Level.EDIT)
             blob_rules.hold(self.session, run.owner_id, self.quota_bytes)
-            quota = partial(blob_rules.charge, self.session, run.owner_id, self.quota_bytes)
+            quota = partial(blob_rules.charge_points, self.session, run.owner_id, self.quota_bytes)
             max_points = self.settings.max_batch_points
             return ingest.store_metrics(self.session, run.pk, run.id, lines, max_points, self.max_run_metrics, quota)
 
@@ -349,9 +349,9 @@ class NewRuns:
                 if rec.run.folder not in folders:
                     try:
                         with session.begin_nested():
-                            folders[rec.run.folder] = ensure_folder(
-                                session, user, rec.run.folder, rec.run.make_folder, max_folders=None
-                            )
+                            found = ensure_folder(session, user, rec.run.folder, rec.run.make_folder, max_folders=None)
+                            blob_rules.hold(session, found.owner_id, None)  # no quota here: the bound is forgotten
+                            folders[rec.run.folder] = found
                     except DomainError as e:
                         folders[rec.run.folder] = e
                 place = folders[rec.run.folder]
