@@ -41,7 +41,7 @@ async def put_blob(sha256: str, request: Request, user: BriefUser):
     settings: Settings = request.app.state.settings
     used = None
     if settings.quota_bytes is not None:
-        used = await run_in_threadpool(blob_rules.usage_now, request.app.state.read_sessions, user)
+        used = await run_in_threadpool(blob_rules.usage_now, request.app.state.read_sessions, user, settings)
     limit, limit_text = blob_rules.upload_limit(settings, user, used)
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:

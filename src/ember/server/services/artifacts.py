@@ -4,6 +4,10 @@ The service behind ``/api/v1/artifacts`` (:mod:`ember.server.api.artifact_routes
 functions over a session that raise :mod:`ember.server.storage.domain_errors`. A blob may be listed only
 by a user who uploaded it or who can view an artifact holding it (:func:`ember.server.services.blobs.usable`);
 any other digest is answered like one never uploaded (409), so digests reveal nothing.
+
+A write locks the artifact's owner first (its folder tree's owner, who holds its bytes), then the
+blob lock, then the artifact's rows: the order of :mod:`ember.server.services.perms`. Every write
+to an artifact takes its owner's lock, so two never wait on each other's rows.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from ember.server.services import blobs as blob_rules
 from ember.server.services import edges, ingest, naming
 from ember.server.services.blobs import BlobStore
 from ember.server.services.lookup import claim_id, get_artifact
-from ember.server.services.perms import Level, drop_shares, level, require, shares_of
+from ember.server.services.perms import Level, drop_shares, level, lock_owner, require, shares_of
 from ember.server.services.runs import place
 from ember.server.storage.domain_errors import Conflict, Invalid
 from ember.server.storage.models import Artifact, ArtifactFile, Blob, Folder, User, now
@@ -31,7 +35,9 @@ def put_artifact(
     """Create or update an artifact (by id); the file list is sent whole: it then holds exactly these files.
 
     Every file's blob must be uploaded first (409 naming those that are not); a size that differs
-    from the uploaded blob's is a 422; blobs no artifact lists any more are collected.
+    from the uploaded blob's is a 422; blobs no artifact lists any more are collected. The blobs
+    newly listed count in the owner's quota, but for those the owner's own pending uploads
+    already count (413 past it, nothing kept).
     """
     meta = body.artifact
     if meta.id != naming.node_id(artifact_id, "artifact id"):
@@ -47,6 +53,7 @@ def put_artifact(
     artifact = session.scalar(select(Artifact).where(Artifact.id == artifact_id))
     if artifact is not None:
         require(level(session, user, artifact), Level.EDIT, f"artifact {artifact_id}")
+        blob_rules.hold(session, artifact.owner_id, settings.quota_bytes)
         action = "updated"
     else:
         claim_id(session, "artifact", artifact_id)
@@ -54,6 +61,7 @@ def put_artifact(
         if action == "skipped":
             return {"id": artifact_id, "action": action, "folder": folder.path, "cursors": {}}
         artifact = Artifact(id=artifact_id, folder_id=folder.id, owner_id=folder.owner_id)
+        blob_rules.hold(session, folder.owner_id, settings.quota_bytes)  # ensure_folder locked it: no wait here
     wanted = sorted({f.sha256 for f in files.values()})
     blob_rules.lock(session)  # no blob listed here is collected meanwhile
     usable = blob_rules.usable(session, user, wanted)
@@ -70,6 +78,7 @@ def put_artifact(
     artifact.references = [r.model_dump() for r in meta.references]
     session.flush()
     old = {f.path: f for f in session.scalars(select(ArtifactFile).where(ArtifactFile.artifact_pk == artifact.pk))}
+    added = blob_rules.newly_held(session, artifact.owner_id, set(wanted) - {f.sha256 for f in old.values()}, have)
     for path, row in old.items():
         if path not in files or row.sha256 != files[path].sha256:
             freed.add(row.sha256)
@@ -83,8 +92,7 @@ def put_artifact(
             kept.size, kept.sha256 = f.size, f.sha256
     session.flush()
     blob_rules.claim(session, user, wanted)
-    owner = session.scalar(select(User.name).where(User.id == artifact.owner_id)) or "?"
-    blob_rules.check_quota(session, artifact.owner_id, owner, settings.quota_bytes)
+    blob_rules.charge(session, artifact.owner_id, added, settings.quota_bytes)
     blob_rules.collect(session, store, freed)
     folder_path = session.scalar(select(Folder.path).where(Folder.id == artifact.folder_id))
     cursors = ingest.cursors(session, "artifact", artifact_id)
@@ -114,8 +122,11 @@ def artifact_view(session: Session, user: User, artifact: Artifact, depth: int |
 
 
 def delete_artifact(session: Session, user: User, artifact_id: str, store: BlobStore) -> dict[str, Any]:
-    """Delete an artifact the caller may edit, and the blobs no other artifact lists."""
+    """Delete an artifact the caller may edit, and the blobs no other artifact lists (its owner's
+    row, then the blob lock, then its rows: it frees bytes, so no bound changes)."""
     artifact = get_artifact(session, user, artifact_id, Level.EDIT)
+    lock_owner(session, artifact.owner_id)
+    blob_rules.lock(session)
     held = set(session.scalars(select(ArtifactFile.sha256).where(ArtifactFile.artifact_pk == artifact.pk)))
     ingest.drop_cursors(session, "artifact", artifact.id)
     drop_shares(session, "artifact", artifact.pk)

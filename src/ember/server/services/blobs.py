@@ -14,6 +14,20 @@ period has passed (:func:`collect`). A user's storage (:func:`usage`) is the blo
 artifacts in their folder tree, plus their uploads still waiting for an artifact, plus the
 images, the stored output (``runs.log_bytes``) and the metric points (``runs.metric_points``, each
 :data:`POINT_BYTES`) of the runs in their tree.
+
+The quota's check does not sum that on every request: each user's row keeps a bound,
+``users.stored_bytes``, never below their usage. A write that adds bytes to an owner's storage
+(metric points, output, images, a blob upload, an artifact listing blobs) first locks the owner
+(:func:`hold`, step 1 of the lock order in :mod:`ember.server.services.perms`), and once the
+bytes are in, :func:`charge` adds what it stored (at least what the usage grew by) to the bound:
+within the quota, the request passes and the bound is raised; past it, the usage is summed
+exactly and the request refused only when that is past the quota too (the sum becomes the bound).
+What frees bytes (a run or artifact deleted or purged, a blob collected, an upload's grace
+period over, an upload listed by someone else's artifact) leaves the bound alone: it only gets
+looser, and the next check it would refuse sums again. Owners never change (a run or artifact
+stays in the tree it was made in), so no bytes move between users. A write without a quota
+(``ember ui``'s own store, a server without ``--quota-mb``) forgets the bound (NULL) instead, so a
+quota set later starts from an exact sum.
 """
 
 from __future__ import annotations
@@ -33,7 +47,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ember._atomic import atomic_path, fsync_dir
 from ember.server.services import naming
 from ember.server.services.ingest import insert_ignore
-from ember.server.services.perms import Level, level
+from ember.server.services.perms import Level, level, lock_owner
 from ember.server.storage.domain_errors import Invalid, TooLarge
 from ember.server.storage.models import Artifact, ArtifactFile, Blob, BlobUpload, Run, RunImage, User, now
 from ember.server.storage.settings import Settings
@@ -170,7 +184,8 @@ def lock(session: Session) -> None:
 
     On SQLite every transaction already holds the database's write lock; on PostgreSQL a
     transaction-scoped advisory lock does it, so a blob being collected cannot be re-uploaded
-    (its file replaced) between the collector's check and its unlink.
+    (its file replaced) between the collector's check and its unlink. Step 2 of the lock order
+    (:mod:`ember.server.services.perms`): after the owner's row, before any node's rows.
     """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(7316871)"))
@@ -240,9 +255,10 @@ def record_in(session: Session, store: BlobStore, settings: Settings, user: User
         TooLarge: 413 when the upload takes the user past the quota (nothing is recorded).
     """
     size = tmp.stat().st_size
+    hold(session, user.id, settings.quota_bytes)
     lock(session)
     record_upload(session, user, sha, size, settings.blob_grace_s)
-    check_quota(session, user.id, user.name, settings.quota_bytes)
+    charge(session, user.id, size, settings.quota_bytes)
     store.place(tmp, sha)
     return size
 
@@ -267,6 +283,22 @@ def claim(session: Session, user: User, shas: Iterable[str]) -> None:
             .where(BlobUpload.user_id == user.id, BlobUpload.sha256.in_(wanted))
             .values(pending_until=None)
         )
+
+
+def newly_held(session: Session, owner_id: int, shas: set[str], sizes: dict[str, int]) -> int:
+    """At least what listing ``shas`` (not yet in the artifact) in an artifact of the owner adds to
+    their :func:`usage`: their sizes (``sizes``), but for the owner's uploads still pending, which
+    count already (a blob the owner lists elsewhere too is counted again: the bound only loosens)."""
+    if not shas:
+        return 0
+    pending = set(
+        session.scalars(
+            select(BlobUpload.sha256).where(
+                BlobUpload.user_id == owner_id, BlobUpload.sha256.in_(sorted(shas)), BlobUpload.pending_until > now()
+            )
+        )
+    )
+    return sum(sizes[sha] for sha in shas - pending)
 
 
 def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
@@ -297,10 +329,22 @@ def usage(session: Session, user_id: int, at: datetime | None = None) -> int:
     return int(total or 0) + int(pictures or 0) + int(output or 0) + int(points or 0) * POINT_BYTES
 
 
-def usage_now(sessions: sessionmaker[Session], user: User) -> int:
-    """:func:`usage` in a read-only transaction of its own (a streaming upload holds no session)."""
+def upload_usage(session: Session, user_id: int, settings: Settings) -> int | None:
+    """The usage :func:`upload_limit` bounds the user's next blob with: None without a quota; the
+    user's bound (``users.stored_bytes``) when it leaves room for the largest blob the server takes
+    anyway, else the exact :func:`usage` (the limit is then what is left of the quota)."""
+    if settings.quota_bytes is None:
+        return None
+    bound = session.scalar(select(User.stored_bytes).where(User.id == user_id))
+    if bound is not None and settings.quota_bytes - bound >= settings.max_blob_bytes:
+        return int(bound)
+    return usage(session, user_id)
+
+
+def usage_now(sessions: sessionmaker[Session], user: User, settings: Settings) -> int | None:
+    """:func:`upload_usage` in a read-only transaction of its own (a streaming upload holds no session)."""
     with sessions() as session, session.begin():
-        return usage(session, user.id)
+        return upload_usage(session, user.id, settings)
 
 
 def quota_text(user: User, quota: int) -> str:
@@ -311,27 +355,51 @@ def quota_text(user: User, quota: int) -> str:
     )
 
 
-def check_quota(session: Session, user_id: int, name: str, quota: int | None) -> None:
-    """413 when the user holds more than ``quota`` bytes (inside the transaction that added them)."""
+def hold(session: Session, owner_id: int, quota: int | None) -> None:
+    """Start a write that adds bytes to the owner's storage: lock the owner's row
+    (:func:`~ember.server.services.perms.lock_owner`), before any other lock but a new node's id,
+    so that :func:`charge` sees what the writes before it left. Without a quota, forget the
+    owner's bound instead (it would miss these bytes); once it is NULL that locks nothing."""
+    if quota is not None:
+        lock_owner(session, owner_id)
+    else:
+        session.execute(_FORGET, {"id": owner_id})
+
+
+_FORGET = text("UPDATE users SET stored_bytes = NULL WHERE id = :id AND stored_bytes IS NOT NULL")
+_RAISE = text(
+    "UPDATE users SET stored_bytes = stored_bytes + :added WHERE id = :id AND stored_bytes + :added <= :quota"
+)
+
+
+def charge(session: Session, owner_id: int, added: int, quota: int | None) -> None:
+    """413 when the bytes this transaction added take the owner past ``quota`` (None: no quota).
+
+    ``added``: at least what the owner's :func:`usage` grew by in this transaction (more only
+    loosens the bound). The caller took :func:`hold` first. One statement raises the owner's bound
+    when the sum stays within the quota; otherwise (or with no bound yet) the usage is summed
+    exactly, after what the request added is flushed, and kept as the bound when it fits.
+    """
     if quota is None:
         return
-    used = usage(session, user_id)
+    if session.connection().execute(_RAISE, {"added": added, "id": owner_id, "quota": quota}).rowcount == 1:
+        return
+    session.flush()
+    used = usage(session, owner_id)
     if used > quota:
+        name = session.scalar(select(User.name).where(User.id == owner_id)) or "?"
         raise TooLarge(
             f"this would make {used} bytes of artifact files, run images, metric points ({POINT_BYTES} bytes each) "
             f"and run output held by {name!r}, over the quota of {quota} bytes per user: delete artifacts or runs "
             "with images, many points or long output, or ask an admin "
             "to raise `ember server --quota-mb`",
         )
+    session.execute(update(User).where(User.id == owner_id).values(stored_bytes=used))
 
 
-def check_run_quota(session: Session, run: Run, quota: int | None) -> None:
-    """:func:`check_quota` of the run's owner, after what the request added to the run (flushed here)."""
-    if quota is None:
-        return
-    session.flush()
-    owner = session.scalar(select(User.name).where(User.id == run.owner_id)) or "?"
-    check_quota(session, run.owner_id, owner, quota)
+def charge_points(session: Session, owner_id: int, quota: int | None, points: int) -> None:
+    """:func:`charge` of ``points`` new metric points (:data:`POINT_BYTES` each)."""
+    charge(session, owner_id, points * POINT_BYTES, quota)
 
 
 def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = None, at: datetime | None = None) -> int:
@@ -342,7 +410,7 @@ def collect(session: Session, store: BlobStore, shas: Iterable[str] | None = Non
         at: the time pending uploads are compared with (now).
 
     The files are unlinked inside the transaction, under :func:`lock`, so that an upload of the
-    same bytes waits and then stores them anew.
+    same bytes waits and then stores them anew. It frees bytes, so no bound changes.
     """
     at = at or now()
     lock(session)

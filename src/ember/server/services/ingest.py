@@ -16,6 +16,10 @@ of the steps the batch touched, which the charts read (see ``series.py``), and a
 stored to the run's counters (``runs.metric_points``, ``runs.metric_names``): a batch that would
 take the run past its distinct metrics (``--max-run-metrics``) or its owner past the quota is
 refused whole (413), and no check counts the stored points.
+
+Locks, in the order of :mod:`ember.server.services.perms`: the owner's row first when the quota is
+checked (the caller's ``blobs.hold``), then the stream's cursor (:func:`lock_cursor`), then the
+run's row (:func:`check_metrics`, the counters' update).
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ def store_metrics(
     batch: MetricBatch,
     max_points: int,
     max_metrics: int | None = None,
-    quota: Callable[[], None] | None = None,
+    quota: Callable[[int], None] | None = None,
 ) -> int:
     """Insert a batch of lines of one metric type, refresh the block summaries they touch and
     count what was stored on the run.
@@ -128,8 +132,9 @@ def store_metrics(
         batch: the lines, as points or columns.
         max_points: the most cells (lines times metric names) one batch may hold (413 above).
         max_metrics: the most distinct metrics (type and name) the run may hold; None: no limit.
-        quota: called after the points are counted when the batch stored any (it raises
-            :class:`TooLarge` past the owner's quota); None: no quota.
+        quota: called with the number of points stored, after they are counted, when the batch
+            stored any (it raises :class:`TooLarge` past the owner's quota; the caller locked the
+            owner before calling this, ``blobs.hold``); None: no quota.
 
     Returns:
         The file's new cursor.
@@ -151,7 +156,7 @@ def store_metrics(
         summarize(session, run_pk, batch.type, cols.metrics, min(cols.step), max(cols.step))
         count_points(session, run_pk, stored, len(new))
         if stored and quota is not None:
-            quota()
+            quota(stored)
     return advance(session, "run", run_id, stream, batch.end)
 
 

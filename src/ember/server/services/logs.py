@@ -12,7 +12,8 @@ at most :data:`SEARCH_BYTES` per request, with where to go on), a page of the AP
 
 A run's stored output is at most the server's ``max_log_bytes`` (``--max-log-mb``) and counts in
 its owner's ``--quota-mb`` (``runs.log_bytes``, read by :func:`ember.server.services.blobs.usage`): a
-request past either is refused whole (413) and nothing of it is kept.
+request past either is refused whole (413) and nothing of it is kept. A request locks the owner's
+row, then the cursor, then writes the run's row (the order of :mod:`ember.server.services.perms`).
 
 Example:
     >>> view = tail(session, run.pk)
@@ -148,6 +149,7 @@ def store_log(
         TooLarge: 413 when the text takes the run past ``max_bytes`` or its owner past
             ``quota``; the caller's transaction is rolled back, so nothing of it is kept.
     """
+    blobs.hold(session, run.owner_id, quota)
     ingest.lock_cursor(session, "run", run.id, STREAM)
     current = ingest.check_start(session, "run", run.id, STREAM, start, end)
     if end <= current or not text:
@@ -157,7 +159,8 @@ def store_log(
             f"{STREAM}: the server has bytes up to {current}; send the text from byte {current}, not {start}"
         )
     last = _last(session, run.pk)
-    size = (last.end if last is not None else 0) + len(text.encode("utf-8"))
+    added = len(text.encode("utf-8"))
+    size = (last.end if last is not None else 0) + added
     if max_bytes is not None and size > max_bytes:
         raise TooLarge(limit_text(run, size, max_bytes))
     at, line = (last.end, last.line + last.newlines) if last is not None else (0, 0)
@@ -166,7 +169,7 @@ def store_log(
         at, line, text = last.start, last.line, last.text + text
     session.execute(insert(LogPiece), pieces(run.pk, text, at, line))
     run.log_bytes = size
-    blobs.check_run_quota(session, run, quota)
+    blobs.charge(session, run.owner_id, added, quota)
     return ingest.advance(session, "run", run.id, STREAM, end)
 
 

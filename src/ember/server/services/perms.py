@@ -7,6 +7,23 @@ with a key (grantee ``*``) and applies to everything beneath a shared folder. Th
 grant along the path wins. Removing a grantee's share of a folder removes their grants beneath
 it too, so a revocation covers the whole subtree. Without ``view`` a node does not exist for the
 caller (404); with ``view`` but not ``edit`` a change is refused (403).
+
+**The lock order.** A write that checks a limit of the owner of a tree (its runs, its folders,
+its storage quota) counts after locking that owner's ``users`` row (:func:`lock_owner`), so
+requests sent at once take turns on PostgreSQL (SQLite runs one writer at a time already). To
+never deadlock, every write road takes its locks in one order, each step only after the ones
+before it:
+
+0. the id of a node it creates (``lookup.claim_id``, PostgreSQL advisory locks, ids sorted);
+1. the owner's ``users`` row: :func:`ensure_folder` takes it as soon as it knows the folder to
+   write into, the roads of an existing run or artifact take it before anything else
+   (``blobs.hold``), a blob upload takes the uploader's; one owner per transaction;
+2. the blob lock (``blobs.lock``), by the roads that record, list or collect blobs;
+3. the node's rows: its cursor (``ingest.lock_cursor``), then its ``runs`` or ``artifacts``
+   row, then the rows beneath it (points, output, images, files).
+
+A road may skip a step, never go back to an earlier one. Roads that only take bytes away (a run
+deleted, a blob collected) need no owner lock and keep steps 2 and 3 in this order.
 """
 
 from __future__ import annotations
@@ -94,6 +111,16 @@ def get_folder(session: Session, user: User, path: str, needed: Level = Level.VI
     return folder
 
 
+def lock_owner(session: Session, owner_id: int) -> None:
+    """Lock the owner's ``users`` row until the transaction ends (step 1 of the lock order above).
+
+    ``FOR NO KEY UPDATE`` on PostgreSQL: it waits for another request holding the owner, not for
+    rows being inserted that refer to the user (a foreign key takes only a key-share lock);
+    SQLite ignores it (one writer at a time already).
+    """
+    session.execute(select(User.id).where(User.id == owner_id).with_for_update(key_share=True))
+
+
 def check_owned(session: Session, kind: type[Folder | Run], owner_id: int, adding: int, limit: int | None) -> None:
     """413 when ``adding`` more folders or runs take the tree of ``owner_id`` past ``limit`` (None: no limit).
 
@@ -104,7 +131,7 @@ def check_owned(session: Session, kind: type[Folder | Run], owner_id: int, addin
     """
     if limit is None or adding <= 0:
         return
-    session.execute(select(User.id).where(User.id == owner_id).with_for_update())
+    lock_owner(session, owner_id)
     held = int(session.scalar(select(func.count()).select_from(kind).where(kind.owner_id == owner_id)) or 0)
     if held + adding > limit:
         what = "folders" if kind is Folder else "runs"
@@ -123,7 +150,9 @@ def ensure_folder(
     ``parents`` (default: ``make``) also creates missing folders above it; without it only a
     direct child of an existing folder is made. Each user's ``default`` folder (where runs go
     unless told otherwise) is made when needed. New folders belong to the tree's owner, and are
-    refused (413, none made) when they would take it past ``max_folders`` (None: no limit).
+    refused (413, none made) when they would take it past ``max_folders`` (None: no limit). The
+    tree's owner is locked (:func:`lock_owner`) before anything is written: the caller writes
+    into the folder next.
     """
     path = naming.folder_path(path, home=f"/{user.name}")
     make = make or path == f"/{user.name}/default"
@@ -132,6 +161,7 @@ def ensure_folder(
     found = {f.path: f for f in session.scalars(select(Folder).where(Folder.path.in_(chain)))}
     if path in found:
         require(level(session, user, found[path]), Level.EDIT, f"folder {path!r}")
+        lock_owner(session, found[path].owner_id)
         return found[path]
     existing = next((p for p in chain if p in found), None)
     if existing is None:
@@ -143,6 +173,7 @@ def ensure_folder(
         raise NotFound(f"folder {chain[1]!r} does not exist; pass parents=true to create it too")
     require(level(session, user, parent), Level.EDIT, f"folder {existing!r}")
     owner = found[chain[-1]].owner_id if chain[-1] in found else parent.owner_id
+    lock_owner(session, owner)
     check_owned(session, Folder, owner, chain.index(existing), max_folders)
     for missing in reversed(chain[: chain.index(existing)]):
         parent = _create(session, missing, parent, owner)

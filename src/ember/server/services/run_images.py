@@ -7,7 +7,8 @@ adds nothing, a range past the cursor is a 409. PNGs are kept in the database (`
 at most :data:`MAX_PNG_BYTES` each; only PNG is accepted, so an image is always served as
 ``image/png`` with ``nosniff``. A server bounds them: at most ``max_run_images`` per run, and
 their bytes count in the run's owner's storage quota (:func:`ember.server.services.blobs.usage`); a batch
-over either is refused whole (413) and nothing of it is kept.
+over either is refused whole (413) and nothing of it is kept. A batch locks the owner's row, then the
+cursor (the order of :mod:`ember.server.services.perms`).
 """
 
 from __future__ import annotations
@@ -96,9 +97,11 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
         TooLarge: 413 when the batch takes the run past ``max_images`` or its owner past
             ``quota``; the caller's transaction is rolled back, so nothing of the batch is kept.
     """
+    blobs.hold(session, run.owner_id, quota)
     ingest.lock_cursor(session, "run", run.id, STREAM)
     ingest.check_start(session, "run", run.id, STREAM, batch.start, batch.end)
-    ingest.insert_ignore(session, RunImage, image_rows(run.pk, batch.images), ["run_pk", "name", "step"])
+    rows = image_rows(run.pk, batch.images)
+    ingest.insert_ignore(session, RunImage, rows, ["run_pk", "name", "step"])
     if max_images is not None:
         held = int(session.scalar(select(func.count()).where(RunImage.run_pk == run.pk)) or 0)
         if held > max_images:
@@ -107,7 +110,8 @@ def store_images(session: Session, run: Run, batch: ImagesBatch, max_images: int
                 "per run: log images less often (every N steps), or ask an admin to raise "
                 "`ember server --max-run-images`"
             )
-    blobs.check_run_quota(session, run, quota)
+    # every image sent counts, those a retry sent before too: the bound only gets looser
+    blobs.charge(session, run.owner_id, sum(row["size"] for row in rows), quota)
     return ingest.advance(session, "run", run.id, STREAM, batch.end)
 
 

@@ -142,7 +142,8 @@ class Uploads:
         with self._request(f"POST /runs/{run_id}/metrics"):
             lines = decoded(MetricBatch, batch)
             run = get_run(self.session, self.user, run_id, Level.EDIT)
-            quota = partial(blob_rules.check_run_quota, self.session, run, self.quota_bytes)
+            blob_rules.hold(self.session, run.owner_id, self.quota_bytes)
+            quota = partial(blob_rules.charge_points, self.session, run.owner_id, self.quota_bytes)
             max_points = self.settings.max_batch_points
             return ingest.store_metrics(self.session, run.pk, run.id, lines, max_points, self.max_run_metrics, quota)
 
@@ -183,7 +184,11 @@ class Uploads:
         :meth:`BlobStore.receive`); refused unless they hash to ``sha256``, or past the limits."""
         with self._request(f"PUT /blobs/{sha256}"):
             sha, store = naming.sha256(sha256), self._store()
-            used = blob_rules.usage(self.session, self.user.id) if self.quota_bytes is not None else None
+            used = (
+                blob_rules.upload_usage(self.session, self.user.id, self.settings)
+                if self.quota_bytes is not None
+                else None
+            )
             limit, limit_text = blob_rules.upload_limit(self.settings, self.user, used)
             tmp = store.take(sha, file, limit, limit_text)
             try:
@@ -344,9 +349,9 @@ class NewRuns:
                 if rec.run.folder not in folders:
                     try:
                         with session.begin_nested():
-                            folders[rec.run.folder] = ensure_folder(
-                                session, user, rec.run.folder, rec.run.make_folder, max_folders=None
-                            )
+                            found = ensure_folder(session, user, rec.run.folder, rec.run.make_folder, max_folders=None)
+                            blob_rules.hold(session, found.owner_id, None)  # no quota here: the bound is forgotten
+                            folders[rec.run.folder] = found
                     except DomainError as e:
                         folders[rec.run.folder] = e
                 place = folders[rec.run.folder]

@@ -58,6 +58,10 @@ class User(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # A bound on the bytes the user's storage holds (``blobs.usage``), never below it; NULL: not
+    # known, summed at the next check. Raised by every write that adds to the storage, under the
+    # lock of this row, in its transaction; left as it is by what frees bytes (migration 0013).
+    stored_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ApiKey(Base):
