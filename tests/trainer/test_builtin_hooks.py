@@ -256,6 +256,18 @@ def test_loss_hook_puts_per_step_losses_in_storage_as_floats_on_the_cpu() -> Non
     assert [s for s, _ in kept] == [1, 2, 3, 4]
 
 
+def test_pending_values_stack_as_read_restored_or_mixed() -> None:
+    """What a metric hook's fold stacks: floats read on the CPU (float64); values restored from a
+    checkpoint (CPU tensors) before a device's new ones (moved there, in their dtype); a mix."""
+    stacked = metrics_module._stacked
+    assert stacked([0.5, 2, 0.25]).tolist() == [0.5, 2.0, 0.25] and stacked([0.5]).dtype == torch.float64
+    restored = list(torch.tensor([0.5, 1.5], dtype=torch.float64).unbind())
+    mixed = stacked([*restored, 0.25])  # a CPU run resumed mid-epoch
+    assert mixed.dtype == torch.float64 and mixed.tolist() == [0.5, 1.5, 0.25]
+    on_device = stacked([*restored, torch.empty((), device="meta")])  # "meta" stands in for an accelerator
+    assert on_device.is_meta and on_device.dtype == torch.float32 and on_device.shape == (3,)
+
+
 @pytest.mark.parametrize("fold_every", [3, 128])
 def test_loss_hook_folds_its_pending_losses_into_the_exact_weighted_mean(
     fold_every: int, monkeypatch: pytest.MonkeyPatch

@@ -177,7 +177,9 @@ def _stacked(values: list[torch.Tensor | float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64)
     device = tensors[-1].device
     if len(tensors) == len(values):
-        return torch.stack(tensors if tensors[0].device == device else [v.to(device) for v in tensors])
+        if tensors[0].device != device:  # restored values (on the CPU): moved, in the new ones' dtype
+            tensors = [v.to(device, tensors[-1].dtype) for v in tensors]
+        return torch.stack(tensors)
     dtype = accumulator(device).dtype
     return torch.stack([torch.as_tensor(v, dtype=dtype, device=device) for v in values])
 
