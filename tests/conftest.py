@@ -22,6 +22,10 @@ torch.set_num_threads(1)
 def pytest_configure(config: pytest.Config) -> None:
     if config.option.markexpr.strip() != "cuda":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    # Every process started from here skips the garbage walk at exit (tests/_site/sitecustomize.py).
+    site = str(Path(__file__).resolve().parent / "_site")
+    if site not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a venv without it runs the suite too
