@@ -50,10 +50,10 @@ def held(value: torch.Tensor) -> float | torch.Tensor:
     """How a per-step value is kept until it is read: a float on the CPU, a detached tensor elsewhere.
 
     Reading a CPU tensor waits for nothing, and keeping per-step tensors alive until a window or
-    a sum lets them go costs more than the read (their memory is cold by then: about 3 µs a step
-    for the loss alone, ``benchmarks/overhead.py``); on an accelerator the read would make the
-    host wait for the device, so the tensor is kept and read in bulk where it is logged. The
-    step storage and the metric hooks keep their values this way.
+    a sum lets them go costs more than the read (their memory is cold by then: about 3.5 µs a
+    step for the loss alone on the tiny models, docs/performance.md); on an accelerator the read
+    would make the host wait for the device, so the tensor is kept and read in bulk where it is
+    logged. The step storage and the metric hooks keep their values this way.
 
     Args:
         value: a one-element tensor.
